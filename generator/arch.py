@@ -1,0 +1,43 @@
+"""GPU architectures the generator knows: the resource limits a spec is checked against."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                    # "sm_90"
+    cc: int                      # 90
+    static_smem_per_block: int   # bytes a kernel may declare statically
+    smem_per_sm: int             # bytes of shared memory per multiprocessor usable by blocks
+    max_threads_per_block: int
+    regs_per_thread: int
+
+
+ARCHS: dict[str, Arch] = {
+    a.name: a
+    for a in (
+        Arch("sm_75", 75, 48 * 1024, 64 * 1024, 1024, 255),
+        Arch("sm_80", 80, 48 * 1024, 164 * 1024, 1024, 255),
+        Arch("sm_86", 86, 48 * 1024, 100 * 1024, 1024, 255),
+        Arch("sm_89", 89, 48 * 1024, 100 * 1024, 1024, 255),
+        Arch("sm_90", 90, 48 * 1024, 228 * 1024, 1024, 255),
+    )
+}
+
+DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
+
+
+def parse_archs(text: str) -> tuple[str, ...]:
+    """'sm_80,sm_90' (or '80,90') -> ('sm_80', 'sm_90') sorted by compute capability."""
+    names = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        name = token if token.startswith("sm_") else f"sm_{token}"
+        if name not in ARCHS:
+            raise ValueError(f"unknown architecture {token!r}; known: {', '.join(ARCHS)}")
+        names.append(name)
+    if not names:
+        raise ValueError("no architecture given")
+    return tuple(sorted(set(names), key=lambda n: ARCHS[n].cc))

@@ -1,0 +1,163 @@
+"""The `gemmgen` command line: list, generate, check, tune, bench.
+
+Bad input ends with a one-line reason and a non-zero exit; nothing is written before the input
+has been validated."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .arch import DEFAULT_ARCHS
+from .manifest import Manifest, Selection, build_manifest
+from .precision import PRECISION_ORDER
+from .small import MAX_SIZE
+
+DEFAULT_OUT = Path("generated")
+
+
+def _selection(arch: str, precisions: str, sizes: str, shapes: str) -> Selection:
+    try:
+        return Selection.parse(arch, precisions, sizes, shapes)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def selection_options(func):
+    """The options that say what to generate (shared by list, generate, tune, bench)."""
+    func = click.option("--shapes", default="", show_default=True,
+                        help="Extra rectangular shapes MxNxK, e.g. 3x5x7,2x4x8 (each ≤ 32).")(func)
+    func = click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True,
+                        help="Square sizes N (M = N = K), e.g. 1-32 or 2,4,8.")(func)
+    func = click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True,
+                        help="Comma-separated subset of h,hc,s,d,c,z (or 'all').")(func)
+    func = click.option("--arch", default=",".join(DEFAULT_ARCHS), show_default=True,
+                        help="Target architectures, e.g. sm_80,sm_90.")(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gemmgen")
+def main() -> None:
+    """gemmgen: size-specialized batched small-GEMM kernels for CUDA (and C++ SIMD)."""
+
+
+def _print_manifest(manifest: Manifest) -> None:
+    click.echo(f"# {manifest.selection.command()}")
+    click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
+    for e in manifest.dispatch:
+        click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "
+                   f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})")
+    for note in manifest.notes:
+        click.echo(f"note: {note}")
+
+
+@main.command("list")
+@selection_options
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def list_cmd(arch, precisions, sizes, shapes, as_json):
+    """Show which kernel variants a selection would emit, and which serves each shape."""
+    manifest = build_manifest(_selection(arch, precisions, sizes, shapes))
+    if as_json:
+        click.echo(json.dumps(manifest.to_json(), indent=1, sort_keys=True))
+    else:
+        _print_manifest(manifest)
+
+
+@main.command()
+@selection_options
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Output folder.")
+@click.option("--dry-run", is_flag=True, help="Print the manifest and the files, write nothing.")
+def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run):
+    """Emit CUDA sources, include/gemmgen.h, CMakeLists.txt and manifest.json."""
+    from .emit import plan, write
+
+    selection = _selection(arch, precisions, sizes, shapes)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.ClickException(f"output {out_dir} exists and is not a folder")
+    manifest = build_manifest(selection)
+    if dry_run:
+        _print_manifest(manifest)
+        for rel in sorted(plan(manifest)):
+            click.echo(f"would write {out_dir / rel}")
+        return
+    written = write(manifest, out_dir)
+    click.echo(f"wrote {len(written)} files ({len(manifest.kernels)} kernels) to {out_dir}")
+
+
+@main.command()
+@click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT,
+              show_default=True, help="Emitted set to build and check.")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
+@click.option("--arch", default="", help="Architectures to compile (default: those of the set, "
+              "or only the GPU's when one is present).")
+@click.option("--jobs", "-j", type=int, default=0, help="Parallel nvcc processes (default: all cores).")
+@click.option("--report", type=click.Path(path_type=Path), default=None,
+              help="Write the check results as JSON here.")
+@click.option("--quick", is_flag=True, help="Random data for one transpose pair per shape only.")
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick):
+    """Compile everything emitted (no spills or local memory allowed) and, where a GPU is present,
+    check every kernel in every precision and transpose against NumPy."""
+    from harness.run_check import run_check
+
+    sys.exit(run_check(gen_dir, build_dir, arch, jobs, report, quick))
+
+
+@main.group()
+def tune():
+    """Sweep tuning parameters on the GPU present and write the architecture's table."""
+
+
+@tune.command("small")
+@click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True)
+@click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True)
+@click.option("--shapes", default="", help="Extra rectangular shapes MxNxK.")
+@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_small_results.jsonl"),
+              show_default=True, help="Append-only results file (survives interruption).")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune"), show_default=True)
+@click.option("--megabytes", type=int, default=256, show_default=True,
+              help="Data moved per launch (A, B and C), far above L2.")
+@click.option("--write-table/--no-write-table", default=True, show_default=True,
+              help="Write generator/tuning/<arch>.json from the results.")
+@click.option("--jobs", "-j", type=int, default=0)
+def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, jobs):
+    """Sweep tba and the N̂ blocking of the small family."""
+    from harness.tune_small import run_tune
+
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
+    sys.exit(run_tune(selection, results, build_dir, megabytes, write_table, jobs))
+
+
+@main.group()
+def bench():
+    """Benchmarks against the vendor library, measured in one run on the same data."""
+
+
+@bench.command("small")
+@click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
+@click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True)
+@click.option("--sizes", default=f"2-{MAX_SIZE}", show_default=True)
+@click.option("--megabytes", type=int, default=512, show_default=True,
+              help="Data moved per launch for the 'data ≫ L2' runs.")
+@click.option("--batches", default="10000,100000", show_default=True,
+              help="The paper's batch counts, reported as well.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
+def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_dir):
+    """Small family vs cuBLAS strided batched GEMM: GF/s, fraction of the bandwidth floor, speedup."""
+    from harness.bench_small import run_bench
+
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "")
+    try:
+        batch_list = tuple(int(b) for b in batches.split(",") if b.strip())
+    except ValueError:
+        raise click.ClickException(f"bad --batches {batches!r}; write e.g. 10000,100000") from None
+    sys.exit(run_bench(gen_dir, build_dir, selection, megabytes, batch_list, out_dir))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The "small" family (magma-small): one thread block computes `tba` whole GEMMs of size M×N×K ≤ 32.
+
+Design (very-small-gemm-cpu-gpu.txt §6; batched-half-tensor-core-gemm.txt §8 for h and hc):
+- A and B of every GEMM of the block are read once from global memory into shared memory
+  (§6.1); op(A)/op(B) (N, T or C) are applied while storing into shared memory.
+- C lives in registers.  Each GEMM gets a DIM_M×DIM_N group of threads; a thread owns the
+  ⌈M/DIM_M⌉×⌈N/DIM_N⌉ elements C(tx + i·DIM_M, ty + j·DIM_N).  With DIM = N̂ and
+  1 < N/N̂ ≤ 2 this is exactly the 2×2 recursive blocking of §6.4 (C00, C01, C10, C11 per thread);
+  N/N̂ up to 4 is one more level of the same recursion.  On sm_80+ the whole A and B fit in shared
+  memory, so the staged loads the P100 needed are unnecessary: the blocking here buys register
+  reuse (fewer shared-memory reads per FMA) and fewer threads per GEMM.
+- `tba` GEMMs are aggregated into one thread block (§6.3) so tiny sizes still launch whole warps.
+- Every loop has compile-time bounds and is fully unrolled (§6.5 instruction mix).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .arch import ARCHS
+from .precision import PRECISIONS
+from .spec import SpecError, ceil_div, require
+
+MAX_SIZE = 32
+MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
+MAX_TBA = 64
+MAX_ACCUMULATOR_REGS = 128     # 32-bit registers for C's tile; more would spill on every arch
+
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class SmallSpec:
+    precision: str
+    m: int
+    n: int
+    k: int
+    dim_m: int      # threads per GEMM along M (N̂ of §6.4 for square sizes)
+    dim_n: int      # threads per GEMM along N
+    tba: int        # GEMMs per thread block (§6.3)
+
+    family = "small"
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return (f"small_{self.precision}_m{self.m}n{self.n}k{self.k}"
+                f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}")
+
+    @classmethod
+    def parse(cls, name: str) -> "SmallSpec":
+        match = _NAME.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a small-family kernel name "
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>)")
+        prec, *numbers = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers))
+        spec.validate()
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    # ---- derived quantities ------------------------------------------------------------------
+    @property
+    def tile_m(self) -> int:
+        return ceil_div(self.m, self.dim_m)
+
+    @property
+    def tile_n(self) -> int:
+        return ceil_div(self.n, self.dim_n)
+
+    @property
+    def threads(self) -> int:
+        return self.tba * self.dim_m * self.dim_n
+
+    @property
+    def compute_words(self) -> int:
+        """32-bit registers one compute-type value takes."""
+        p = PRECISIONS[self.precision]
+        real_words = 2 if p.real_bytes == 8 else 1
+        return real_words * (2 if p.is_complex else 1)
+
+    @property
+    def smem_lda(self) -> int:
+        return self.m
+
+    @property
+    def smem_ldb(self) -> int:
+        # B is read as B(l, ty + j·DIM_N) by threads of different ty: an odd leading dimension
+        # puts the columns in different banks.
+        return self.k | 1
+
+    @property
+    def smem_bytes(self) -> int:
+        per_gemm = self.k * self.smem_lda + self.n * self.smem_ldb
+        return self.tba * per_gemm * self.compute_words * 4
+
+    # ---- rules ---------------------------------------------------------------------------------
+    def validate(self, arch: str | None = None) -> "SmallSpec":
+        require(self.precision in PRECISIONS, "precision",
+                f"unknown precision {self.precision!r}")
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= MAX_SIZE, "size",
+                    f"{dim}={value} is outside 1..{MAX_SIZE} (the small family covers sizes up to 32)")
+        for dim, size, threads in (("m", self.m, self.dim_m), ("n", self.n, self.dim_n)):
+            require(1 <= threads <= size, "blocking",
+                    f"dim_{dim}={threads} must be between 1 and {dim}={size}")
+            ratio = ceil_div(size, threads)
+            require(ratio <= MAX_RECURSION_RATIO, "recursive blocking",
+                    f"{dim}/dim_{dim} = {size}/{threads} needs {ratio} blocks per thread; §6.4's "
+                    f"2x2 recursion allows at most {MAX_RECURSION_RATIO} (1 < N/N̂ ≤ 2 per level)")
+            require(ceil_div(size, ratio) == threads, "no idle threads",
+                    f"dim_{dim}={threads} leaves threads without work; use ceil({size}/{ratio})"
+                    f" = {ceil_div(size, ratio)}")
+        require(1 <= self.tba <= MAX_TBA, "tba", f"tba={self.tba} must be in 1..{MAX_TBA}")
+        require(self.threads <= 1024, "threads per block",
+                f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
+        acc = self.tile_m * self.tile_n * self.compute_words
+        require(acc <= MAX_ACCUMULATOR_REGS, "registers",
+                f"C tile {self.tile_m}x{self.tile_n} needs {acc} registers (> {MAX_ACCUMULATOR_REGS})")
+        archs = [arch] if arch else list(ARCHS)
+        for a in archs:
+            limit = ARCHS[a].static_smem_per_block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        return self
+
+    def is_valid(self, arch: str | None = None) -> bool:
+        try:
+            self.validate(arch)
+        except SpecError:
+            return False
+        return True
+
+
+# ---- choosing variants ----------------------------------------------------------------------------
+def threads_for(size: int, ratio: int) -> int:
+    """Threads along one dimension so each owns at most `ratio` elements and none is idle."""
+    dim = ceil_div(size, ratio)
+    return ceil_div(size, ceil_div(size, dim))
+
+
+def heuristic(precision: str, m: int, n: int, k: int) -> SmallSpec:
+    """The paper's untuned choice (§6.4, last paragraph): sizes ≤ 10 one thread per element and
+    tba > 1, 11..19 one thread per element and tba = 1, 20..32 the 2×2 blocking (N̂ = ⌈N/2⌉)."""
+    size = max(m, n)
+    ratio = 1 if size < 20 else 2
+    dim_m, dim_n = threads_for(m, ratio), threads_for(n, ratio)
+    tba = 1
+    if size <= 10:
+        tba = max(1, 128 // (dim_m * dim_n))
+    spec = SmallSpec(precision, m, n, k, dim_m, dim_n, tba)
+    while not spec.is_valid() and spec.tba > 1:
+        spec = SmallSpec(precision, m, n, k, dim_m, dim_n, spec.tba // 2)
+    return spec.validate()
+
+
+SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64)
+
+
+def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
+    """Every tuple the tuner tries for one shape: blocking ratios 1..4 per dimension (differing by
+    at most one level) and tba from SWEEP_TBA, keeping blocks between one warp and 1024 threads
+    (a single GEMM's block may be smaller than a warp when tba cannot grow)."""
+    out = []
+    for rm in range(1, MAX_RECURSION_RATIO + 1):
+        for rn in range(1, MAX_RECURSION_RATIO + 1):
+            if abs(rm - rn) > 1:
+                continue
+            dim_m, dim_n = threads_for(m, rm), threads_for(n, rn)
+            if ceil_div(m, dim_m) != rm or ceil_div(n, dim_n) != rn:
+                continue  # that ratio does not exist for this size (e.g. 3 blocks of 2 rows)
+            for tba in SWEEP_TBA:
+                spec = SmallSpec(precision, m, n, k, dim_m, dim_n, tba)
+                if spec.threads > 1024 or (spec.threads < 32 and tba != SWEEP_TBA[-1]):
+                    continue
+                if spec.is_valid(arch):
+                    out.append(spec)
+    return sorted(set(out))

@@ -1,0 +1,77 @@
+"""ctypes binding of libgemmgen.so: the harness calls the generated C API exactly as a user would,
+with device pointers from CuPy (or plain integers, for the argument checks that run without a GPU)."""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from generator.precision import PRECISION_ORDER, PRECISIONS
+
+NOT_GENERATED = 1
+LAUNCH_FAILED = 2
+
+
+class _FloatComplex(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_float), ("y", ctypes.c_float)]
+
+
+class _DoubleComplex(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_double), ("y", ctypes.c_double)]
+
+
+_SCALAR = {"float": ctypes.c_float, "double": ctypes.c_double,
+           "cuFloatComplex": _FloatComplex, "cuDoubleComplex": _DoubleComplex}
+
+
+def scalar(prec: str, value: complex | float):
+    ctype = _SCALAR[PRECISIONS[prec].scalar]
+    if PRECISIONS[prec].is_complex:
+        value = complex(value)
+        return ctype(value.real, value.imag)
+    return ctype(float(value.real if isinstance(value, complex) else value))
+
+
+_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+
+
+class GemmgenLibrary:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lib = ctypes.CDLL(str(self.path))
+        for key in PRECISION_ORDER:
+            s = _SCALAR[PRECISIONS[key].scalar]
+            f = getattr(self.lib, f"gemmgen_{key}gemm_batched_strided")
+            f.restype = _i
+            f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+            g = getattr(self.lib, f"gemmgen_{key}gemm_batched")
+            g.restype = _i
+            g.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+        self.lib.gemmgen_small_is_generated.restype = _i
+        self.lib.gemmgen_small_is_generated.argtypes = [ctypes.c_char_p, _i, _i, _i]
+        self.lib.gemmgen_small_selected_kernel.restype = ctypes.c_char_p
+        self.lib.gemmgen_small_selected_kernel.argtypes = [ctypes.c_char_p, _i, _i, _i]
+        self.lib.gemmgen_kernel_count.restype = _i
+        self.lib.gemmgen_kernel_name.restype = ctypes.c_char_p
+        self.lib.gemmgen_kernel_name.argtypes = [_i]
+
+    def strided(self, prec, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+                beta, C, ldc, strideC, batch, stream=0) -> int:
+        f = getattr(self.lib, f"gemmgen_{prec}gemm_batched_strided")
+        return f(transa.encode(), transb.encode(), m, n, k, scalar(prec, alpha), A, lda, strideA,
+                 B, ldb, strideB, scalar(prec, beta), C, ldc, strideC, batch, stream)
+
+    def array(self, prec, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch,
+              stream=0) -> int:
+        f = getattr(self.lib, f"gemmgen_{prec}gemm_batched")
+        return f(transa.encode(), transb.encode(), m, n, k, scalar(prec, alpha), A, lda, B, ldb,
+                 scalar(prec, beta), C, ldc, batch, stream)
+
+    def is_generated(self, prec: str, m: int, n: int, k: int) -> bool:
+        return bool(self.lib.gemmgen_small_is_generated(prec.encode(), m, n, k))
+
+    def selected_kernel(self, prec: str, m: int, n: int, k: int) -> str | None:
+        name = self.lib.gemmgen_small_selected_kernel(prec.encode(), m, n, k)
+        return name.decode() if name else None
+
+    def kernel_names(self) -> list[str]:
+        return [self.lib.gemmgen_kernel_name(i).decode() for i in range(self.lib.gemmgen_kernel_count())]

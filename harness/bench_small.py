@@ -1,0 +1,133 @@
+"""`gemmgen bench small`: the small family against cuBLAS's strided batched GEMM, in one run on the
+same buffers, with the copy-bandwidth floor measured in that run.  Writes JSON, a Markdown table
+and a plot (fraction of the floor and GF/s per size, like the paper's figures) into docs/perf/."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from generator.manifest import Selection
+
+from .api import GemmgenLibrary
+from .run_check import build_set, device_arch
+from .timing import copy_bandwidth, median_time_ms
+from .toolchain import gpu_available
+from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+
+
+def _measure(work: Workload, launch_factory, beta: float) -> dict:
+    try:
+        ms = median_time_ms(launch_factory(beta=beta))
+    except Exception as err:  # cuBLAS refusing a type (hc) is a result, not a crash
+        return {"error": str(err).splitlines()[0][:200]}
+    return {"ms": ms}
+
+
+def run_bench(gen_dir: Path, build_dir: Path, selection: Selection, megabytes: int,
+              batches: tuple[int, ...], out_dir: Path) -> int:
+    if not gpu_available():
+        click.echo("error: no GPU present; gemmgen bench needs CuPy and a CUDA device", err=True)
+        return 2
+    arch, device = device_arch()
+    result = build_set(gen_dir, build_dir, (arch,), 0)
+    lib = GemmgenLibrary(result.library)
+    bandwidth = copy_bandwidth()
+    click.echo(f"{device} ({arch}): device-to-device copy {bandwidth / 1e9:.0f} GB/s (read + write)")
+    rows = []
+    plan = []
+    for prec in selection.precisions:
+        for size in selection.sizes:
+            plan.append((prec, size, "≫L2", batch_for_megabytes(prec, size, size, size, megabytes)))
+            plan.extend((prec, size, str(b), b) for b in batches)
+    with click.progressbar(plan, label="bench small", show_pos=True) as bar:
+        for prec, size, label, batch in bar:
+            work = Workload(prec, size, size, size, batch)
+            ours = getattr(lib.lib, f"gemmgen_{prec}gemm_batched_strided")
+            row = {"precision": prec, "n": size, "batch": batch, "data": label,
+                   "kernel": lib.selected_kernel(prec, size, size, size)}
+            for beta in (0.0, 1.0):
+                tag = "beta0" if beta == 0 else "beta1"
+                floor_ms = bytes_moved(prec, size, size, size, batch, beta != 0) / bandwidth * 1e3
+                for who, factory in (("ours", lambda beta: work.ours(ours, 1.0, beta)),
+                                     ("cublas", lambda beta: work.cublas(1.0, beta))):
+                    m = _measure(work, factory, beta)
+                    if "ms" in m:
+                        m["gflops"] = flops(prec, size, size, size, batch) / (m["ms"] * 1e-3) / 1e9
+                        m["floor_fraction"] = floor_ms / m["ms"]
+                    row[f"{who}_{tag}"] = m
+                o, c = row[f"ours_{tag}"], row[f"cublas_{tag}"]
+                if "ms" in o and "ms" in c:
+                    row[f"speedup_{tag}"] = c["ms"] / o["ms"]
+            work.release()
+            rows.append(row)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"bench_small_{arch}"
+    command = (f"gemmgen bench small --precisions {','.join(selection.precisions)} --sizes "
+               f"{selection.sizes[0]}-{selection.sizes[-1]} --megabytes {megabytes} "
+               f"--batches {','.join(map(str, batches))}")
+    payload = {"device": device, "arch": arch, "copy_bandwidth_gbs": bandwidth / 1e9,
+               "command": command, "rows": rows}
+    (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown_table(payload))
+    plot(payload, out_dir / f"{stem}.png")
+    click.echo(markdown_table(payload, only="≫L2"))
+    return 0
+
+
+def _fmt(row: dict, who: str, tag: str, key: str, fmt: str) -> str:
+    m = row.get(f"{who}_{tag}", {})
+    return format(m[key], fmt) if key in m else "n/a"
+
+
+def markdown_table(payload: dict, only: str | None = None) -> str:
+    lines = [f"# small family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
+             f"Command: `{payload['command']}`", "",
+             f"Copy bandwidth measured in the same run: {payload['copy_bandwidth_gbs']:.0f} GB/s "
+             "(bytes read + written). Floor = bytes that must move / that bandwidth; "
+             "'floor' columns are the fraction of it reached (1.0 = at the bandwidth limit).", "",
+             "| prec | N | batch | data | ours GF/s β=0 | floor β=0 | cuBLAS floor β=0 | speedup β=0 "
+             "| floor β=1 | cuBLAS floor β=1 | speedup β=1 | kernel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in payload["rows"]:
+        if only and r["data"] != only:
+            continue
+        lines.append(
+            f"| {r['precision']} | {r['n']} | {r['batch']} | {r['data']} "
+            f"| {_fmt(r, 'ours', 'beta0', 'gflops', '.1f')} "
+            f"| {_fmt(r, 'ours', 'beta0', 'floor_fraction', '.2f')} "
+            f"| {_fmt(r, 'cublas', 'beta0', 'floor_fraction', '.2f')} "
+            f"| {format(r['speedup_beta0'], '.2f') if 'speedup_beta0' in r else 'n/a'} "
+            f"| {_fmt(r, 'ours', 'beta1', 'floor_fraction', '.2f')} "
+            f"| {_fmt(r, 'cublas', 'beta1', 'floor_fraction', '.2f')} "
+            f"| {format(r['speedup_beta1'], '.2f') if 'speedup_beta1' in r else 'n/a'} "
+            f"| {r['kernel']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(payload: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    precs = sorted({r["precision"] for r in payload["rows"]}, key=["h", "hc", "s", "d", "c", "z"].index)
+    fig, axes = plt.subplots(2, (len(precs) + 1) // 2, figsize=(4.5 * ((len(precs) + 1) // 2), 7),
+                             squeeze=False)
+    for ax, prec in zip(axes.flat, precs):
+        rows = [r for r in payload["rows"] if r["precision"] == prec and r["data"] == "≫L2"]
+        ns = [r["n"] for r in rows]
+        for who, style in (("ours", "o-"), ("cublas", "s--")):
+            ys = [r[f"{who}_beta0"].get("floor_fraction", float("nan")) for r in rows]
+            ax.plot(ns, ys, style, label="gemmgen" if who == "ours" else "cuBLAS", markersize=3)
+        ax.set_title(f"{prec}: fraction of bandwidth floor (β=0)")
+        ax.set_xlabel("N (M = N = K)")
+        ax.set_ylim(0, 1.1)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"batched small GEMM, data ≫ L2, {payload['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,118 @@
+"""`gemmgen check`: build an emitted set, refuse local memory, and run every NumPy check on the GPU
+present (or say that nothing ran)."""
+from __future__ import annotations
+
+import json
+import platform
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from generator.arch import parse_archs
+
+from .build import BuildError, build_library
+from .toolchain import ToolchainError, gpu_available
+
+
+def device_arch() -> tuple[str, str]:
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"sm_{props['major']}{props['minor']}", name
+
+
+def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int):
+    label = ",".join(archs)
+    with click.progressbar(length=1, label=f"nvcc {label}", show_pos=True) as bar:
+        def progress(done, total):
+            bar.length = total
+            bar.update(done - bar.pos)
+        result = build_library(gen_dir, build_dir / "_".join(archs), archs, jobs or None,
+                               progress=progress)
+    return result
+
+
+def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path | None,
+              quick: bool) -> int:
+    manifest_path = gen_dir / "manifest.json"
+    if not manifest_path.exists():
+        click.echo(f"error: {manifest_path} not found; run gemmgen generate first", err=True)
+        return 2
+    manifest = json.loads(manifest_path.read_text())
+    has_gpu = gpu_available()
+    device_name = None
+    try:
+        if arch:
+            archs = parse_archs(arch)
+        elif has_gpu:
+            gpu_arch, device_name = device_arch()
+            archs = (gpu_arch,)
+        else:
+            archs = tuple(manifest["archs"])
+    except ValueError as err:
+        click.echo(f"error: {err}", err=True)
+        return 2
+    try:
+        result = build_set(gen_dir, build_dir, archs, jobs)
+    except (BuildError, ToolchainError) as err:
+        click.echo(f"error: {err}", err=True)
+        return 1
+    local = result.local_memory_kernels
+    click.echo(f"compiled {len(result.objects)} sources for {','.join(archs)}: "
+               f"{len(result.resources)} kernel builds, {len(local)} with local memory or spills")
+    for r in local[:20]:
+        click.echo(f"  local memory: {r.source} {r.arch} stack {r.stack_bytes} B, spills "
+                   f"{r.spill_stores}/{r.spill_loads} B")
+    if not has_gpu:
+        click.echo("no GPU present: nothing ran (compile-only check)")
+        return 1 if local else 0
+
+    from . import check_small
+    from .api import GemmgenLibrary
+
+    lib = GemmgenLibrary(result.library)
+    shapes: dict[str, list] = {}
+    for e in manifest["dispatch"]:
+        shapes.setdefault(e["precision"], [])
+        shape = (e["m"], e["n"], e["k"])
+        if shape not in shapes[e["precision"]]:
+            shapes[e["precision"]].append(shape)
+    import numpy as np
+
+    rng = np.random.default_rng(20261122)
+    cases = list(check_small.default_cases(shapes, rng, thorough=not quick))
+    cases += list(check_small.edge_cases(list(shapes)))
+    with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
+        results = check_small.run_cases(lib, cases, progress=lambda d, t: bar.update(1))
+    for prec in ("h", "s"):
+        if prec in shapes:
+            results.append(check_small.check_large_stride(lib, prec))
+    failed = [r for r in results if not r.passed]
+    by_prec = Counter((r.precision, r.passed) for r in results)
+    for prec in sorted({r.precision for r in results}):
+        worst = max((r.max_error / r.bound for r in results if r.precision == prec and r.bound > 0
+                     and r.max_error == r.max_error), default=0.0)
+        click.echo(f"{prec:>2}: {by_prec[(prec, True)]} passed, {by_prec[(prec, False)]} failed; "
+                   f"largest error/bound {worst:.3g}")
+    for r in failed[:30]:
+        click.echo(f"FAIL {r.precision} {r.m}x{r.n}x{r.k} {r.transa}{r.transb} {r.interface} "
+                   f"{r.kind} batch {r.batch}: rc {r.rc}, err {r.max_error:.3g} (bound {r.bound:.3g}), "
+                   f"untouched {r.untouched_ok}, exact {r.exact_ok}")
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({
+            "device": device_name or device_arch()[1],
+            "arch": archs[0],
+            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else ""),
+            "generated_with": manifest["command"],
+            "host": platform.node(),
+            "passed": len(results) - len(failed),
+            "failed": len(failed),
+            "local_memory_kernels": len(local),
+            "results": [r.to_json() for r in results],
+        }, indent=1) + "\n")
+        click.echo(f"wrote {report}")
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed or local else 0

@@ -1,0 +1,59 @@
+"""Finding the compilers: nvcc on PATH, under CUDA_HOME, or from PyPI's CUDA wheels."""
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import sys
+from pathlib import Path
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+def _wheel_nvcc_candidates() -> list[Path]:
+    """nvcc as installed by the nvidia-cuda-nvcc wheel (cu12 layout nvidia/cuda_nvcc/bin, cu13
+    layout nvidia/cu13/bin), in any site-packages of this interpreter."""
+    roots = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path
+    found = []
+    for root in roots:
+        base = Path(root) / "nvidia"
+        if base.is_dir():
+            found.extend(sorted(base.glob("*/bin/nvcc")))
+    return found
+
+
+def find_nvcc() -> Path:
+    candidates: list[Path] = []
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    candidates.extend(_wheel_nvcc_candidates())
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise ToolchainError(
+        "nvcc not found on PATH, in CUDA_HOME or in PyPI's CUDA wheels; "
+        "install it with: pip install -e '.[cuda-toolkit]'")
+
+
+def nvcc_environment(nvcc: Path) -> dict[str, str]:
+    """The environment nvcc needs: a wheel-installed nvcc finds its headers relative to itself,
+    but ptxas and friends must be on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = str(nvcc.parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy  # noqa: F401
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False

@@ -1,0 +1,185 @@
+"""`gemmgen tune small`: sweep tba and the N̂ blocking of every shape on the GPU present.
+
+Kernel Tuner's habits: the candidates and their restrictions are data (generator.small.
+sweep_candidates), every result goes to an append-only JSON-lines file as soon as it exists (an
+interrupted sweep resumes where it stopped), and a variant that is skipped keeps its reason:
+refused by the spec, did not compile, used local memory, gave a wrong answer, failed to launch."""
+from __future__ import annotations
+
+import ctypes
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import click
+import numpy as np
+
+from generator import small
+from generator.emit import kernel_source, kernel_source_path, support_files
+from generator.manifest import Selection
+from generator.precision import PRECISIONS
+from generator.tuning import load_table, save_table
+
+from . import reference as ref
+from .api import _SCALAR
+from .build import build_library
+from .run_check import device_arch
+from .timing import copy_bandwidth, median_time_ms
+from .toolchain import gpu_available
+from .workload import Workload, batch_for_megabytes, bytes_moved
+
+_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+
+
+def load_results(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue   # a line cut by an interruption
+    return rows
+
+
+def append_result(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.flush()
+
+
+def _launcher(lib, spec: small.SmallSpec):
+    f = getattr(lib, f"{spec.name}_strided")
+    s = _SCALAR[PRECISIONS[spec.precision].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    return f
+
+
+def correct(f, spec: small.SmallSpec) -> tuple[bool, float]:
+    """One NN launch on a small packed batch (not a multiple of tba) against NumPy."""
+    import cupy as cp
+
+    work = Workload(spec.precision, spec.m, spec.n, spec.k, 37)
+    host = {name: ref.from_storage(spec.precision, cp.asnumpy(getattr(work, name)).reshape(
+        (-1, 2) if spec.precision == "hc" else (-1,))) for name in "ABC"}
+    work.ours(f, 1.0, 0.5)(0)
+    cp.cuda.runtime.deviceSynchronize()
+    got = ref.from_storage(spec.precision, cp.asnumpy(work.C).reshape((-1, 2) if spec.precision == "hc" else (-1,)))
+    m, n, k, b = spec.m, spec.n, spec.k, 37
+    a = ref.matrices(host["A"], b, m, k, m, m * k)
+    bb = ref.matrices(host["B"], b, k, n, k, k * n)
+    c0 = ref.matrices(host["C"], b, m, n, m, m * n)
+    expected = ref.reference("N", "N", 1.0, a, bb, 0.5, c0)
+    err = float(np.max(ref.relative_errors(ref.matrices(got, b, m, n, m, m * n), expected, 1.0, a, bb, 0.5, c0)))
+    work.release()
+    return err <= ref.error_bound(spec.precision, k), err
+
+
+def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabytes: int,
+             write_table: bool, jobs: int) -> int:
+    if not gpu_available():
+        click.echo("error: no GPU present; gemmgen tune measures on the GPU it runs on", err=True)
+        return 2
+    arch, device = device_arch()
+    previous = {(r["name"], r["device"]) for r in load_results(results_path)}
+    candidates = [spec for p in selection.precisions for shape in selection.all_shapes
+                  for spec in small.sweep_candidates(p, *shape, arch=arch)]
+    todo = [s for s in candidates if (s.name, device) not in previous]
+    click.echo(f"{device} ({arch}): {len(candidates)} candidates, {len(todo)} not yet measured")
+    command = "gemmgen tune small"
+    root = build_dir / arch
+    for rel, text in support_files(command, (arch,), selection.precisions).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    sources = []
+    for spec in todo:
+        path = root / kernel_source_path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = kernel_source(spec, command)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        sources.append(path)
+    base = {"arch": arch, "device": device}
+    built = None
+    if sources:
+        with click.progressbar(length=len(sources), label="nvcc sweep", show_pos=True) as bar:
+            built = build_library(root, root / "build", (arch,), jobs or None, sources=sources,
+                                  tolerate_failures=True, library_name="libtune.so",
+                                  progress=lambda d, t: bar.update(d - bar.pos))
+        for rel, message in built.failures.items():
+            name = Path(rel).stem
+            spec = small.SmallSpec.parse(name)
+            append_result(results_path, {**base, **_spec_fields(spec), "status": "compile-failed",
+                                         "reason": message[-500:]})
+    local = {Path(r.source).stem for r in (built.local_memory_kernels if built else [])}
+    lib = ctypes.CDLL(str(built.library)) if built and built.library else None
+    bandwidth = copy_bandwidth()
+    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    failed_names = {Path(rel).stem for rel in (built.failures if built else {})}
+    by_shape = defaultdict(list)
+    for spec in todo:
+        if spec.name not in failed_names:
+            by_shape[(spec.precision, spec.shape)].append(spec)
+    with click.progressbar(sorted(by_shape.items()), label="measure", show_pos=True) as bar:
+        for (prec, (m, n, k)), specs in bar:
+            batch = batch_for_megabytes(prec, m, n, k, megabytes)
+            work = Workload(prec, m, n, k, batch)
+            floor_ms = bytes_moved(prec, m, n, k, batch, False) / bandwidth * 1e3
+            for spec in specs:
+                row = {**base, **_spec_fields(spec), "batch": batch}
+                if spec.name in local:
+                    append_result(results_path, {**row, "status": "local-memory",
+                                                 "reason": "ptxas reported stack or spills"})
+                    continue
+                try:
+                    f = _launcher(lib, spec)
+                    ok, err = correct(f, spec)
+                    if not ok:
+                        append_result(results_path, {**row, "status": "wrong-answer",
+                                                     "reason": f"relative error {err:.3g}"})
+                        continue
+                    ms = median_time_ms(work.ours(f, 1.0, 0.0), launches_per_graph=5, repeats=7)
+                except Exception as exc:
+                    append_result(results_path, {**row, "status": "launch-failed", "reason": str(exc)[:300]})
+                    continue
+                append_result(results_path, {**row, "status": "ok", "time_us": ms * 1e3,
+                                             "floor_fraction": floor_ms / ms})
+            work.release()
+    if write_table:
+        path = write_tuning_table(results_path, arch, device, command)
+        click.echo(f"wrote {path}")
+    return 0
+
+
+def _spec_fields(spec: small.SmallSpec) -> dict:
+    return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
+            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba}
+
+
+def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
+    """The fastest correct variant per precision and shape, from every result of this device."""
+    best: dict[tuple, dict] = {}
+    counts: dict[tuple, int] = defaultdict(int)
+    for r in load_results(results_path):
+        if r.get("device") != device or r.get("arch") != arch:
+            continue
+        key = (r["precision"], r["m"], r["n"], r["k"])
+        counts[key] += 1
+        if r["status"] == "ok" and (key not in best or r["time_us"] < best[key]["time_us"]):
+            best[key] = r
+    table = load_table(arch)
+    table.update({"arch": arch, "device": device})
+    table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
+    table["small"] = [
+        {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
+         "dim_n": r["dim_n"], "tba": r["tba"], "time_us": round(r["time_us"], 3),
+         "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
+         "candidates_tried": counts[key]}
+        for key, r in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))
+    ]
+    return save_table(arch, table)

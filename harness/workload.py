@@ -1,0 +1,104 @@
+"""One batched-GEMM workload on the GPU, shared by the tuner and the benchmarks: packed strided
+operands filled with random data of both signs, the bytes that must move, the flops, and launches
+of our kernels and of cuBLAS on the very same buffers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from generator.precision import PRECISIONS
+
+from . import reference as ref
+
+# cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h)
+_CUDA_TYPE = {"h": 2, "hc": 6, "s": 0, "d": 1, "c": 4, "z": 5}
+_COMPUTE = {"h": 68, "hc": 68, "s": 68, "d": 70, "c": 68, "z": 70}   # 32F (no TF32), or 64F
+_SCALAR_NP = {"h": np.float32, "hc": np.complex64, "s": np.float32, "d": np.float64,
+              "c": np.complex64, "z": np.complex128}
+
+
+def bytes_moved(prec: str, m: int, n: int, k: int, batch: int, beta_nonzero: bool) -> int:
+    """A and B read once, C written once and read once more if beta ≠ 0."""
+    elem = PRECISIONS[prec].element_bytes
+    return elem * batch * (m * k + k * n + m * n * (2 if beta_nonzero else 1))
+
+
+def flops(prec: str, m: int, n: int, k: int, batch: int) -> float:
+    return (8.0 if PRECISIONS[prec].is_complex else 2.0) * m * n * k * batch
+
+
+def batch_for_megabytes(prec: str, m: int, n: int, k: int, megabytes: float) -> int:
+    per = bytes_moved(prec, m, n, k, 1, False)
+    return max(1, int(megabytes * 1e6 // per))
+
+
+@dataclass
+class Workload:
+    prec: str
+    m: int
+    n: int
+    k: int
+    batch: int
+
+    def __post_init__(self):
+        import cupy as cp
+
+        cp.random.seed(12345)
+        width = 2 if self.prec == "hc" else 1
+        dtype = ref.host_dtype(self.prec)
+
+        def fill(count: int):
+            if PRECISIONS[self.prec].is_complex and self.prec != "hc":
+                real = cp.random.uniform(-1, 1, size=2 * count)
+                return real.astype(np.float32 if self.prec == "c" else np.float64).view(dtype)
+            return cp.random.uniform(-1, 1, size=count * width).astype(dtype)
+
+        self.A = fill(self.batch * self.m * self.k)
+        self.B = fill(self.batch * self.k * self.n)
+        self.C = fill(self.batch * self.m * self.n)
+
+    # packed layout: lda = m, ldb = k, ldc = m, strides = matrix sizes
+    def ours(self, function, alpha=1.0, beta=0.0):
+        """A launch(stream_ptr) closure for a launcher `<kernel>_strided` or the public
+        gemmgen_?gemm_batched_strided (ctypes function and argument conversion from harness.api)."""
+        from .api import scalar
+
+        m, n, k = self.m, self.n, self.k
+        a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
+        A, B, C = self.A.data.ptr, self.B.data.ptr, self.C.data.ptr
+        public = function.__name__.startswith("gemmgen_")
+
+        def launch(stream_ptr: int) -> None:
+            if public:
+                rc = function(b"N", b"N", m, n, k, a, A, m, m * k, B, k, k * n, b, C, m, m * n,
+                              self.batch, stream_ptr)
+            else:
+                rc = function(b"N", b"N", a, A, m, m * k, B, k, k * n, b, C, m, m * n, self.batch,
+                              stream_ptr)
+            if rc != 0:
+                raise RuntimeError(f"{function.__name__} returned {rc}")
+        return launch
+
+    def cublas(self, alpha=1.0, beta=0.0):
+        """A launch(stream_ptr) closure for cublasGemmStridedBatchedEx on the same buffers."""
+        import cupy as cp
+        from cupy_backends.cuda.libs import cublas
+
+        handle = cp.cuda.device.get_cublas_handle()
+        scalar_type = _SCALAR_NP[self.prec]
+        self._alpha = np.array(alpha, dtype=scalar_type)
+        self._beta = np.array(beta, dtype=scalar_type)
+        t = _CUDA_TYPE[self.prec]
+        m, n, k = self.m, self.n, self.k
+
+        def launch(stream_ptr: int) -> None:
+            cublas.setStream(handle, stream_ptr)
+            cublas.gemmStridedBatchedEx(
+                handle, 0, 0, m, n, k, self._alpha.ctypes.data, self.A.data.ptr, t, m, m * k,
+                self.B.data.ptr, t, k, k * n, self._beta.ctypes.data, self.C.data.ptr, t, m, m * n,
+                self.batch, _COMPUTE[self.prec], -1)
+        return launch
+
+    def release(self):
+        del self.A, self.B, self.C
