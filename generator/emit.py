@@ -31,8 +31,12 @@ def support_files(command: str, archs, small_precisions) -> dict[str, str]:
     }
 
 
-def kernel_source(spec, command: str) -> str:
-    return render("small/small_variant.cu.j2", spec=spec, p=PRECISIONS[spec.precision],
+def kernel_source(spec, command: str, trans_pairs=None) -> str:
+    """One variant's source with launchers for every transpose pair (or only `trans_pairs`: the
+    tuner times NN and need not compile the other eight)."""
+    p = PRECISIONS[spec.precision]
+    return render("small/small_variant.cu.j2", spec=spec, p=p,
+                  trans_pairs=p.trans_pairs if trans_pairs is None else trans_pairs,
                   banner=banner(command), version=__version__)
 
 

@@ -24,7 +24,6 @@ from .spec import SpecError, ceil_div, require
 MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 64
-MAX_ACCUMULATOR_REGS = 128     # 32-bit registers for C's tile; more would spill on every arch
 
 _NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)$")
 
@@ -117,9 +116,6 @@ class SmallSpec:
         require(1 <= self.tba <= MAX_TBA, "tba", f"tba={self.tba} must be in 1..{MAX_TBA}")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
-        acc = self.tile_m * self.tile_n * self.compute_words
-        require(acc <= MAX_ACCUMULATOR_REGS, "registers",
-                f"C tile {self.tile_m}x{self.tile_n} needs {acc} registers (> {MAX_ACCUMULATOR_REGS})")
         archs = [arch] if arch else list(ARCHS)
         for a in archs:
             limit = ARCHS[a].static_smem_per_block
@@ -150,7 +146,7 @@ def heuristic(precision: str, m: int, n: int, k: int) -> SmallSpec:
     dim_m, dim_n = threads_for(m, ratio), threads_for(n, ratio)
     tba = 1
     if size <= 10:
-        tba = max(1, 128 // (dim_m * dim_n))
+        tba = min(MAX_TBA, max(2, 256 // (dim_m * dim_n)))
     spec = SmallSpec(precision, m, n, k, dim_m, dim_n, tba)
     while not spec.is_valid() and spec.tba > 1:
         spec = SmallSpec(precision, m, n, k, dim_m, dim_n, spec.tba // 2)
@@ -162,8 +158,7 @@ SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64)
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
     """Every tuple the tuner tries for one shape: blocking ratios 1..4 per dimension (differing by
-    at most one level) and tba from SWEEP_TBA, keeping blocks between one warp and 1024 threads
-    (a single GEMM's block may be smaller than a warp when tba cannot grow)."""
+    at most one level) and tba from SWEEP_TBA."""
     out = []
     for rm in range(1, MAX_RECURSION_RATIO + 1):
         for rn in range(1, MAX_RECURSION_RATIO + 1):
@@ -174,7 +169,11 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
                 continue  # that ratio does not exist for this size (e.g. 3 blocks of 2 rows)
             for tba in SWEEP_TBA:
                 spec = SmallSpec(precision, m, n, k, dim_m, dim_n, tba)
-                if spec.threads > 1024 or (spec.threads < 32 and tba != SWEEP_TBA[-1]):
+                # Aggregated blocks stay at or under 512 threads (bigger ones only lengthen the
+                # sweep); a block under one warp only where tba cannot grow further.
+                if spec.threads > (1024 if tba == 1 else 512):
+                    continue
+                if spec.threads < 32 and tba != SWEEP_TBA[-1]:
                     continue
                 if spec.is_valid(arch):
                     out.append(spec)

@@ -154,6 +154,9 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     if link and built:
         library = build_dir / library_name
         cmd = [str(nvcc), "-shared", *gencode_flags(archs), "-o", str(library), *map(str, built)]
+        wheel_libs = nvcc.parent.parent / "lib"   # PyPI wheel layout keeps cudart here, not in lib64
+        if (wheel_libs / "libcudart_static.a").exists():
+            cmd += ["-L", str(wheel_libs)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=nvcc_environment(nvcc))
         if proc.returncode != 0:
             raise BuildError(f"linking {library} failed:\n{proc.stderr[-4000:]}")

@@ -57,7 +57,8 @@ class Case:
     kind: str = "random"
     alpha: complex = 1.0
     beta: complex = 0.0
-    pad: int = 2          # extra rows of every leading dimension / gap between batch entries
+    pad: int = 2          # extra rows of every leading dimension and gap between batch entries;
+                          # 0 packs the batch (ld = rows, stride = matrix size)
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -73,7 +74,8 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     ra, ca = _stored_shape(case.transa, m, k)
     rb, cb = _stored_shape(case.transb, k, n)
     lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
-    sa, sb, sc = lda * ca + case.pad + 1, ldb * cb + case.pad + 1, ldc * n + case.pad + 1
+    gap = case.pad + 1 if case.pad else 0   # pad = 0: packed batch (the kernels' 16-byte load path)
+    sa, sb, sc = lda * ca + gap, ldb * cb + gap, ldc * n + gap
 
     def operand(length: int) -> np.ndarray:
         return ref.random_values(rng, p, length, integer)
@@ -154,6 +156,9 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
                     yield Case(prec, m, n, k, ta, tb, interface, int(rng.integers(1, 60)), "random",
                                alpha, beta)
             ta, tb = pairs[int(rng.integers(len(pairs)))]
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 130)), "packed", alpha,
+                       beta, pad=0)
             yield Case(prec, m, n, k, ta, tb, "strided", 33, "exact", 1.0, 1.0)
             alpha, _ = _scalars(rng, prec)
             yield Case(prec, m, n, k, ta, tb, "strided", 21, "beta0-nan", alpha, 0.0)

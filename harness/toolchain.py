@@ -25,14 +25,16 @@ def _wheel_nvcc_candidates() -> list[Path]:
 
 
 def find_nvcc() -> Path:
+    # A toolkit's own bin/nvcc first: CMake derives the toolkit root from the compiler's
+    # location, which a wrapper script on PATH (e.g. /usr/local/bin/nvcc) would hide.
     candidates: list[Path] = []
-    on_path = shutil.which("nvcc")
-    if on_path:
-        candidates.append(Path(on_path))
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
     candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    on_path = shutil.which("nvcc")
+    if on_path:
+        candidates.append(Path(on_path))
     candidates.extend(_wheel_nvcc_candidates())
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):

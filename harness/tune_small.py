@@ -100,7 +100,7 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
     for spec in todo:
         path = root / kernel_source_path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = kernel_source(spec, command)
+        text = kernel_source(spec, command, trans_pairs=(('N', 'N'),))
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         sources.append(path)

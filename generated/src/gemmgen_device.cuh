@@ -88,6 +88,29 @@ template <bool CONJ> __device__ __forceinline__ double2 widen(const double2* p)
     return v;
 }
 
+// The same widening for a value already in registers (unpacked from a 16-byte load).
+template <bool CONJ> __device__ __forceinline__ float widen_value(__half v) { return __half2float(v); }
+template <bool CONJ> __device__ __forceinline__ float widen_value(float v) { return v; }
+template <bool CONJ> __device__ __forceinline__ double widen_value(double v) { return v; }
+template <bool CONJ> __device__ __forceinline__ float2 widen_value(__half2 v)
+{
+    float2 r = __half22float2(v);
+    if (CONJ) r.y = -r.y;
+    return r;
+}
+template <bool CONJ> __device__ __forceinline__ float2 widen_value(float2 v)
+{
+    if (CONJ) v.y = -v.y;
+    return v;
+}
+template <bool CONJ> __device__ __forceinline__ double2 widen_value(double2 v)
+{
+    if (CONJ) v.y = -v.y;
+    return v;
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) { return ((unsigned long long)p & 15) == 0; }
+
 // C is read and written by the same kernel: plain loads.
 __device__ __forceinline__ float load_c(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ float load_c(const float* p) { return *p; }

@@ -10,9 +10,9 @@
 #include "gemmgen_device.cuh"
 
 // ---- every emitted launcher ------------------------------------------------------------------------
-extern "C" int small_c_m10n10k10_dim10x10_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m10n10k10_dim10x10_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m10n10k10_dim10x10_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m10n10k10_dim10x10_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m11n11k11_dim11x11_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -94,9 +94,9 @@ extern "C" int small_c_m29n29k29_dim15x15_tba1_strided(char, char, cuFloatComple
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m29n29k29_dim15x15_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m2n2k2_dim2x2_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m2n2k2_dim2x2_tba64_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m2n2k2_dim2x2_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m2n2k2_dim2x2_tba64_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m30n30k30_dim15x15_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -110,37 +110,37 @@ extern "C" int small_c_m32n32k32_dim16x16_tba1_strided(char, char, cuFloatComple
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m32n32k32_dim16x16_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x3_tba14_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m3n3k3_dim3x3_tba28_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x3_tba14_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m3n3k3_dim3x3_tba28_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m4n4k4_dim4x4_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m4n4k4_dim4x4_tba16_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m4n4k4_dim4x4_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m4n4k4_dim4x4_tba16_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m5n5k5_dim5x5_tba5_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m5n5k5_dim5x5_tba10_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m5n5k5_dim5x5_tba5_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m5n5k5_dim5x5_tba10_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim6x6_tba3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m6n6k6_dim6x6_tba7_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim6x6_tba3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m6n6k6_dim6x6_tba7_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m7n7k7_dim7x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m7n7k7_dim7x7_tba5_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m7n7k7_dim7x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m7n7k7_dim7x7_tba5_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m8n8k8_dim8x8_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m8n8k8_dim8x8_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m8n8k8_dim8x8_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m8n8k8_dim8x8_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m9n9k9_dim9x9_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m9n9k9_dim9x9_tba3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m9n9k9_dim9x9_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m9n9k9_dim9x9_tba3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_d_m10n10k10_dim10x10_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m10n10k10_dim10x10_tba2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m10n10k10_dim10x10_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m10n10k10_dim10x10_tba2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m11n11k11_dim11x11_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -222,9 +222,9 @@ extern "C" int small_d_m29n29k29_dim15x15_tba1_strided(char, char, double, const
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim15x15_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m2n2k2_dim2x2_tba32_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m2n2k2_dim2x2_tba64_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m2n2k2_dim2x2_tba32_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m2n2k2_dim2x2_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m30n30k30_dim15x15_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -238,37 +238,37 @@ extern "C" int small_d_m32n32k32_dim16x16_tba1_strided(char, char, double, const
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m32n32k32_dim16x16_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m3n3k3_dim3x3_tba14_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m3n3k3_dim3x3_tba28_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m3n3k3_dim3x3_tba14_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m3n3k3_dim3x3_tba28_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m4n4k4_dim4x4_tba8_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m4n4k4_dim4x4_tba16_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m4n4k4_dim4x4_tba8_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m4n4k4_dim4x4_tba16_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m5n5k5_dim5x5_tba5_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m5n5k5_dim5x5_tba10_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m5n5k5_dim5x5_tba5_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m5n5k5_dim5x5_tba10_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m6n6k6_dim6x6_tba3_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m6n6k6_dim6x6_tba7_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m6n6k6_dim6x6_tba3_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m6n6k6_dim6x6_tba7_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m7n7k7_dim7x7_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m7n7k7_dim7x7_tba5_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m7n7k7_dim7x7_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m7n7k7_dim7x7_tba5_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m8n8k8_dim8x8_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m8n8k8_dim8x8_tba4_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m8n8k8_dim8x8_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m8n8k8_dim8x8_tba4_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m9n9k9_dim9x9_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m9n9k9_dim9x9_tba3_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m9n9k9_dim9x9_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m9n9k9_dim9x9_tba3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim10x10_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m10n10k10_dim10x10_tba2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim10x10_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m10n10k10_dim10x10_tba2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -350,9 +350,9 @@ extern "C" int small_h_m29n29k29_dim15x15_tba1_strided(char, char, float, const 
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x15_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m2n2k2_dim2x2_tba32_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m2n2k2_dim2x2_tba64_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m2n2k2_dim2x2_tba32_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m2n2k2_dim2x2_tba64_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim15x15_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -366,37 +366,37 @@ extern "C" int small_h_m32n32k32_dim16x16_tba1_strided(char, char, float, const 
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim16x16_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim3x3_tba14_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m3n3k3_dim3x3_tba28_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim3x3_tba14_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m3n3k3_dim3x3_tba28_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m4n4k4_dim4x4_tba16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim4x4_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m4n4k4_dim4x4_tba16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m5n5k5_dim5x5_tba5_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m5n5k5_dim5x5_tba10_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m5n5k5_dim5x5_tba5_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m5n5k5_dim5x5_tba10_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim6x6_tba3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m6n6k6_dim6x6_tba7_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim6x6_tba3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m6n6k6_dim6x6_tba7_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim7x7_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m7n7k7_dim7x7_tba5_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim7x7_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m7n7k7_dim7x7_tba5_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m8n8k8_dim8x8_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m8n8k8_dim8x8_tba4_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m8n8k8_dim8x8_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m8n8k8_dim8x8_tba4_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim9x9_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim9x9_tba3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim9x9_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim9x9_tba3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim10x10_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m10n10k10_dim10x10_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim10x10_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m10n10k10_dim10x10_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m11n11k11_dim11x11_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -478,9 +478,9 @@ extern "C" int small_hc_m29n29k29_dim15x15_tba1_strided(char, char, cuFloatCompl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim15x15_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim2x2_tba32_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m2n2k2_dim2x2_tba64_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim2x2_tba32_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m2n2k2_dim2x2_tba64_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m30n30k30_dim15x15_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -494,37 +494,37 @@ extern "C" int small_hc_m32n32k32_dim16x16_tba1_strided(char, char, cuFloatCompl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m32n32k32_dim16x16_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim3x3_tba14_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m3n3k3_dim3x3_tba28_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim3x3_tba14_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m3n3k3_dim3x3_tba28_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim4x4_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m4n4k4_dim4x4_tba16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim4x4_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m4n4k4_dim4x4_tba16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim5x5_tba5_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m5n5k5_dim5x5_tba10_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim5x5_tba5_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m5n5k5_dim5x5_tba10_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m6n6k6_dim6x6_tba3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m6n6k6_dim6x6_tba7_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m6n6k6_dim6x6_tba3_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m6n6k6_dim6x6_tba7_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim7x7_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m7n7k7_dim7x7_tba5_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim7x7_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m7n7k7_dim7x7_tba5_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim8x8_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m8n8k8_dim8x8_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m8n8k8_dim8x8_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim9x9_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m9n9k9_dim9x9_tba3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim9x9_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m9n9k9_dim9x9_tba3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_s_m10n10k10_dim10x10_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m10n10k10_dim10x10_tba2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m10n10k10_dim10x10_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m10n10k10_dim10x10_tba2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m11n11k11_dim11x11_tba1_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -606,9 +606,9 @@ extern "C" int small_s_m29n29k29_dim15x15_tba1_strided(char, char, float, const 
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m29n29k29_dim15x15_tba1_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m2n2k2_dim2x2_tba32_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m2n2k2_dim2x2_tba64_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m2n2k2_dim2x2_tba32_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m2n2k2_dim2x2_tba64_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m30n30k30_dim15x15_tba1_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -622,37 +622,37 @@ extern "C" int small_s_m32n32k32_dim16x16_tba1_strided(char, char, float, const 
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m32n32k32_dim16x16_tba1_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m3n3k3_dim3x3_tba14_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m3n3k3_dim3x3_tba28_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m3n3k3_dim3x3_tba14_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m3n3k3_dim3x3_tba28_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m4n4k4_dim4x4_tba8_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m4n4k4_dim4x4_tba16_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m4n4k4_dim4x4_tba8_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m4n4k4_dim4x4_tba16_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m5n5k5_dim5x5_tba5_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m5n5k5_dim5x5_tba10_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m5n5k5_dim5x5_tba5_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m5n5k5_dim5x5_tba10_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m6n6k6_dim6x6_tba3_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m6n6k6_dim6x6_tba7_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m6n6k6_dim6x6_tba3_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m6n6k6_dim6x6_tba7_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m7n7k7_dim7x7_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m7n7k7_dim7x7_tba5_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m7n7k7_dim7x7_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m7n7k7_dim7x7_tba5_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m8n8k8_dim8x8_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m8n8k8_dim8x8_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m8n8k8_dim8x8_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m8n8k8_dim8x8_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim9x9_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m9n9k9_dim9x9_tba3_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim9x9_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m9n9k9_dim9x9_tba3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_z_m10n10k10_dim10x10_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m10n10k10_dim10x10_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m10n10k10_dim10x10_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m10n10k10_dim10x10_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m11n11k11_dim11x11_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -734,9 +734,9 @@ extern "C" int small_z_m29n29k29_dim15x15_tba1_strided(char, char, cuDoubleCompl
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m29n29k29_dim15x15_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m2n2k2_dim2x2_tba32_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m2n2k2_dim2x2_tba32_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m2n2k2_dim2x2_tba64_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m30n30k30_dim15x15_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -750,33 +750,33 @@ extern "C" int small_z_m32n32k32_dim16x16_tba1_strided(char, char, cuDoubleCompl
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m32n32k32_dim16x16_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m3n3k3_dim3x3_tba14_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m3n3k3_dim3x3_tba28_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m3n3k3_dim3x3_tba14_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m3n3k3_dim3x3_tba28_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m4n4k4_dim4x4_tba8_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m4n4k4_dim4x4_tba16_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m4n4k4_dim4x4_tba8_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m4n4k4_dim4x4_tba16_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m5n5k5_dim5x5_tba5_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m5n5k5_dim5x5_tba10_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m5n5k5_dim5x5_tba5_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m5n5k5_dim5x5_tba10_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m6n6k6_dim6x6_tba3_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m6n6k6_dim6x6_tba7_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m6n6k6_dim6x6_tba3_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m6n6k6_dim6x6_tba7_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m7n7k7_dim7x7_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m7n7k7_dim7x7_tba5_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m7n7k7_dim7x7_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m7n7k7_dim7x7_tba5_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m8n8k8_dim8x8_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m8n8k8_dim8x8_tba4_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m8n8k8_dim8x8_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m8n8k8_dim8x8_tba4_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m9n9k9_dim9x9_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m9n9k9_dim9x9_tba3_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m9n9k9_dim9x9_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m9n9k9_dim9x9_tba3_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 
 namespace {
@@ -794,15 +794,15 @@ struct SmallEntry {
 
 const SmallEntry<__half, float> small_h[] = {
     {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba64", small_h_m1n1k1_dim1x1_tba64_strided, small_h_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_h_m2n2k2_dim2x2_tba32", small_h_m2n2k2_dim2x2_tba32_strided, small_h_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_h_m3n3k3_dim3x3_tba14", small_h_m3n3k3_dim3x3_tba14_strided, small_h_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_h_m4n4k4_dim4x4_tba8", small_h_m4n4k4_dim4x4_tba8_strided, small_h_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_h_m5n5k5_dim5x5_tba5", small_h_m5n5k5_dim5x5_tba5_strided, small_h_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_h_m6n6k6_dim6x6_tba3", small_h_m6n6k6_dim6x6_tba3_strided, small_h_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_h_m7n7k7_dim7x7_tba2", small_h_m7n7k7_dim7x7_tba2_strided, small_h_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_h_m8n8k8_dim8x8_tba2", small_h_m8n8k8_dim8x8_tba2_strided, small_h_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim9x9_tba1", small_h_m9n9k9_dim9x9_tba1_strided, small_h_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim10x10_tba1", small_h_m10n10k10_dim10x10_tba1_strided, small_h_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_h_m2n2k2_dim2x2_tba64", small_h_m2n2k2_dim2x2_tba64_strided, small_h_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_h_m3n3k3_dim3x3_tba28", small_h_m3n3k3_dim3x3_tba28_strided, small_h_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_h_m4n4k4_dim4x4_tba16", small_h_m4n4k4_dim4x4_tba16_strided, small_h_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_h_m5n5k5_dim5x5_tba10", small_h_m5n5k5_dim5x5_tba10_strided, small_h_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_h_m6n6k6_dim6x6_tba7", small_h_m6n6k6_dim6x6_tba7_strided, small_h_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_h_m7n7k7_dim7x7_tba5", small_h_m7n7k7_dim7x7_tba5_strided, small_h_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_h_m8n8k8_dim8x8_tba4", small_h_m8n8k8_dim8x8_tba4_strided, small_h_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim9x9_tba3", small_h_m9n9k9_dim9x9_tba3_strided, small_h_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim10x10_tba2", small_h_m10n10k10_dim10x10_tba2_strided, small_h_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_h_m11n11k11_dim11x11_tba1", small_h_m11n11k11_dim11x11_tba1_strided, small_h_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_h_m12n12k12_dim12x12_tba1", small_h_m12n12k12_dim12x12_tba1_strided, small_h_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_h_m13n13k13_dim13x13_tba1", small_h_m13n13k13_dim13x13_tba1_strided, small_h_m13n13k13_dim13x13_tba1_array},
@@ -830,15 +830,15 @@ const SmallEntry<__half, float> small_h[] = {
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba64", small_hc_m1n1k1_dim1x1_tba64_strided, small_hc_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_hc_m2n2k2_dim2x2_tba32", small_hc_m2n2k2_dim2x2_tba32_strided, small_hc_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_hc_m3n3k3_dim3x3_tba14", small_hc_m3n3k3_dim3x3_tba14_strided, small_hc_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_hc_m4n4k4_dim4x4_tba8", small_hc_m4n4k4_dim4x4_tba8_strided, small_hc_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim5x5_tba5", small_hc_m5n5k5_dim5x5_tba5_strided, small_hc_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_hc_m6n6k6_dim6x6_tba3", small_hc_m6n6k6_dim6x6_tba3_strided, small_hc_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim7x7_tba2", small_hc_m7n7k7_dim7x7_tba2_strided, small_hc_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_hc_m8n8k8_dim8x8_tba2", small_hc_m8n8k8_dim8x8_tba2_strided, small_hc_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim9x9_tba1", small_hc_m9n9k9_dim9x9_tba1_strided, small_hc_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_hc_m10n10k10_dim10x10_tba1", small_hc_m10n10k10_dim10x10_tba1_strided, small_hc_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_hc_m2n2k2_dim2x2_tba64", small_hc_m2n2k2_dim2x2_tba64_strided, small_hc_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_hc_m3n3k3_dim3x3_tba28", small_hc_m3n3k3_dim3x3_tba28_strided, small_hc_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_hc_m4n4k4_dim4x4_tba16", small_hc_m4n4k4_dim4x4_tba16_strided, small_hc_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim5x5_tba10", small_hc_m5n5k5_dim5x5_tba10_strided, small_hc_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_hc_m6n6k6_dim6x6_tba7", small_hc_m6n6k6_dim6x6_tba7_strided, small_hc_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim7x7_tba5", small_hc_m7n7k7_dim7x7_tba5_strided, small_hc_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_hc_m8n8k8_dim8x8_tba4", small_hc_m8n8k8_dim8x8_tba4_strided, small_hc_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim9x9_tba3", small_hc_m9n9k9_dim9x9_tba3_strided, small_hc_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_hc_m10n10k10_dim10x10_tba2", small_hc_m10n10k10_dim10x10_tba2_strided, small_hc_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim11x11_tba1", small_hc_m11n11k11_dim11x11_tba1_strided, small_hc_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim12x12_tba1", small_hc_m12n12k12_dim12x12_tba1_strided, small_hc_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim13x13_tba1", small_hc_m13n13k13_dim13x13_tba1_strided, small_hc_m13n13k13_dim13x13_tba1_array},
@@ -866,15 +866,15 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
 
 const SmallEntry<float, float> small_s[] = {
     {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba64", small_s_m1n1k1_dim1x1_tba64_strided, small_s_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_s_m2n2k2_dim2x2_tba32", small_s_m2n2k2_dim2x2_tba32_strided, small_s_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_s_m3n3k3_dim3x3_tba14", small_s_m3n3k3_dim3x3_tba14_strided, small_s_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_s_m4n4k4_dim4x4_tba8", small_s_m4n4k4_dim4x4_tba8_strided, small_s_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_s_m5n5k5_dim5x5_tba5", small_s_m5n5k5_dim5x5_tba5_strided, small_s_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_s_m6n6k6_dim6x6_tba3", small_s_m6n6k6_dim6x6_tba3_strided, small_s_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_s_m7n7k7_dim7x7_tba2", small_s_m7n7k7_dim7x7_tba2_strided, small_s_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_s_m8n8k8_dim8x8_tba2", small_s_m8n8k8_dim8x8_tba2_strided, small_s_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_s_m9n9k9_dim9x9_tba1", small_s_m9n9k9_dim9x9_tba1_strided, small_s_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_s_m10n10k10_dim10x10_tba1", small_s_m10n10k10_dim10x10_tba1_strided, small_s_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_s_m2n2k2_dim2x2_tba64", small_s_m2n2k2_dim2x2_tba64_strided, small_s_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_s_m3n3k3_dim3x3_tba28", small_s_m3n3k3_dim3x3_tba28_strided, small_s_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_s_m4n4k4_dim4x4_tba16", small_s_m4n4k4_dim4x4_tba16_strided, small_s_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_s_m5n5k5_dim5x5_tba10", small_s_m5n5k5_dim5x5_tba10_strided, small_s_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_s_m6n6k6_dim6x6_tba7", small_s_m6n6k6_dim6x6_tba7_strided, small_s_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_s_m7n7k7_dim7x7_tba5", small_s_m7n7k7_dim7x7_tba5_strided, small_s_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_s_m8n8k8_dim8x8_tba4", small_s_m8n8k8_dim8x8_tba4_strided, small_s_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_s_m9n9k9_dim9x9_tba3", small_s_m9n9k9_dim9x9_tba3_strided, small_s_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_s_m10n10k10_dim10x10_tba2", small_s_m10n10k10_dim10x10_tba2_strided, small_s_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_s_m11n11k11_dim11x11_tba1", small_s_m11n11k11_dim11x11_tba1_strided, small_s_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_s_m12n12k12_dim12x12_tba1", small_s_m12n12k12_dim12x12_tba1_strided, small_s_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_s_m13n13k13_dim13x13_tba1", small_s_m13n13k13_dim13x13_tba1_strided, small_s_m13n13k13_dim13x13_tba1_array},
@@ -902,15 +902,15 @@ const SmallEntry<float, float> small_s[] = {
 
 const SmallEntry<double, double> small_d[] = {
     {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba64", small_d_m1n1k1_dim1x1_tba64_strided, small_d_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_d_m2n2k2_dim2x2_tba32", small_d_m2n2k2_dim2x2_tba32_strided, small_d_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_d_m3n3k3_dim3x3_tba14", small_d_m3n3k3_dim3x3_tba14_strided, small_d_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_d_m4n4k4_dim4x4_tba8", small_d_m4n4k4_dim4x4_tba8_strided, small_d_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_d_m5n5k5_dim5x5_tba5", small_d_m5n5k5_dim5x5_tba5_strided, small_d_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_d_m6n6k6_dim6x6_tba3", small_d_m6n6k6_dim6x6_tba3_strided, small_d_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_d_m7n7k7_dim7x7_tba2", small_d_m7n7k7_dim7x7_tba2_strided, small_d_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_d_m8n8k8_dim8x8_tba2", small_d_m8n8k8_dim8x8_tba2_strided, small_d_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_d_m9n9k9_dim9x9_tba1", small_d_m9n9k9_dim9x9_tba1_strided, small_d_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_d_m10n10k10_dim10x10_tba1", small_d_m10n10k10_dim10x10_tba1_strided, small_d_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_d_m2n2k2_dim2x2_tba64", small_d_m2n2k2_dim2x2_tba64_strided, small_d_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_d_m3n3k3_dim3x3_tba28", small_d_m3n3k3_dim3x3_tba28_strided, small_d_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_d_m4n4k4_dim4x4_tba16", small_d_m4n4k4_dim4x4_tba16_strided, small_d_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_d_m5n5k5_dim5x5_tba10", small_d_m5n5k5_dim5x5_tba10_strided, small_d_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_d_m6n6k6_dim6x6_tba7", small_d_m6n6k6_dim6x6_tba7_strided, small_d_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_d_m7n7k7_dim7x7_tba5", small_d_m7n7k7_dim7x7_tba5_strided, small_d_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_d_m8n8k8_dim8x8_tba4", small_d_m8n8k8_dim8x8_tba4_strided, small_d_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_d_m9n9k9_dim9x9_tba3", small_d_m9n9k9_dim9x9_tba3_strided, small_d_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_d_m10n10k10_dim10x10_tba2", small_d_m10n10k10_dim10x10_tba2_strided, small_d_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_d_m11n11k11_dim11x11_tba1", small_d_m11n11k11_dim11x11_tba1_strided, small_d_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_d_m12n12k12_dim12x12_tba1", small_d_m12n12k12_dim12x12_tba1_strided, small_d_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_d_m13n13k13_dim13x13_tba1", small_d_m13n13k13_dim13x13_tba1_strided, small_d_m13n13k13_dim13x13_tba1_array},
@@ -938,15 +938,15 @@ const SmallEntry<double, double> small_d[] = {
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba64", small_c_m1n1k1_dim1x1_tba64_strided, small_c_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_c_m2n2k2_dim2x2_tba32", small_c_m2n2k2_dim2x2_tba32_strided, small_c_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_c_m3n3k3_dim3x3_tba14", small_c_m3n3k3_dim3x3_tba14_strided, small_c_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_c_m4n4k4_dim4x4_tba8", small_c_m4n4k4_dim4x4_tba8_strided, small_c_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_c_m5n5k5_dim5x5_tba5", small_c_m5n5k5_dim5x5_tba5_strided, small_c_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_c_m6n6k6_dim6x6_tba3", small_c_m6n6k6_dim6x6_tba3_strided, small_c_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_c_m7n7k7_dim7x7_tba2", small_c_m7n7k7_dim7x7_tba2_strided, small_c_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_c_m8n8k8_dim8x8_tba2", small_c_m8n8k8_dim8x8_tba2_strided, small_c_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_c_m9n9k9_dim9x9_tba1", small_c_m9n9k9_dim9x9_tba1_strided, small_c_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_c_m10n10k10_dim10x10_tba1", small_c_m10n10k10_dim10x10_tba1_strided, small_c_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_c_m2n2k2_dim2x2_tba64", small_c_m2n2k2_dim2x2_tba64_strided, small_c_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_c_m3n3k3_dim3x3_tba28", small_c_m3n3k3_dim3x3_tba28_strided, small_c_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_c_m4n4k4_dim4x4_tba16", small_c_m4n4k4_dim4x4_tba16_strided, small_c_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_c_m5n5k5_dim5x5_tba10", small_c_m5n5k5_dim5x5_tba10_strided, small_c_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_c_m6n6k6_dim6x6_tba7", small_c_m6n6k6_dim6x6_tba7_strided, small_c_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_c_m7n7k7_dim7x7_tba5", small_c_m7n7k7_dim7x7_tba5_strided, small_c_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_c_m8n8k8_dim8x8_tba4", small_c_m8n8k8_dim8x8_tba4_strided, small_c_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_c_m9n9k9_dim9x9_tba3", small_c_m9n9k9_dim9x9_tba3_strided, small_c_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_c_m10n10k10_dim10x10_tba2", small_c_m10n10k10_dim10x10_tba2_strided, small_c_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_c_m11n11k11_dim11x11_tba1", small_c_m11n11k11_dim11x11_tba1_strided, small_c_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_c_m12n12k12_dim12x12_tba1", small_c_m12n12k12_dim12x12_tba1_strided, small_c_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_c_m13n13k13_dim13x13_tba1", small_c_m13n13k13_dim13x13_tba1_strided, small_c_m13n13k13_dim13x13_tba1_array},
@@ -974,15 +974,15 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba64", small_z_m1n1k1_dim1x1_tba64_strided, small_z_m1n1k1_dim1x1_tba64_array},
-    {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba32", small_z_m2n2k2_dim2x2_tba32_strided, small_z_m2n2k2_dim2x2_tba32_array},
-    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba14", small_z_m3n3k3_dim3x3_tba14_strided, small_z_m3n3k3_dim3x3_tba14_array},
-    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8", small_z_m4n4k4_dim4x4_tba8_strided, small_z_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba5", small_z_m5n5k5_dim5x5_tba5_strided, small_z_m5n5k5_dim5x5_tba5_array},
-    {6, 6, 6, 75, "small_z_m6n6k6_dim6x6_tba3", small_z_m6n6k6_dim6x6_tba3_strided, small_z_m6n6k6_dim6x6_tba3_array},
-    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba2", small_z_m7n7k7_dim7x7_tba2_strided, small_z_m7n7k7_dim7x7_tba2_array},
-    {8, 8, 8, 75, "small_z_m8n8k8_dim8x8_tba2", small_z_m8n8k8_dim8x8_tba2_strided, small_z_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_z_m9n9k9_dim9x9_tba1", small_z_m9n9k9_dim9x9_tba1_strided, small_z_m9n9k9_dim9x9_tba1_array},
-    {10, 10, 10, 75, "small_z_m10n10k10_dim10x10_tba1", small_z_m10n10k10_dim10x10_tba1_strided, small_z_m10n10k10_dim10x10_tba1_array},
+    {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba64", small_z_m2n2k2_dim2x2_tba64_strided, small_z_m2n2k2_dim2x2_tba64_array},
+    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba28", small_z_m3n3k3_dim3x3_tba28_strided, small_z_m3n3k3_dim3x3_tba28_array},
+    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba16", small_z_m4n4k4_dim4x4_tba16_strided, small_z_m4n4k4_dim4x4_tba16_array},
+    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba10", small_z_m5n5k5_dim5x5_tba10_strided, small_z_m5n5k5_dim5x5_tba10_array},
+    {6, 6, 6, 75, "small_z_m6n6k6_dim6x6_tba7", small_z_m6n6k6_dim6x6_tba7_strided, small_z_m6n6k6_dim6x6_tba7_array},
+    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba5", small_z_m7n7k7_dim7x7_tba5_strided, small_z_m7n7k7_dim7x7_tba5_array},
+    {8, 8, 8, 75, "small_z_m8n8k8_dim8x8_tba4", small_z_m8n8k8_dim8x8_tba4_strided, small_z_m8n8k8_dim8x8_tba4_array},
+    {9, 9, 9, 75, "small_z_m9n9k9_dim9x9_tba3", small_z_m9n9k9_dim9x9_tba3_strided, small_z_m9n9k9_dim9x9_tba3_array},
+    {10, 10, 10, 75, "small_z_m10n10k10_dim10x10_tba2", small_z_m10n10k10_dim10x10_tba2_strided, small_z_m10n10k10_dim10x10_tba2_array},
     {11, 11, 11, 75, "small_z_m11n11k11_dim11x11_tba1", small_z_m11n11k11_dim11x11_tba1_strided, small_z_m11n11k11_dim11x11_tba1_array},
     {12, 12, 12, 75, "small_z_m12n12k12_dim12x12_tba1", small_z_m12n12k12_dim12x12_tba1_strided, small_z_m12n12k12_dim12x12_tba1_array},
     {13, 13, 13, 75, "small_z_m13n13k13_dim13x13_tba1", small_z_m13n13k13_dim13x13_tba1_strided, small_z_m13n13k13_dim13x13_tba1_array},
@@ -1009,7 +1009,7 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
 };
 
 const char* const kernel_names[] = {
-    "small_c_m10n10k10_dim10x10_tba1",
+    "small_c_m10n10k10_dim10x10_tba2",
     "small_c_m11n11k11_dim11x11_tba1",
     "small_c_m12n12k12_dim12x12_tba1",
     "small_c_m13n13k13_dim13x13_tba1",
@@ -1030,18 +1030,18 @@ const char* const kernel_names[] = {
     "small_c_m27n27k27_dim14x14_tba1",
     "small_c_m28n28k28_dim14x14_tba1",
     "small_c_m29n29k29_dim15x15_tba1",
-    "small_c_m2n2k2_dim2x2_tba32",
+    "small_c_m2n2k2_dim2x2_tba64",
     "small_c_m30n30k30_dim15x15_tba1",
     "small_c_m31n31k31_dim16x16_tba1",
     "small_c_m32n32k32_dim16x16_tba1",
-    "small_c_m3n3k3_dim3x3_tba14",
-    "small_c_m4n4k4_dim4x4_tba8",
-    "small_c_m5n5k5_dim5x5_tba5",
-    "small_c_m6n6k6_dim6x6_tba3",
-    "small_c_m7n7k7_dim7x7_tba2",
-    "small_c_m8n8k8_dim8x8_tba2",
-    "small_c_m9n9k9_dim9x9_tba1",
-    "small_d_m10n10k10_dim10x10_tba1",
+    "small_c_m3n3k3_dim3x3_tba28",
+    "small_c_m4n4k4_dim4x4_tba16",
+    "small_c_m5n5k5_dim5x5_tba10",
+    "small_c_m6n6k6_dim6x6_tba7",
+    "small_c_m7n7k7_dim7x7_tba5",
+    "small_c_m8n8k8_dim8x8_tba4",
+    "small_c_m9n9k9_dim9x9_tba3",
+    "small_d_m10n10k10_dim10x10_tba2",
     "small_d_m11n11k11_dim11x11_tba1",
     "small_d_m12n12k12_dim12x12_tba1",
     "small_d_m13n13k13_dim13x13_tba1",
@@ -1062,18 +1062,18 @@ const char* const kernel_names[] = {
     "small_d_m27n27k27_dim14x14_tba1",
     "small_d_m28n28k28_dim14x14_tba1",
     "small_d_m29n29k29_dim15x15_tba1",
-    "small_d_m2n2k2_dim2x2_tba32",
+    "small_d_m2n2k2_dim2x2_tba64",
     "small_d_m30n30k30_dim15x15_tba1",
     "small_d_m31n31k31_dim16x16_tba1",
     "small_d_m32n32k32_dim16x16_tba1",
-    "small_d_m3n3k3_dim3x3_tba14",
-    "small_d_m4n4k4_dim4x4_tba8",
-    "small_d_m5n5k5_dim5x5_tba5",
-    "small_d_m6n6k6_dim6x6_tba3",
-    "small_d_m7n7k7_dim7x7_tba2",
-    "small_d_m8n8k8_dim8x8_tba2",
-    "small_d_m9n9k9_dim9x9_tba1",
-    "small_h_m10n10k10_dim10x10_tba1",
+    "small_d_m3n3k3_dim3x3_tba28",
+    "small_d_m4n4k4_dim4x4_tba16",
+    "small_d_m5n5k5_dim5x5_tba10",
+    "small_d_m6n6k6_dim6x6_tba7",
+    "small_d_m7n7k7_dim7x7_tba5",
+    "small_d_m8n8k8_dim8x8_tba4",
+    "small_d_m9n9k9_dim9x9_tba3",
+    "small_h_m10n10k10_dim10x10_tba2",
     "small_h_m11n11k11_dim11x11_tba1",
     "small_h_m12n12k12_dim12x12_tba1",
     "small_h_m13n13k13_dim13x13_tba1",
@@ -1094,18 +1094,18 @@ const char* const kernel_names[] = {
     "small_h_m27n27k27_dim14x14_tba1",
     "small_h_m28n28k28_dim14x14_tba1",
     "small_h_m29n29k29_dim15x15_tba1",
-    "small_h_m2n2k2_dim2x2_tba32",
+    "small_h_m2n2k2_dim2x2_tba64",
     "small_h_m30n30k30_dim15x15_tba1",
     "small_h_m31n31k31_dim16x16_tba1",
     "small_h_m32n32k32_dim16x16_tba1",
-    "small_h_m3n3k3_dim3x3_tba14",
-    "small_h_m4n4k4_dim4x4_tba8",
-    "small_h_m5n5k5_dim5x5_tba5",
-    "small_h_m6n6k6_dim6x6_tba3",
-    "small_h_m7n7k7_dim7x7_tba2",
-    "small_h_m8n8k8_dim8x8_tba2",
-    "small_h_m9n9k9_dim9x9_tba1",
-    "small_hc_m10n10k10_dim10x10_tba1",
+    "small_h_m3n3k3_dim3x3_tba28",
+    "small_h_m4n4k4_dim4x4_tba16",
+    "small_h_m5n5k5_dim5x5_tba10",
+    "small_h_m6n6k6_dim6x6_tba7",
+    "small_h_m7n7k7_dim7x7_tba5",
+    "small_h_m8n8k8_dim8x8_tba4",
+    "small_h_m9n9k9_dim9x9_tba3",
+    "small_hc_m10n10k10_dim10x10_tba2",
     "small_hc_m11n11k11_dim11x11_tba1",
     "small_hc_m12n12k12_dim12x12_tba1",
     "small_hc_m13n13k13_dim13x13_tba1",
@@ -1126,18 +1126,18 @@ const char* const kernel_names[] = {
     "small_hc_m27n27k27_dim14x14_tba1",
     "small_hc_m28n28k28_dim14x14_tba1",
     "small_hc_m29n29k29_dim15x15_tba1",
-    "small_hc_m2n2k2_dim2x2_tba32",
+    "small_hc_m2n2k2_dim2x2_tba64",
     "small_hc_m30n30k30_dim15x15_tba1",
     "small_hc_m31n31k31_dim16x16_tba1",
     "small_hc_m32n32k32_dim16x16_tba1",
-    "small_hc_m3n3k3_dim3x3_tba14",
-    "small_hc_m4n4k4_dim4x4_tba8",
-    "small_hc_m5n5k5_dim5x5_tba5",
-    "small_hc_m6n6k6_dim6x6_tba3",
-    "small_hc_m7n7k7_dim7x7_tba2",
-    "small_hc_m8n8k8_dim8x8_tba2",
-    "small_hc_m9n9k9_dim9x9_tba1",
-    "small_s_m10n10k10_dim10x10_tba1",
+    "small_hc_m3n3k3_dim3x3_tba28",
+    "small_hc_m4n4k4_dim4x4_tba16",
+    "small_hc_m5n5k5_dim5x5_tba10",
+    "small_hc_m6n6k6_dim6x6_tba7",
+    "small_hc_m7n7k7_dim7x7_tba5",
+    "small_hc_m8n8k8_dim8x8_tba4",
+    "small_hc_m9n9k9_dim9x9_tba3",
+    "small_s_m10n10k10_dim10x10_tba2",
     "small_s_m11n11k11_dim11x11_tba1",
     "small_s_m12n12k12_dim12x12_tba1",
     "small_s_m13n13k13_dim13x13_tba1",
@@ -1158,18 +1158,18 @@ const char* const kernel_names[] = {
     "small_s_m27n27k27_dim14x14_tba1",
     "small_s_m28n28k28_dim14x14_tba1",
     "small_s_m29n29k29_dim15x15_tba1",
-    "small_s_m2n2k2_dim2x2_tba32",
+    "small_s_m2n2k2_dim2x2_tba64",
     "small_s_m30n30k30_dim15x15_tba1",
     "small_s_m31n31k31_dim16x16_tba1",
     "small_s_m32n32k32_dim16x16_tba1",
-    "small_s_m3n3k3_dim3x3_tba14",
-    "small_s_m4n4k4_dim4x4_tba8",
-    "small_s_m5n5k5_dim5x5_tba5",
-    "small_s_m6n6k6_dim6x6_tba3",
-    "small_s_m7n7k7_dim7x7_tba2",
-    "small_s_m8n8k8_dim8x8_tba2",
-    "small_s_m9n9k9_dim9x9_tba1",
-    "small_z_m10n10k10_dim10x10_tba1",
+    "small_s_m3n3k3_dim3x3_tba28",
+    "small_s_m4n4k4_dim4x4_tba16",
+    "small_s_m5n5k5_dim5x5_tba10",
+    "small_s_m6n6k6_dim6x6_tba7",
+    "small_s_m7n7k7_dim7x7_tba5",
+    "small_s_m8n8k8_dim8x8_tba4",
+    "small_s_m9n9k9_dim9x9_tba3",
+    "small_z_m10n10k10_dim10x10_tba2",
     "small_z_m11n11k11_dim11x11_tba1",
     "small_z_m12n12k12_dim12x12_tba1",
     "small_z_m13n13k13_dim13x13_tba1",
@@ -1190,17 +1190,17 @@ const char* const kernel_names[] = {
     "small_z_m27n27k27_dim14x14_tba1",
     "small_z_m28n28k28_dim14x14_tba1",
     "small_z_m29n29k29_dim15x15_tba1",
-    "small_z_m2n2k2_dim2x2_tba32",
+    "small_z_m2n2k2_dim2x2_tba64",
     "small_z_m30n30k30_dim15x15_tba1",
     "small_z_m31n31k31_dim16x16_tba1",
     "small_z_m32n32k32_dim16x16_tba1",
-    "small_z_m3n3k3_dim3x3_tba14",
-    "small_z_m4n4k4_dim4x4_tba8",
-    "small_z_m5n5k5_dim5x5_tba5",
-    "small_z_m6n6k6_dim6x6_tba3",
-    "small_z_m7n7k7_dim7x7_tba2",
-    "small_z_m8n8k8_dim8x8_tba2",
-    "small_z_m9n9k9_dim9x9_tba1",
+    "small_z_m3n3k3_dim3x3_tba28",
+    "small_z_m4n4k4_dim4x4_tba16",
+    "small_z_m5n5k5_dim5x5_tba10",
+    "small_z_m6n6k6_dim6x6_tba7",
+    "small_z_m7n7k7_dim7x7_tba5",
+    "small_z_m8n8k8_dim8x8_tba4",
+    "small_z_m9n9k9_dim9x9_tba3",
     nullptr,
 };
 
@@ -1313,12 +1313,12 @@ int small_strided(const SmallEntry<S, Scalar>* table, char transa, char transb, 
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::strided(A, strideA, B, strideB, C, strideC), m, n, ldc, beta,
                           batch, stream);
+    if (!find_kernel(table, m, n, k, 0))   // known without asking the device
+        return GEMMGEN_NOT_GENERATED;
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
     const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
-    if (!e)
-        return GEMMGEN_NOT_GENERATED;
     return e->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1345,12 +1345,12 @@ int small_array(const SmallEntry<S, Scalar>* table, char transa, char transb, in
         return 0;
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::arrays(A, B, C), m, n, ldc, beta, batch, stream);
+    if (!find_kernel(table, m, n, k, 0))   // known without asking the device
+        return GEMMGEN_NOT_GENERATED;
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
     const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
-    if (!e)
-        return GEMMGEN_NOT_GENERATED;
     return e->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
 }
 

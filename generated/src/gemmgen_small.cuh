@@ -41,6 +41,66 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
     }
 }
 
+// The same copy when the block's part of X is one contiguous, 16-byte aligned range (strided
+// interface, ld equal to the stored row count, stride equal to the matrix size): each thread
+// reads 16 bytes at a time, so far fewer load instructions and address computations per byte
+// (what limits fp16 and fp32 at small sizes).  `valid` counts the elements of the range that
+// belong to the batch; the rest (the last block's missing GEMMs) read as zero.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, typename R, typename S>
+__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
+{
+    constexpr int VEC = 16 / sizeof(S);
+    constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
+    constexpr int PER_GEMM = ROWS * COLS;
+    constexpr int VECTORS = TBA * PER_GEMM / VEC;
+    constexpr int ITERATIONS = (VECTORS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERATIONS; ++it) {
+        const int v = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= VECTORS || v < VECTORS) {
+            union { int4 raw; S elem[VEC]; } chunk;
+            if ((long long)(v + 1) * VEC <= valid) {
+                chunk.raw = __ldg(reinterpret_cast<const int4*>(X) + v);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j)
+                    chunk.elem[j] = (long long)v * VEC + j < valid ? X[v * VEC + j] : S();
+            }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const int e = v * VEC + j;
+                const int g = e / PER_GEMM;
+                const int r = e % PER_GEMM;
+                const int sr = r % STORED_ROWS;
+                const int sc = r / STORED_ROWS;
+                const R value = widen_value<OP == 'C'>(chunk.elem[j]);
+                if (OP == 'N')
+                    s[g * COLS * LDS + sc * LDS + sr] = value;
+                else
+                    s[g * COLS * LDS + sr * LDS + sc] = value;
+            }
+        }
+    }
+}
+
+// Stage op(X) with 16-byte loads when the layout allows it (decided once per block, the same for
+// every thread), element by element otherwise.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, Operand X, typename R, typename S>
+__device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch)
+{
+    constexpr int PER_GEMM = ROWS * COLS;
+    constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (TBA * PER_GEMM * sizeof(S)) % 16 == 0;
+    const S* base = X == OPERAND_A ? ptrs.A : ptrs.B;
+    const long long stride = X == OPERAND_A ? ptrs.stride_a : ptrs.stride_b;
+    const bool packed = ptrs.A_array == nullptr && ld == (OP == 'N' ? ROWS : COLS) && stride == PER_GEMM
+                        && aligned16(base);
+    if (CAN_VECTORIZE && packed)
+        stage_packed<OP, ROWS, COLS, LDS, THREADS, TBA>(s, base + first * PER_GEMM,
+                                                        (batch - first) * PER_GEMM);
+    else
+        stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch);
+}
+
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
 small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch)
@@ -66,8 +126,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 
     // Issue every global load before the first use: A and B into shared memory, C into registers.
     if (use_ab) {
-        stage_operand<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
-        stage_operand<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
+        stage<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
+        stage<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
     R c_in[TILE_M][TILE_N];

@@ -1,0 +1,86 @@
+"""The emitted CUDA compiles for every generated architecture (sm_75, sm_80, sm_90 by default)
+without spills or local memory, and the C API's argument checks hold (they return before any
+CUDA call, so they run here without a GPU)."""
+import pytest
+
+from generator.precision import PRECISION_ORDER
+from harness.api import NOT_GENERATED, GemmgenLibrary
+
+pytestmark = pytest.mark.slow
+
+
+def test_default_set_compiles_without_local_memory(default_set_build):
+    build = default_set_build
+    archs = {r.arch for r in build.resources}
+    assert {"sm_75", "sm_80", "sm_90"} <= archs
+    assert build.resources, "ptxas reported no kernels"
+    offenders = [(r.source, r.arch, r.stack_bytes, r.spill_stores) for r in build.local_memory_kernels]
+    assert not offenders
+
+
+@pytest.fixture(scope="module")
+def lib(default_set_build):
+    return GemmgenLibrary(default_set_build.library)
+
+
+def strided(lib, prec="d", ta="N", tb="N", m=4, n=4, k=4, alpha=1.0, A=8, lda=4, sA=16, B=8, ldb=4,
+            sB=16, beta=0.0, C=8, ldc=4, sC=16, batch=3):
+    return lib.strided(prec, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch)
+
+
+def array(lib, prec="d", ta="N", tb="N", m=4, n=4, k=4, alpha=1.0, A=8, lda=4, B=8, ldb=4, beta=0.0,
+          C=8, ldc=4, batch=3):
+    return lib.array(prec, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch)
+
+
+@pytest.mark.parametrize("prec", PRECISION_ORDER)
+@pytest.mark.parametrize("change, code", [
+    ({"ta": "X"}, -1), ({"tb": "?"}, -2), ({"m": -1}, -3), ({"n": -1}, -4), ({"k": -2}, -5),
+    ({"A": None}, -7), ({"lda": 3}, -8), ({"sA": -1}, -9), ({"B": None}, -10), ({"ldb": 3}, -11),
+    ({"sB": -5}, -12), ({"C": None}, -14), ({"ldc": 3}, -15), ({"sC": 15}, -16), ({"batch": -1}, -17),
+    ({"ta": "T", "k": 6, "lda": 5}, -8), ({"tb": "C", "n": 2, "ldb": 1}, -11),
+    ({"m": -1, "lda": 0}, -3),   # the first failing argument is reported
+])
+def test_strided_argument_checks(lib, prec, change, code):
+    assert strided(lib, prec, **change) == code
+
+
+@pytest.mark.parametrize("change, code", [
+    ({"ta": "x"}, -1), ({"m": -1}, -3), ({"A": None}, -7), ({"lda": 1}, -8), ({"B": None}, -9),
+    ({"ldb": 2}, -10), ({"C": None}, -12), ({"ldc": 0}, -13), ({"batch": -3}, -14),
+])
+def test_array_argument_checks(lib, change, code):
+    assert array(lib, "z", **change) == code
+
+
+def test_quick_returns_touch_nothing(lib):
+    # m, n or batch zero: done at once, even with null pointers
+    assert strided(lib, m=0, A=None, B=None, C=None) == 0
+    assert strided(lib, n=0, A=None, B=None, C=None) == 0
+    assert strided(lib, batch=0, A=None, B=None, C=None) == 0
+    assert array(lib, batch=0, A=None, B=None, C=None) == 0
+    # alpha = 0 or k = 0 need neither A nor B, so null A/B is no error, but C is still needed
+    assert strided(lib, alpha=0.0, A=None, B=None, C=None) == -14
+    assert strided(lib, k=0, A=None, B=None, C=None) == -14
+
+
+def test_shapes_outside_the_set_are_reported_without_a_device(lib):
+    for prec in PRECISION_ORDER:
+        assert strided(lib, prec, m=3, n=5, k=7, lda=3, sA=21, ldb=7, sB=35, ldc=3, sC=15) == NOT_GENERATED
+        assert array(lib, prec, m=33, n=33, k=33, lda=33, ldb=33, ldc=33) == NOT_GENERATED
+
+
+def test_lowercase_and_conjugate_transposes_are_accepted(lib):
+    # valid arguments get past the checks; without a GPU the launch then reports failure
+    for ta, tb in (("n", "t"), ("c", "C"), ("T", "c")):
+        assert strided(lib, "z", ta, tb) not in (-1, -2)
+
+
+def test_what_was_generated_can_be_asked(lib):
+    for prec in PRECISION_ORDER:
+        for n in (1, 2, 17, 32):
+            assert lib.is_generated(prec, n, n, n)
+        assert not lib.is_generated(prec, 33, 33, 33)
+        assert not lib.is_generated(prec, 3, 5, 7)   # not in the default set
+    names = lib.kernel_names()
+    assert len(names) == len(set(names)) and all(n.startswith("small_") for n in names)
