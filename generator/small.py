@@ -93,8 +93,13 @@ class SmallSpec:
 
     @property
     def smem_bytes(self) -> int:
-        per_gemm = self.k * self.smem_lda + self.n * self.smem_ldb
-        return self.tba * per_gemm * self.compute_words * 4
+        """Static shared memory of the kernel: A and B staged in the compute type, or the C tiles
+        of the packed epilogue in the storage type (they share the space), whichever is larger."""
+        compute_bytes = self.compute_words * 4
+        staging = self.tba * (self.k * self.smem_lda + self.n * self.smem_ldb)
+        c_tiles = ceil_div(self.tba * self.m * self.n * PRECISIONS[self.precision].element_bytes,
+                           compute_bytes)
+        return max(staging, c_tiles) * compute_bytes
 
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":

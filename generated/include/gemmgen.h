@@ -24,6 +24,9 @@
 #define GEMMGEN_ARCHS "sm_75,sm_80,sm_90"
 #define GEMMGEN_SMALL_PRECISIONS "h,hc,s,d,c,z"
 #define GEMMGEN_SMALL_MAX_SIZE 32
+/* Tall-and-skinny (TSM2 / ISM2): precisions and the n values (columns of op(B) and C) emitted. */
+#define GEMMGEN_TALLSKINNY_PRECISIONS "h,s,d"
+#define GEMMGEN_TALLSKINNY_N "1-32"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +39,10 @@ int gemmgen_kernel_count(void);
 const char* gemmgen_kernel_name(int i);
 /* The name of the kernel the dispatch would run on the current device, or NULL. */
 const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
+/* 1 if the tall-and-skinny families cover precision and n (any m, k). */
+int gemmgen_tallskinny_is_generated(const char* precision, int n);
+/* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL. */
+const char* gemmgen_tallskinny_selected_kernel(const char* precision, int m, int n, int k);
 
 /* h: fp16 storage, fp32 accumulation */
 int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -47,6 +54,10 @@ int gemmgen_hgemm_batched(char transa, char transb, int m, int n, int k,
     float alpha, const __half* const* A, int lda,
     const __half* const* B, int ldb,
     float beta, __half* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    float alpha, const __half* A, int lda, const __half* B, int ldb,
+    float beta, __half* C, int ldc, cudaStream_t stream);
 
 /* hc: interleaved half complex (.x real, .y imaginary), fp32 accumulation */
 int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -58,6 +69,10 @@ int gemmgen_hcgemm_batched(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const __half2* const* A, int lda,
     const __half2* const* B, int ldb,
     cuFloatComplex beta, __half2* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_hcgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    cuFloatComplex alpha, const __half2* A, int lda, const __half2* B, int ldb,
+    cuFloatComplex beta, __half2* C, int ldc, cudaStream_t stream);
 
 /* s: fp32 */
 int gemmgen_sgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -69,6 +84,10 @@ int gemmgen_sgemm_batched(char transa, char transb, int m, int n, int k,
     float alpha, const float* const* A, int lda,
     const float* const* B, int ldb,
     float beta, float* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_sgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    float alpha, const float* A, int lda, const float* B, int ldb,
+    float beta, float* C, int ldc, cudaStream_t stream);
 
 /* d: fp64 */
 int gemmgen_dgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -80,6 +99,10 @@ int gemmgen_dgemm_batched(char transa, char transb, int m, int n, int k,
     double alpha, const double* const* A, int lda,
     const double* const* B, int ldb,
     double beta, double* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_dgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    double alpha, const double* A, int lda, const double* B, int ldb,
+    double beta, double* C, int ldc, cudaStream_t stream);
 
 /* c: single complex */
 int gemmgen_cgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -91,6 +114,10 @@ int gemmgen_cgemm_batched(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const cuFloatComplex* const* A, int lda,
     const cuFloatComplex* const* B, int ldb,
     cuFloatComplex beta, cuFloatComplex* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_cgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    cuFloatComplex alpha, const cuFloatComplex* A, int lda, const cuFloatComplex* B, int ldb,
+    cuFloatComplex beta, cuFloatComplex* C, int ldc, cudaStream_t stream);
 
 /* z: double complex */
 int gemmgen_zgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -102,6 +129,10 @@ int gemmgen_zgemm_batched(char transa, char transb, int m, int n, int k,
     cuDoubleComplex alpha, const cuDoubleComplex* const* A, int lda,
     const cuDoubleComplex* const* B, int ldb,
     cuDoubleComplex beta, cuDoubleComplex* const* C, int ldc, int batch, cudaStream_t stream);
+/* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
+int gemmgen_zgemm_tallskinny(char transa, char transb, int m, int n, int k,
+    cuDoubleComplex alpha, const cuDoubleComplex* A, int lda, const cuDoubleComplex* B, int ldb,
+    cuDoubleComplex beta, cuDoubleComplex* C, int ldc, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
