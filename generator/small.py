@@ -23,7 +23,7 @@ from .spec import SpecError, ceil_div, require
 
 MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
-MAX_TBA = 64
+MAX_TBA = 256
 
 _NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)$")
 
@@ -93,13 +93,8 @@ class SmallSpec:
 
     @property
     def smem_bytes(self) -> int:
-        """Static shared memory of the kernel: A and B staged in the compute type, or the C tiles
-        of the packed epilogue in the storage type (they share the space), whichever is larger."""
-        compute_bytes = self.compute_words * 4
-        staging = self.tba * (self.k * self.smem_lda + self.n * self.smem_ldb)
-        c_tiles = ceil_div(self.tba * self.m * self.n * PRECISIONS[self.precision].element_bytes,
-                           compute_bytes)
-        return max(staging, c_tiles) * compute_bytes
+        per_gemm = self.k * self.smem_lda + self.n * self.smem_ldb
+        return self.tba * per_gemm * self.compute_words * 4
 
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":
@@ -158,7 +153,7 @@ def heuristic(precision: str, m: int, n: int, k: int) -> SmallSpec:
     return spec.validate()
 
 
-SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64)
+SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
