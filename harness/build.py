@@ -125,6 +125,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     generated = generated.resolve()
     if sources is None:
         sources = sorted((generated / "src").rglob("*.cu"))
+    sources = [Path(s).resolve() for s in sources]
     if not sources:
         raise BuildError(f"no CUDA sources under {generated / 'src'}; run gemmgen generate first")
     includes = [generated / "include", generated / "src"]
