@@ -1,0 +1,496 @@
+"""The tall-and-skinny families TSM2 and ISM2 (tsm2-ism2-tall-skinny-gemm.txt), their specs and
+the paper's performance model (§3.6.2, Algorithm 5).
+
+TSM2 (§3): C = alpha·op(A)·op(B) + beta·C with op(A) m×k large and op(B) k×n tall and skinny.
+One thread per row of C (outer-product form, Alg. 2), t1 threads per block which also load a
+t1×t2 tile of op(B) into shared memory (Alg. 3), t2 columns of C in registers per pass, t3
+elements of A loaded at a time, next A chunk and next B tile prefetched into registers (Alg. 4).
+Beyond the paper: `kg` groups of t1 threads per block split k inside the block (each group owns a
+contiguous k-range, partial sums are reduced through shared memory, deterministic): on an H100
+m = 10240 rows are 78 threads per SM, far too few bytes in flight for Little's law.  kg is a
+launch-time choice (the dispatch derives it from m and the SM count), not part of the kernel.
+
+ISM2 (§5): op(A) tall and skinny, op(B) tiny.  m/tcf threads each handle tcf rows (grid-stride);
+optimization 1 (Alg. 6) runs the TSM2 body per row, optimization 2 (Alg. 7) walks the B tiles in
+the outer loop and keeps the partial sums in C.  tcf is a launch-time choice as well.
+
+Every variant is specialized on n (compile time) and handles any m, k, lda, ldb, ldc (no
+divisibility assumed; 64-bit offsets wherever row·ld or col·ld can pass 2^31).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .arch import ARCHS
+from .precision import PRECISIONS
+from .spec import SpecError, ceil_div, require
+
+PRECISIONS_TS = ("h", "s", "d")      # real precisions; h = fp16 storage, fp32 accumulation
+DEFAULT_NS = tuple(range(1, 33))
+MAX_N = 256                          # "any n on request": t2 ≤ n keeps registers bounded
+MAX_REGS = 255
+THREAD_BLOCK_SIZES = (32, 64, 128, 256, 512)
+SMEM_LIMIT = 48 * 1024               # dynamic shared memory without an opt-in attribute
+
+_TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)$")
+_ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
+
+
+def compute_bytes(precision: str) -> int:
+    """Bytes of the accumulation type (fp16 accumulates in fp32)."""
+    return 8 if precision == "d" else 4
+
+
+def storage_bytes(precision: str) -> int:
+    return PRECISIONS[precision].element_bytes
+
+
+def smem_row(precision: str, t2: int) -> int:
+    """Shared-memory row length (elements) of a B tile: t2 rounded up to 16 bytes so a thread
+    reads a row of op(B) with 128-bit broadcast loads."""
+    per16 = 16 // compute_bytes(precision)
+    return ceil_div(t2, per16) * per16
+
+
+def register_estimate(precision: str, t2: int, t3: int, setup: int = 24) -> int:
+    """§3.6.2: R_thread = (3·t2 + 2·t3)·bytes_per_element/bytes_per_register + C (C = `setup`,
+    the fixed registers of indexing and loop control, from ptxas reports)."""
+    words = compute_bytes(precision) // 4
+    return (3 * t2 + 2 * t3) * words + setup
+
+
+@dataclass(frozen=True, order=True)
+class Tsm2Spec:
+    precision: str
+    n: int
+    t1: int     # threads per group = rows of C per block = rows of a B tile
+    t2: int     # columns of C per pass (registers)
+    t3: int     # elements of A per load (memory concurrency)
+
+    family = "tsm2"
+
+    @property
+    def name(self) -> str:
+        return f"tsm2_{self.precision}_n{self.n}_t{self.t1}x{self.t2}x{self.t3}"
+
+    @classmethod
+    def parse(cls, name: str) -> "Tsm2Spec":
+        m = _TSM2_NAME.match(name)
+        if not m:
+            raise SpecError("name", f"{name!r} is not a tsm2 kernel name (tsm2_<prec>_n<N>_t<t1>x<t2>x<t3>)")
+        prec, *nums = m.groups()
+        return cls(prec, *(int(x) for x in nums)).validate()
+
+    @property
+    def t2p(self) -> int:
+        return smem_row(self.precision, self.t2)
+
+    @property
+    def smem_per_group(self) -> int:
+        return self.t1 * self.t2p * compute_bytes(self.precision)
+
+    @property
+    def registers(self) -> int:
+        return register_estimate(self.precision, self.t2, self.t3)
+
+    def validate(self, arch: str | None = None) -> "Tsm2Spec":
+        _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
+        return self
+
+    def is_valid(self, arch: str | None = None) -> bool:
+        try:
+            self.validate(arch)
+        except SpecError:
+            return False
+        return True
+
+
+@dataclass(frozen=True, order=True)
+class Ism2Spec:
+    precision: str
+    n: int
+    t1: int     # threads per block = rows of a B tile
+    t2: int
+    t3: int
+    opt: int    # 1: Alg. 6 (TSM2 body per row), 2: Alg. 7 (B tiles outside, partial sums in C)
+
+    family = "ism2"
+
+    @property
+    def name(self) -> str:
+        return f"ism2_{self.precision}_n{self.n}_t{self.t1}x{self.t2}x{self.t3}_opt{self.opt}"
+
+    @classmethod
+    def parse(cls, name: str) -> "Ism2Spec":
+        m = _ISM2_NAME.match(name)
+        if not m:
+            raise SpecError("name", f"{name!r} is not an ism2 kernel name "
+                                    "(ism2_<prec>_n<N>_t<t1>x<t2>x<t3>_opt<1|2>)")
+        prec, *nums = m.groups()
+        return cls(prec, *(int(x) for x in nums)).validate()
+
+    @property
+    def t2p(self) -> int:
+        return smem_row(self.precision, self.t2)
+
+    @property
+    def smem_per_group(self) -> int:
+        return self.t1 * self.t2p * compute_bytes(self.precision)
+
+    @property
+    def registers(self) -> int:
+        return register_estimate(self.precision, self.t2, self.t3)
+
+    def validate(self, arch: str | None = None) -> "Ism2Spec":
+        _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
+        require(self.opt in (1, 2), "opt", f"opt={self.opt}: ISM2 has optimizations 1 and 2 (§5.2)")
+        return self
+
+    def is_valid(self, arch: str | None = None) -> bool:
+        try:
+            self.validate(arch)
+        except SpecError:
+            return False
+        return True
+
+
+def _common_rules(precision: str, n: int, t1: int, t2: int, t3: int) -> None:
+    require(precision in PRECISIONS_TS, "precision",
+            f"{precision!r}: the tall-skinny families cover {', '.join(PRECISIONS_TS)}")
+    require(1 <= n <= MAX_N, "n", f"n={n} is outside 1..{MAX_N}")
+    require(t1 % 32 == 0 and 32 <= t1 <= 1024, "t1",
+            f"t1={t1} must be a multiple of the warp size in 32..1024 (a group syncs as whole warps)")
+    require(1 <= t2 <= n, "t2", f"t2={t2} must be between 1 and n={n} (§3.6.1)")
+    require(1 <= t3 <= t1 and t1 % t3 == 0, "t3",
+            f"t3={t3} must divide t1={t1} (the A chunks tile a B tile exactly)")
+    regs = register_estimate(precision, t2, t3)
+    require(regs <= MAX_REGS, "registers",
+            f"(3·t2 + 2·t3)·words + C = {regs} registers exceed {MAX_REGS} (§3.6.2)")
+    smem = t1 * smem_row(precision, t2) * compute_bytes(precision)
+    require(smem <= SMEM_LIMIT, "shared memory",
+            f"a {t1}x{t2} B tile needs {smem} bytes (> {SMEM_LIMIT})")
+
+
+# ---- the performance model (§3.6.2) ------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceModel:
+    """What the model needs to know about a GPU.  Latencies are the paper's profiling constants."""
+    name: str
+    sms: int
+    clock_hz: float
+    regs_per_sm: int
+    smem_per_sm: int
+    max_threads_per_sm: int
+    bandwidth: float                      # bytes/s (peak, or the measured copy bandwidth)
+    peak_flops: dict = field(default_factory=dict)   # precision -> flop/s (FMA = 2)
+    latency_mem: float = 600.0            # cycles, global load
+    latency_comp: float = 4.0             # cycles, FMA (fp64: 8)
+    latency_comp_fp64: float = 8.0
+
+    def flops(self, precision: str) -> float:
+        return self.peak_flops[precision]
+
+
+H100_SXM = DeviceModel(
+    "NVIDIA H100 80GB HBM3", sms=132, clock_hz=1.98e9, regs_per_sm=65536, smem_per_sm=228 * 1024,
+    max_threads_per_sm=2048, bandwidth=3.35e12,
+    peak_flops={"h": 66.9e12, "s": 66.9e12, "d": 33.5e12})   # non-tensor FMA rates
+
+
+def device_model_from_cupy(bandwidth: float | None = None) -> DeviceModel:
+    """The model's device from the GPU present (SM count, register file, shared memory, clock);
+    peak rates per SM scale the H100's numbers by SM count and clock."""
+    import cupy as cp
+
+    p = cp.cuda.runtime.getDeviceProperties(0)
+    name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+    sms = int(p["multiProcessorCount"])
+    clock = float(p.get("clockRate", 0) or 0) * 1e3 or H100_SXM.clock_hz
+    scale = sms * clock / (H100_SXM.sms * H100_SXM.clock_hz)
+    return DeviceModel(name, sms, clock, int(p["regsPerMultiprocessor"]),
+                       int(p["sharedMemPerMultiprocessor"]), int(p["maxThreadsPerMultiProcessor"]),
+                       bandwidth or H100_SXM.bandwidth,
+                       {k: v * scale for k, v in H100_SXM.peak_flops.items()})
+
+
+def max_occupancy(dev: DeviceModel, precision: str, t2: float, t3: float) -> float:
+    """MaxOccup_SM = min(HW_MAX, R_SM / R_thread, S_SM / S_thread), threads per SM."""
+    r_thread = register_estimate(precision, t2, t3)
+    s_thread = t2 * compute_bytes(precision)
+    return min(dev.max_threads_per_sm, dev.regs_per_sm / r_thread, dev.smem_per_sm / s_thread)
+
+
+def util_mem(dev: DeviceModel, precision: str, t2: float, t3: float) -> float:
+    """Little's law: bytes in flight per SM over latency × bandwidth per SM per cycle."""
+    concurrent = max_occupancy(dev, precision, t2, t3) * t3 * storage_bytes(precision)
+    needed = dev.latency_mem * dev.bandwidth / (dev.sms * dev.clock_hz)
+    return min(1.0, concurrent / needed)
+
+
+def util_comp(dev: DeviceModel, precision: str, t2: float, t3: float) -> float:
+    concurrent = max_occupancy(dev, precision, t2, t3) * t3 * t2          # FMAs in flight
+    latency = dev.latency_comp_fp64 if precision == "d" else dev.latency_comp
+    needed = latency * dev.flops(precision) / 2 / (dev.sms * dev.clock_hz)
+    return min(1.0, concurrent / needed)
+
+
+def t2_threshold(dev: DeviceModel, precision: str) -> float:
+    """t2 where the inner loop turns compute-bound: Peak Perf. / Peak Band. × bytes_per_elem."""
+    return dev.flops(precision) / dev.bandwidth * storage_bytes(precision)
+
+
+def _gradient_descent(f, lo, hi, step=0.1, tol=1e-4, max_iter=20000):
+    """The paper's GD: start at (1, 1), step 0.1, stop when the objective changes by < 1e-4
+    (relative); numeric gradient, box constraints by clamping."""
+    x = [1.0, 1.0]
+    prev = f(*x)
+    for _ in range(max_iter):
+        grad = []
+        for i in range(2):
+            h = 1e-3
+            xp = list(x)
+            xp[i] = min(hi[i], xp[i] + h)
+            xm = list(x)
+            xm[i] = max(lo[i], xm[i] - h)
+            grad.append((f(*xp) - f(*xm)) / max(xp[i] - xm[i], 1e-12))
+        scale = max(abs(g) for g in grad) or 1.0
+        x = [min(hi[i], max(lo[i], x[i] - step * grad[i] / scale)) for i in range(2)]
+        cur = f(*x)
+        if abs(prev - cur) <= tol * abs(prev):
+            # A flat plateau (utilization saturated) also stops here.
+            break
+        prev = cur
+    return x
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    t2: int
+    t3: int
+    bound: str          # "memory" or "compute"
+    t2_threshold: float
+    time_s: float       # the model's time for the chosen parameters
+    util: float
+
+
+def algorithm5(dev: DeviceModel, precision: str, m: int, n: int, k: int,
+               max_t3: int = 16) -> ModelChoice:
+    """Algorithm 5: choose t2 and t3 by gradient descent on the model's time, rounded to
+    integers; then the integer neighbourhood is searched so rounding cannot land on an invalid or
+    worse point (ties: fewer registers)."""
+    elem = storage_bytes(precision)
+    thr = t2_threshold(dev, precision)
+
+    def mem_time(t2, t3):
+        return m * k * (n / t2) * elem / (dev.bandwidth * max(util_mem(dev, precision, t2, t3), 1e-9))
+
+    def comp_time(t2, t3):
+        return 2.0 * m * k * n / (dev.flops(precision) * max(util_comp(dev, precision, t2, t3), 1e-9))
+
+    def refine(f, t2_lo, t2_hi, x):
+        best = None
+        c2, c3 = round(x[0]), round(x[1])
+        for t2 in range(max(1, t2_lo, c2 - 2), min(t2_hi, c2 + 2) + 1):
+            for t3 in range(1, max_t3 + 1):
+                if register_estimate(precision, t2, t3) > MAX_REGS:
+                    continue
+                key = (f(t2, t3) * (1 + 1e-9), register_estimate(precision, t2, t3))
+                if best is None or key < best[0]:
+                    best = (key, t2, t3)
+        return best[1], best[2]
+
+    if n <= thr:
+        x = _gradient_descent(mem_time, (1, 1), (n, max_t3))
+        t2, t3 = refine(mem_time, 1, n, x)
+        # t2 = n whenever registers allow: §3.6.3, A read once.
+        return ModelChoice(t2, t3, "memory", thr, mem_time(t2, t3), util_mem(dev, precision, t2, t3))
+    lo = max(1, math.ceil(thr))
+    x1 = _gradient_descent(comp_time, (lo, 1), (n, max_t3))
+    a = refine(comp_time, lo, n, x1)
+    x2 = _gradient_descent(mem_time, (1, 1), (max(1, math.floor(thr)), max_t3))
+    b = refine(mem_time, 1, max(1, math.floor(thr)), x2)
+    if comp_time(*a) < mem_time(*b):
+        return ModelChoice(a[0], a[1], "compute", thr, comp_time(*a), util_comp(dev, precision, *a))
+    return ModelChoice(b[0], b[1], "memory", thr, mem_time(*b), util_mem(dev, precision, *b))
+
+
+# ---- untuned choices and the sweep ------------------------------------------------------------------
+DEFAULT_T1 = 128         # the paper's t1 on K40c/P100 (§4.2, §4.4)
+DEFAULT_ISM2_T1 = 128
+MODEL_SHAPE = (30720, 30720)   # the model's m, k for TSM2 choices (its choice of t2, t3 does not
+                               # depend on m, k in the memory-bound branch)
+
+
+def _fit_t3(precision: str, t1: int, t2: int, t3: int) -> int:
+    t3 = max(1, min(t3, t1))
+    while t1 % t3 or register_estimate(precision, t2, t3) > MAX_REGS:
+        t3 -= 1
+    return t3
+
+
+def model_tsm2(precision: str, n: int, t1: int = DEFAULT_T1, dev: DeviceModel = H100_SXM) -> Tsm2Spec:
+    """The model's TSM2 variant for n (Algorithm 5 for t2, t3; t1 is the paper's profiled 128)."""
+    c = algorithm5(dev, precision, MODEL_SHAPE[0], n, MODEL_SHAPE[1])
+    t2 = min(c.t2, n)
+    while register_estimate(precision, t2, 1) > MAX_REGS:
+        t2 -= 1
+    return Tsm2Spec(precision, n, t1, t2, _fit_t3(precision, t1, t2, c.t3)).validate()
+
+
+def model_ism2(precision: str, n: int, opt: int = 1, k: int = 16, t1: int = DEFAULT_ISM2_T1,
+               dev: DeviceModel = H100_SXM) -> Ism2Spec:
+    """ISM2 keeps TSM2's t2 (one pass over the n columns when registers allow) and loads the
+    whole (small) k of a row at once: t3 = 16 or what registers allow."""
+    tsm2 = model_tsm2(precision, n, t1, dev)
+    t3 = _fit_t3(precision, t1, tsm2.t2, max(tsm2.t3, k))
+    return Ism2Spec(precision, n, t1, tsm2.t2, t3, opt).validate()
+
+
+TSM2_SWEEP_T1 = (32, 64, 128, 256)
+TSM2_SWEEP_T3 = (2, 4, 8)
+ISM2_SWEEP_T1 = (128, 256)
+ISM2_SWEEP_T3 = (8, 16)
+ISM2_SWEEP_TCF = (1, 2, 4, 8, 16, 32)
+
+
+def tsm2_sweep(precision: str, n: int, half_t2: bool = False) -> list[Tsm2Spec]:
+    """t1 × t2 × t3 with t2 = n (and n/2 on request: the model's alternative below the
+    threshold), plus the model's own (t2, t3) with every t1: the paper profiles t1 once t2 and t3
+    are chosen (§3.6.3)."""
+    t2s = sorted({n} | ({n // 2} if half_t2 and n >= 8 else set()))
+    out = [Tsm2Spec(precision, n, t1, t2, t3) for t1 in TSM2_SWEEP_T1 for t2 in t2s
+           for t3 in TSM2_SWEEP_T3]
+    model = model_tsm2(precision, n)
+    out += [Tsm2Spec(precision, n, t1, model.t2, model.t3) for t1 in TSM2_SWEEP_T1]
+    return sorted({s for s in out if s.is_valid()})
+
+
+def ism2_sweep(precision: str, n: int) -> list[Ism2Spec]:
+    out = [Ism2Spec(precision, n, t1, n, t3, opt) for t1 in ISM2_SWEEP_T1 for t3 in ISM2_SWEEP_T3
+           for opt in (1, 2)]
+    out += [model_ism2(precision, n, opt) for opt in (1, 2)]
+    return sorted({s for s in out if s.is_valid()})
+
+
+def parse_spec(name: str):
+    if name.startswith("tsm2_"):
+        return Tsm2Spec.parse(name)
+    if name.startswith("ism2_"):
+        return Ism2Spec.parse(name)
+    raise SpecError("name", f"{name!r} is not a tall-skinny kernel name")
+
+
+def parse_ns(text: str) -> tuple[int, ...]:
+    """'1-32' or '2,4,8,16' or '40' -> sorted n values in 1..MAX_N."""
+    ns: set[int] = set()
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        try:
+            if "-" in token:
+                lo, hi = (int(x) for x in token.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                ns.update(range(lo, hi + 1))
+            else:
+                ns.add(int(token))
+        except ValueError:
+            raise ValueError(f"bad n range {token!r}; write e.g. 1-32 or 2,4,8,16") from None
+    bad = sorted(v for v in ns if not 1 <= v <= MAX_N)
+    if bad:
+        raise ValueError(f"tall-skinny n={bad[0]} is outside 1..{MAX_N}")
+    return tuple(sorted(ns))
+
+
+_ = ARCHS  # the specs are arch-independent (48 KB dynamic shared memory fits every listed arch)
+
+
+# ---- what the dispatch serves (the manifest's tall-skinny part) -------------------------------------
+NEVER = 1 << 62
+
+
+@dataclass(frozen=True, order=True)
+class TallSkinnyEntry:
+    """From compute capability `cc` upward, these kernels and cut-offs serve (precision, n)."""
+    precision: str
+    n: int
+    cc: int
+    tsm2: Tsm2Spec
+    ism2_opt1: Ism2Spec
+    ism2_opt2: Ism2Spec
+    ism2_max_k: int                     # k ≤ this: ISM2, else TSM2
+    opt2_min_m: int                     # m ≥ this: ISM2 optimization 2, else 1
+    tcf: tuple[tuple[int, int], ...]    # (m_min, tcf) ascending; tcf 0 = chosen at launch
+    source: str
+
+    @property
+    def kernels(self):
+        return (self.tsm2, self.ism2_opt1, self.ism2_opt2)
+
+    def to_json(self) -> dict:
+        return {"precision": self.precision, "n": self.n, "from_cc": self.cc, "tsm2": self.tsm2.name,
+                "ism2_opt1": self.ism2_opt1.name, "ism2_opt2": self.ism2_opt2.name,
+                "ism2_max_k": self.ism2_max_k,
+                "opt2_min_m": None if self.opt2_min_m >= NEVER else self.opt2_min_m,
+                "tcf": [list(t) for t in self.tcf], "source": self.source}
+
+
+DEFAULT_ISM2_MAX_K = 32
+MAX_TCF_CUTS = 4
+
+
+def default_entry(precision: str, n: int, cc: int) -> TallSkinnyEntry:
+    return TallSkinnyEntry(precision, n, cc, model_tsm2(precision, n), model_ism2(precision, n, 1),
+                           model_ism2(precision, n, 2), DEFAULT_ISM2_MAX_K, NEVER, (), "model")
+
+
+def entry_from_row(row: dict, cc: int) -> TallSkinnyEntry:
+    """A tuned table row -> entry; missing parts fall back to the model's choice."""
+    prec, n = row["precision"], row["n"]
+    base = default_entry(prec, n, cc)
+
+    def spec(key, cls, default, **extra):
+        r = row.get(key)
+        if not r:
+            return default
+        return cls(prec, n, r["t1"], r["t2"], r["t3"], **extra).validate()
+
+    tcf = tuple(sorted((int(a), int(b)) for a, b in row.get("tcf", [])))[:MAX_TCF_CUTS]
+    opt2 = row.get("opt2_min_m")
+    return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),
+                           spec("ism2_opt1", Ism2Spec, base.ism2_opt1, opt=1),
+                           spec("ism2_opt2", Ism2Spec, base.ism2_opt2, opt=2),
+                           int(row.get("ism2_max_k", base.ism2_max_k)),
+                           NEVER if opt2 is None else int(opt2), tcf,
+                           f"tuned on {row.get('device', 'unknown')}")
+
+
+def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallSkinnyEntry, ...]:
+    from .precision import PRECISION_ORDER
+
+    entries = []
+    for prec in precisions:
+        if prec not in PRECISIONS_TS:
+            continue
+        for n in ns:
+            previous = None
+            for arch in archs:
+                rows = {(r["precision"], r["n"]): r for r in load_table(arch).get("tallskinny", [])}
+                cc = ARCHS[arch].cc
+                entry = None
+                if (prec, n) in rows:
+                    try:
+                        entry = entry_from_row(rows[(prec, n)], cc)
+                    except (SpecError, KeyError, TypeError, ValueError) as err:
+                        notes.append(f"{arch} tallskinny row for {prec} n={n} refused: {err}")
+                if entry is None:
+                    entry = default_entry(prec, n, cc)
+                same = previous is not None and (
+                    previous.kernels, previous.ism2_max_k, previous.opt2_min_m, previous.tcf) == (
+                    entry.kernels, entry.ism2_max_k, entry.opt2_min_m, entry.tcf)
+                if not same:
+                    entries.append(entry)
+                    previous = entry
+    return tuple(sorted(entries, key=lambda e: (PRECISION_ORDER.index(e.precision), e.n, e.cc)))

@@ -1,0 +1,271 @@
+"""GPU checks of the tall-skinny families (TSM2, ISM2 optimizations 1 and 2) against the float64
+NumPy reference: through the public gemmgen_?gemm_tallskinny and through every emitted variant's
+own entry point with forced k-groups / tcf, on random shapes that are multiples of no tile, all four
+transpose pairs, leading dimensions larger than the rows, C's padding poisoned and checked
+untouched, bit-exact small-integer cases, beta = 0 over NaN, alpha = 0, k = 0, and operands with
+more than 2^31 elements (very tall m)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from . import reference as ref
+from .check_small import POISON, CaseResult
+
+TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
+
+
+@dataclass(frozen=True)
+class TsCase:
+    precision: str
+    m: int
+    n: int
+    k: int
+    transa: str = "N"
+    transb: str = "N"
+    kind: str = "random"
+    alpha: float = 1.0
+    beta: float = 0.0
+    target: str = "api"     # "api" or a variant name
+    split: int = 0          # k-groups (tsm2) or tcf (ism2); 0 = chosen at launch
+    pad: int = 3
+
+
+def _stored(trans: str, rows: int, cols: int) -> tuple[int, int]:
+    return (rows, cols) if trans == "N" else (cols, rows)
+
+
+def run_ts_case(lib, case: TsCase, rng: np.random.Generator) -> CaseResult:
+    import cupy as cp
+
+    p, m, n, k = case.precision, case.m, case.n, case.k
+    integer = case.kind == "exact"
+    ra, ca = _stored(case.transa, m, k)
+    rb, cb = _stored(case.transb, k, n)
+    lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
+    a_vals = ref.random_values(rng, p, lda * max(ca, 1), integer)
+    b_vals = ref.random_values(rng, p, ldb * max(cb, 1), integer)
+    c_vals = np.full(ldc * n + case.pad, POISON)
+    c0 = ref.random_values(rng, p, m * n, integer).reshape(1, m, n)
+    if case.kind == "beta0-nan":
+        c0 = np.full_like(c0, np.nan)
+    item = c_vals.itemsize
+    np.lib.stride_tricks.as_strided(c_vals, shape=(1, m, n), strides=(item, item, ldc * item))[...] = c0
+    d_a = cp.asarray(ref.to_storage(p, a_vals))
+    d_b = cp.asarray(ref.to_storage(p, b_vals))
+    c_stored = ref.to_storage(p, c_vals)
+    d_c = cp.asarray(c_stored)
+    args = (m, k, case.alpha, d_a.data.ptr, lda, d_b.data.ptr, ldb, case.beta, d_c.data.ptr, ldc)
+    if case.target == "api":
+        rc = lib.tallskinny(p, case.transa, case.transb, m, n, k, case.alpha, d_a.data.ptr, lda,
+                            d_b.data.ptr, ldb, case.beta, d_c.data.ptr, ldc)
+    else:
+        from .api import scalar
+
+        f = lib.variant(case.target)
+        rc = f(case.transa.encode(), case.transb.encode(), m, k, scalar(p, case.alpha), d_a.data.ptr,
+               lda, d_b.data.ptr, ldb, scalar(p, case.beta), d_c.data.ptr, ldc, case.split, 0)
+    del args
+    cp.cuda.runtime.deviceSynchronize()
+    out_stored = cp.asnumpy(d_c)
+    a = ref.matrices(a_vals, 1, ra, ca, lda, 0)
+    b = ref.matrices(b_vals, 1, rb, cb, ldb, 0)
+    expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, c0)
+    got = ref.matrices(ref.from_storage(p, out_stored), 1, m, n, ldc, 0)
+    mask = np.ones(c_vals.shape, dtype=bool)
+    np.lib.stride_tricks.as_strided(mask, shape=(m, n), strides=(1, ldc))[...] = False
+    untouched = bool(np.array_equal(out_stored[mask], c_stored[mask]))
+    errors = ref.relative_errors(got, expected, case.alpha, a, b, case.beta, c0)
+    max_err = float(np.max(errors)) if errors.size else 0.0
+    if errors.size and np.isnan(errors).any():
+        max_err = float("nan")
+    exact = bool(np.array_equal(got, expected)) if integer else None
+    bound = ref.error_bound(p, k)
+    passed = rc == 0 and ref.Verdict(max_err, bound, untouched, exact).passed
+    label = case.target if case.target == "api" else f"{case.target}/split{case.split}"
+    return CaseResult(p, m, n, k, case.transa, case.transb, label, 1, case.kind, rc, max_err, bound,
+                      untouched, exact, passed, "")
+
+
+def _tsm2_shape(rng) -> tuple[int, int]:
+    """m, k for TSM2: k past every tile size, neither a multiple of 32 nor of any t1."""
+    m = int(rng.integers(33, 800)) | 1
+    k = int(rng.integers(33, 700)) | 1
+    return m, k
+
+
+def _ism2_shape(rng) -> tuple[int, int]:
+    m = int(rng.integers(1000, 12000)) | 1
+    k = int(rng.integers(1, 32))
+    return m, k
+
+
+def default_cases(entries, rng: np.random.Generator, api_ns=None) -> Iterator[TsCase]:
+    """Per dispatch entry (precision, n): the public API on a TSM2 shape and an ISM2 shape in all
+    four transposes, every variant directly (TSM2 with 1 and 3 k-groups and the launch-time
+    choice, ISM2 opt 1 / opt 2 with tcf 1, 3 and the launch-time choice, including k past a B tile
+    for the multi-tile paths), an exact integer case, beta = 0 over NaN, alpha = 0."""
+    seen = set()
+    for e in entries:
+        if (e.precision, e.n) in seen:
+            continue
+        seen.add((e.precision, e.n))
+        p, n = e.precision, e.n
+
+        def scal():
+            return float(rng.uniform(0.5, 1.5) * rng.choice([-1, 1]))
+
+        for ta, tb in TRANS:
+            for shape in (_tsm2_shape(rng), _ism2_shape(rng)):
+                yield TsCase(p, shape[0], n, shape[1], ta, tb, "random", scal(), scal())
+        ta, tb = TRANS[int(rng.integers(4))]
+        for split in (0, 1, 3):
+            m, k = _tsm2_shape(rng)
+            yield TsCase(p, m, n, k, ta, tb, "random", scal(), scal(), e.tsm2.name, split)
+        for spec in (e.ism2_opt1, e.ism2_opt2):
+            for split in (0, 1, 3):
+                m, k = _ism2_shape(rng)
+                yield TsCase(p, m, n, k, ta, tb, "random", scal(), scal(), spec.name, split)
+            # k past one B tile (and n past t2 where t2 < n): the multi-tile path
+            yield TsCase(p, int(rng.integers(500, 3000)) | 1, n, spec.t1 + int(rng.integers(1, 90)),
+                         ta, tb, "random", scal(), scal(), spec.name, 2)
+        m, k = _tsm2_shape(rng)
+        yield TsCase(p, m, n, min(k, 200), ta, tb, "exact", 1.0, 1.0)
+        m, k = _ism2_shape(rng)
+        yield TsCase(p, m, n, k, ta, tb, "exact", 1.0, 1.0)
+        yield TsCase(p, m, n, k, ta, tb, "beta0-nan", scal(), 0.0)
+        m, k = _tsm2_shape(rng)
+        yield TsCase(p, m, n, k, ta, tb, "beta0-nan", scal(), 0.0, e.tsm2.name, 2)
+        yield TsCase(p, m, n, k, ta, tb, "alpha0", 0.0, scal())
+
+
+def edge_cases(precisions) -> Iterator[TsCase]:
+    for p in precisions:
+        yield TsCase(p, 37, 5, 0, "N", "N", "k0", 1.0, 0.5)
+        yield TsCase(p, 37, 5, 0, "T", "T", "k0-beta0", 1.0, 0.0)
+        yield TsCase(p, 1, 3, 1, "N", "N", "tiny", 1.0, 0.5)
+        yield TsCase(p, 3, 1, 5000, "T", "N", "m<t1,long k", 1.0, 0.5)
+
+
+def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None) -> list[CaseResult]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, case in enumerate(cases):
+        try:
+            out.append(run_ts_case(lib, case, rng))
+        except Exception as err:   # a crash is a failed check, and the run goes on
+            out.append(CaseResult(case.precision, case.m, case.n, case.k, case.transa, case.transb,
+                                  case.target, 1, case.kind, -999, float("nan"), 0.0, False, None,
+                                  False, f"exception: {str(err)[:200]}"))
+        if progress:
+            progress(i + 1, len(cases))
+    return out
+
+
+def check_not_generated(lib, ns) -> list[CaseResult]:
+    """n outside the emitted set and the complex precisions return GEMMGEN_NOT_GENERATED."""
+    from .api import NOT_GENERATED
+
+    out = []
+    outside = max(ns) + 1
+    for p, n in (("s", outside), ("d", outside), ("h", outside), ("z", 4), ("c", 4), ("hc", 4)):
+        rc = lib.tallskinny(p, "N", "N", 10, n, 10, 1.0, 8, 10, 8, 10, 0.0, 8, 10)
+        out.append(CaseResult(p, 10, n, 10, "N", "N", "api", 1, "not-generated", rc, 0.0, 0.0, True,
+                              None, rc == NOT_GENERATED, f"expected {NOT_GENERATED}"))
+    return out
+
+
+def check_tall(lib, prec: str, m: int, n: int, k: int, transa: str, seed: int = 11,
+               target: str = "api", split: int = 0) -> CaseResult:
+    """op(A) with more than 2^31 elements: generated on the GPU; rows sampled at the start, the
+    end, at random and past element 2^31 are compared with the float64 reference."""
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    ra, ca = _stored(transa, m, k)
+    lda = ra
+    dtype = ref.host_dtype(prec)
+    total = lda * ca
+    d_a = cp.empty(total, dtype=dtype)
+    chunk = 1 << 28
+    for s in range(0, total, chunk):
+        e = min(total, s + chunk)
+        d_a[s:e] = (rs.uniform(-1, 1, size=e - s, dtype=np.float32)).astype(dtype)
+    b_host = ref.random_values(np.random.default_rng(seed), prec, k * n).reshape(k, n)   # op(B), k×n
+    d_b = cp.asarray(ref.to_storage(prec, b_host.reshape(-1, order="F")))
+    ldb = k
+    ldc = m
+    d_c = cp.empty(m * n, dtype=dtype)
+    d_c[:] = cp.asarray(np.array(np.nan, dtype=dtype))
+    alpha = 0.75
+    if target == "api":
+        rc = lib.tallskinny(prec, transa, "N", m, n, k, alpha, d_a.data.ptr, lda, d_b.data.ptr, ldb,
+                            0.0, d_c.data.ptr, ldc)
+    else:
+        from .api import scalar
+
+        rc = lib.variant(target)(transa.encode(), b"N", m, k, scalar(prec, alpha), d_a.data.ptr, lda,
+                                 d_b.data.ptr, ldb, scalar(prec, 0.0), d_c.data.ptr, ldc, split, 0)
+    cp.cuda.runtime.deviceSynchronize()
+    rng = np.random.default_rng(seed)
+    past = (2**31) // k + 1      # rows whose elements lie past 2^31 (either layout)
+    rows = np.unique(np.concatenate([np.arange(256), np.arange(m - 256, m),
+                                     rng.integers(0, m, 512), rng.integers(min(past, m - 1), m, 512)]))
+    d_rows = cp.asarray(rows)
+    cols = cp.arange(k)
+    if transa == "N":
+        idx = d_rows[:, None] + cols[None, :] * lda
+    else:
+        idx = d_rows[:, None] * lda + cols[None, :]
+    a_rows = cp.asnumpy(d_a[idx]).astype(np.float64)
+    c_rows = cp.asnumpy(d_c[d_rows[:, None] + cp.arange(n)[None, :] * ldc]).astype(np.float64)
+    expected = alpha * a_rows @ b_host
+    c0 = np.zeros_like(expected)
+    err = float(ref.relative_errors(c_rows[None], expected[None], alpha, a_rows[None], b_host[None],
+                                    0.0, c0[None])[0])
+    bound = ref.error_bound(prec, k)
+    elements = m * k
+    del d_a, d_b, d_c
+    cp.get_default_memory_pool().free_all_blocks()
+    return CaseResult(prec, m, n, k, transa, "N", target, 1, "A>2^31 elements", rc, err, bound, True,
+                      None, rc == 0 and err <= bound,
+                      f"{elements} elements in A ({elements / 2**31:.2f}·2^31), {len(rows)} rows sampled")
+
+
+def entries_from_manifest(manifest: dict) -> list:
+    """The tall-skinny dispatch entries of an emitted set's manifest.json, with parsed specs."""
+    from types import SimpleNamespace
+
+    from generator.tsm2 import parse_spec
+
+    out = []
+    for e in manifest.get("tallskinny", {}).get("dispatch", []):
+        out.append(SimpleNamespace(precision=e["precision"], n=e["n"], tsm2=parse_spec(e["tsm2"]),
+                                   ism2_opt1=parse_spec(e["ism2_opt1"]), ism2_opt2=parse_spec(e["ism2_opt2"])))
+    return out
+
+
+def manifest_cases(manifest: dict, rng: np.random.Generator, quick: bool = False) -> list:
+    """What `gemmgen check` runs for the tall-skinny part of a set."""
+    entries = entries_from_manifest(manifest)
+    if not entries:
+        return []
+    cases = list(default_cases(entries, rng))
+    if quick:
+        cases = [c for c in cases if c.target == "api" or c.kind != "random"]
+    return cases + list(edge_cases(sorted({e.precision for e in entries})))
+
+
+def run_manifest_checks(lib, manifest: dict, quick: bool = False) -> list[CaseResult]:
+    cases = manifest_cases(manifest, np.random.default_rng(20261123), quick)
+    if not cases:
+        return []
+    ns = manifest["tallskinny"]["n"]
+    results = run_cases(lib, cases)
+    results += check_not_generated(lib, ns)
+    precs = {e.precision for e in entries_from_manifest(manifest)}
+    if not quick and "h" in precs and 16 in ns:
+        results.append(check_tall(lib, "h", 2**31 // 16 + 4099, 16, 16, "N"))
+    return results

@@ -1,0 +1,180 @@
+"""The tall-skinny families (TSM2, ISM2): spec rules and names, the performance model's choices,
+the emitted set (deterministic, small family untouched), a cheap compile for sm_90 without local
+memory, the C API's argument checks (no GPU needed) and, where a GPU is present, NumPy checks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator import tsm2
+from generator.manifest import Selection, build_manifest
+from generator.spec import SpecError
+
+
+# ---- specs -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [
+    tsm2.Tsm2Spec("s", 16, 128, 16, 4), tsm2.Tsm2Spec("d", 1, 32, 1, 1), tsm2.Tsm2Spec("h", 32, 256, 32, 8),
+    tsm2.Ism2Spec("d", 16, 128, 16, 8, 2), tsm2.Ism2Spec("s", 7, 64, 7, 16, 1),
+])
+def test_name_round_trip(spec):
+    assert tsm2.parse_spec(spec.name) == spec
+    assert type(spec).parse(spec.name) == spec
+
+
+@pytest.mark.parametrize("args, rule", [
+    (("z", 4, 128, 4, 4), "precision"),
+    (("s", 0, 128, 1, 1), "n"),
+    (("s", 4, 100, 4, 4), "t1"),          # not whole warps
+    (("s", 4, 128, 5, 4), "t2"),          # t2 > n
+    (("s", 4, 128, 4, 3), "t3"),          # does not divide t1
+    (("d", 64, 128, 64, 32), "registers"),
+    (("d", 32, 1024, 16, 1), "shared memory"),
+])
+def test_tsm2_rules(args, rule):
+    with pytest.raises(SpecError) as err:
+        tsm2.Tsm2Spec(*args).validate()
+    assert err.value.rule == rule
+
+
+def test_ism2_opt_rule():
+    with pytest.raises(SpecError) as err:
+        tsm2.Ism2Spec("s", 4, 128, 4, 4, 3).validate()
+    assert err.value.rule == "opt"
+
+
+def test_bad_names():
+    for name in ("tsm2_s_n4", "ism2_s_n4_t128x4x4_opt3", "small_s_m2n2k2_dim2x2_tba1"):
+        with pytest.raises(SpecError):
+            tsm2.parse_spec(name)
+
+
+def test_sweeps_are_valid_and_include_the_model():
+    for p in "sd":
+        for n in (2, 4, 8, 16):
+            sweep = tsm2.tsm2_sweep(p, n)
+            assert sweep and all(s.is_valid() for s in sweep)
+            assert tsm2.model_tsm2(p, n) in sweep
+        for n in (8, 16):
+            sweep = tsm2.ism2_sweep(p, n)
+            assert {1, 2} == {s.opt for s in sweep}
+
+
+# ---- the model ---------------------------------------------------------------------------------------
+def test_t2_threshold_matches_the_paper_on_k40c():
+    """§4.2: K40c (1430 GFLOP/s fp64, 288 GB/s) gives t2 threshold ≈ 40 in double precision."""
+    k40 = tsm2.DeviceModel("K40c", 15, 0.745e9, 65536, 48 * 1024, 2048, 288e9, {"d": 1430e9, "s": 4290e9})
+    assert 38 < tsm2.t2_threshold(k40, "d") < 42
+
+
+def test_model_on_h100_is_memory_bound_and_reads_a_once():
+    for p in "hsd":
+        for n in (1, 2, 4, 8, 16, 32):
+            c = tsm2.algorithm5(tsm2.H100_SXM, p, 30720, n, 30720)
+            assert c.bound == "memory"
+            assert c.t2 == n                      # A read once (§3.6.3)
+            assert 0.99 <= c.util <= 1.0          # Little's law satisfied at full occupancy
+            spec = tsm2.model_tsm2(p, n)
+            assert spec.t2 == n and spec.t1 % spec.t3 == 0
+
+
+def test_model_compute_bound_branch():
+    """A slow-compute device (the paper's M40: fp64 213 GFLOP/s, 288 GB/s, threshold ≈ 6) sends
+    n = 16 down the compute-bound branch of Algorithm 5, as §4.4 reports."""
+    m40 = tsm2.DeviceModel("M40", 24, 1.1e9, 65536, 96 * 1024, 2048, 288e9, {"d": 213e9, "s": 6.8e12})
+    assert 5 < tsm2.t2_threshold(m40, "d") < 7
+    c = tsm2.algorithm5(m40, "d", 15360, 16, 15360)
+    assert 1 <= c.t2 <= 16 and c.t3 >= 1
+
+
+def test_occupancy_and_utilization_shapes():
+    dev = tsm2.H100_SXM
+    assert tsm2.max_occupancy(dev, "d", 32, 8) < tsm2.max_occupancy(dev, "d", 4, 8)
+    assert tsm2.util_mem(dev, "s", 16, 1) <= tsm2.util_mem(dev, "s", 16, 8)
+
+
+# ---- emission ----------------------------------------------------------------------------------------
+def test_default_manifest_has_every_n_and_precision():
+    m = build_manifest(Selection())
+    keys = {(e.precision, e.n) for e in m.tallskinny}
+    assert keys == {(p, n) for p in "hsd" for n in range(1, 33)}
+    assert len(m.tallskinny_kernels) >= 3 * 32
+
+
+def test_any_n_on_request_and_command_round_trip():
+    sel = Selection.parse("sm_90", "s", "2", "", "40,48")
+    assert sel.tallskinny_ns == (40, 48)
+    assert "--tallskinny-n 40,48" in sel.command()
+    assert "--tallskinny-n" not in Selection().command()
+    m = build_manifest(sel)
+    assert {e.n for e in m.tallskinny} == {40, 48}
+
+
+def test_plan_is_deterministic_and_small_sources_unchanged():
+    from generator.emit import plan
+
+    sel = Selection.parse("sm_90", "s,d", "2,3", "", "4,8")
+    a, b = plan(build_manifest(sel)), plan(build_manifest(sel))
+    assert a == b
+    assert "src/gemmgen_tallskinny_dispatch.cu" in a
+    assert any(k.startswith("src/tsm2/") for k in a) and any(k.startswith("src/ism2/") for k in a)
+    assert "gemmgen_dgemm_tallskinny" in a["include/gemmgen.h"]
+    # the small family's sources differ only in the banner's command line
+    none = plan(build_manifest(Selection.parse("sm_90", "s,d", "2,3", "", "")))
+    for rel, text in none.items():
+        if rel.startswith("src/small/"):
+            assert a[rel].split("\n", 1)[1] == text.split("\n", 1)[1]
+
+
+# ---- compile (cheap: one precision, two n) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ts_build(tmp_path_factory):
+    from harness.tallskinny_build import build_tallskinny
+
+    root = Path(__file__).resolve().parent.parent / "build" / "test_tallskinny"
+    result, entries = build_tallskinny(root / "set", root / "obj", ("s",), (3, 16), "sm_90")
+    return result, entries
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_without_local_memory(ts_build):
+    result, _ = ts_build
+    assert not result.failures
+    assert result.resources
+    assert not result.local_memory_kernels
+    assert all(r.registers <= 255 for r in result.resources)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change, code", [
+    ({"ta": "X"}, -1), ({"tb": "?"}, -2), ({"m": -1}, -3), ({"n": -1}, -4), ({"k": -2}, -5),
+    ({"A": None}, -7), ({"lda": 9}, -8), ({"B": None}, -9), ({"ldb": 2}, -10), ({"C": None}, -12),
+    ({"ldc": 9}, -13), ({"ta": "T", "lda": 2}, -8), ({"tb": "T", "ldb": 2}, -10),
+    ({"m": 0, "A": None, "B": None, "C": None}, 0), ({"n": 0, "C": None}, 0),
+])
+def test_argument_checks(ts_build, change, code):
+    from harness.api import TallSkinnyLibrary
+
+    lib = TallSkinnyLibrary(ts_build[0].library)
+    args = {"ta": "N", "tb": "N", "m": 10, "n": 3, "k": 4, "A": 8, "lda": 10, "B": 8, "ldb": 4, "C": 8,
+            "ldc": 10}
+    args.update(change)
+    a = args
+    assert lib.tallskinny("s", a["ta"], a["tb"], a["m"], a["n"], a["k"], 1.0, a["A"], a["lda"], a["B"],
+                          a["ldb"], 0.0, a["C"], a["ldc"]) == code
+
+
+# ---- GPU ---------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_checks(ts_build):
+    from harness import check_tallskinny as ck
+    from harness.api import TallSkinnyLibrary
+
+    result, entries = ts_build
+    lib = TallSkinnyLibrary(result.library)
+    cases = list(ck.default_cases(entries, np.random.default_rng(3))) + list(ck.edge_cases("s"))
+    results = ck.run_cases(lib, cases) + ck.check_not_generated(lib, (3, 16))
+    failed = [r for r in results if not r.passed]
+    assert not failed, failed[:5]
