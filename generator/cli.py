@@ -19,9 +19,10 @@ from .small import MAX_SIZE
 DEFAULT_OUT = Path("generated")
 
 
-def _selection(arch: str, precisions: str, sizes: str, shapes: str) -> Selection:
+def _selection(arch: str, precisions: str, sizes: str, shapes: str,
+               tallskinny_n: str | None = None) -> Selection:
     try:
-        return Selection.parse(arch, precisions, sizes, shapes)
+        return Selection.parse(arch, precisions, sizes, shapes, tallskinny_n)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
@@ -58,9 +59,11 @@ def _print_manifest(manifest: Manifest) -> None:
 @main.command("list")
 @selection_options
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def list_cmd(arch, precisions, sizes, shapes, as_json):
+@click.option("--tallskinny-n", default="1-32", show_default=True,
+              help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
+def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
     """Show which kernel variants a selection would emit, and which serves each shape."""
-    manifest = build_manifest(_selection(arch, precisions, sizes, shapes))
+    manifest = build_manifest(_selection(arch, precisions, sizes, shapes, tallskinny_n))
     if as_json:
         click.echo(json.dumps(manifest.to_json(), indent=1, sort_keys=True))
     else:
@@ -72,11 +75,13 @@ def list_cmd(arch, precisions, sizes, shapes, as_json):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Output folder.")
 @click.option("--dry-run", is_flag=True, help="Print the manifest and the files, write nothing.")
-def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run):
+@click.option("--tallskinny-n", default="1-32", show_default=True,
+              help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
+def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny_n):
     """Emit CUDA sources, include/gemmgen.h, CMakeLists.txt and manifest.json."""
     from .emit import plan, write
 
-    selection = _selection(arch, precisions, sizes, shapes)
+    selection = _selection(arch, precisions, sizes, shapes, tallskinny_n)
     if out_dir.exists() and not out_dir.is_dir():
         raise click.ClickException(f"output {out_dir} exists and is not a folder")
     manifest = build_manifest(selection)
@@ -132,6 +137,44 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
     sys.exit(run_tune(selection, results, build_dir, megabytes, write_table, jobs))
 
 
+@tune.command("tsm2")
+@click.option("--precisions", default="s,d", show_default=True, help="Subset of h,s,d.")
+@click.option("--tsm2-n", default="2,4,8,16", show_default=True, help="n values for the TSM2 sweep.")
+@click.option("--ism2-n", default="8,16", show_default=True, help="n values (k = n) for the ISM2 sweep.")
+@click.option("--results", type=click.Path(path_type=Path),
+              default=Path("docs/perf/tune_tallskinny_results.jsonl"), show_default=True,
+              help="Append-only results file (survives interruption).")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/ts"), show_default=True)
+@click.option("--write-table/--no-write-table", default=True, show_default=True,
+              help="Write the tallskinny section of generator/tuning/<arch>.json.")
+@click.option("--jobs", "-j", type=int, default=0)
+def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
+    """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
+    k, and compare the performance model's choice (Algorithm 5) with the measured best."""
+    from generator import tsm2
+    from harness.api import TallSkinnyLibrary
+    from harness.run_check import device_arch
+    from harness.tallskinny_build import build_tallskinny
+    from harness.timing import copy_bandwidth
+    from harness.toolchain import gpu_available
+    from harness.tune_tallskinny import run_tune
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
+    try:
+        precs = tuple(p for p in "hsd" if p in precisions.split(","))
+        ts_ns, is_ns = tsm2.parse_ns(tsm2_n), tsm2.parse_ns(ism2_n)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    arch, device = device_arch()
+    extra = ([s for p in precs for n in ts_ns for s in tsm2.tsm2_sweep(p, n)]
+             + [s for p in precs for n in is_ns for s in tsm2.ism2_sweep(p, n)])
+    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tuple(sorted(set(ts_ns) | set(is_ns))),
+                                arch, extra, jobs or None)
+    run_tune(TallSkinnyLibrary(build.library), device, arch, results, precs, ts_ns, is_ns,
+             copy_bandwidth(), write_table, Path("docs/perf") / f"tune_tallskinny_{arch}.md")
+
+
 @main.group()
 def bench():
     """Benchmarks against the vendor library, measured in one run on the same data."""
@@ -157,6 +200,31 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
     except ValueError:
         raise click.ClickException(f"bad --batches {batches!r}; write e.g. 10000,100000") from None
     sys.exit(run_bench(gen_dir, build_dir, selection, megabytes, batch_list, out_dir))
+
+
+@bench.command("tallskinny")
+@click.option("--precisions", default="s,d", show_default=True, help="Subset of h,s,d.")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/ts"), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
+@click.option("--jobs", "-j", type=int, default=0)
+def bench_tallskinny(precisions, build_dir, out_dir, jobs):
+    """The TSM2 and ISM2 papers' workloads vs cuBLAS (one run, same buffers): fraction of the
+    copy-bandwidth floor, speedup; JSON, table and plot into docs/perf/."""
+    from generator import tsm2
+    from harness.api import TallSkinnyLibrary
+    from harness.bench_tallskinny import run_bench
+    from harness.run_check import device_arch
+    from harness.tallskinny_build import build_tallskinny
+    from harness.toolchain import gpu_available
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen bench needs CuPy and a CUDA device")
+    precs = tuple(p for p in "hsd" if p in precisions.split(","))
+    arch, device = device_arch()
+    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tsm2.DEFAULT_NS, arch,
+                                (), jobs or None, library_name="libgemmgen_tallskinny_bench.so")
+    run_bench(TallSkinnyLibrary(build.library), device, arch, out_dir, precs,
+              command=f"gemmgen bench tallskinny --precisions {','.join(precs)}")
 
 
 if __name__ == "__main__":

@@ -34,10 +34,61 @@ def scalar(prec: str, value: complex | float):
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
 
-class GemmgenLibrary:
+def bind_tallskinny(lib) -> None:
+    """Argument types of gemmgen_?gemm_tallskinny and the tall-skinny queries (when present)."""
+    for key in PRECISION_ORDER:
+        f = getattr(lib, f"gemmgen_{key}gemm_tallskinny", None)
+        if f is None:
+            return
+        s = _SCALAR[PRECISIONS[key].scalar]
+        f.restype = _i
+        f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _p]
+    lib.gemmgen_tallskinny_is_generated.restype = _i
+    lib.gemmgen_tallskinny_is_generated.argtypes = [ctypes.c_char_p, _i]
+    lib.gemmgen_tallskinny_selected_kernel.restype = ctypes.c_char_p
+    lib.gemmgen_tallskinny_selected_kernel.argtypes = [ctypes.c_char_p, _i, _i, _i]
+
+
+def variant_launcher(lib, name: str, prec: str):
+    """A tsm2/ism2 variant's own entry point: (ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    split, stream) with split = k-groups (TSM2) or tcf (ISM2), 0 = chosen at launch."""
+    f = getattr(lib, name)
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+    return f
+
+
+class TallSkinnyLibrary:
+    """The tall-skinny part of the C API (also loads a tall-skinny-only library)."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.lib = ctypes.CDLL(str(self.path))
+        bind_tallskinny(self.lib)
+
+    def tallskinny(self, prec, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+                   stream=0) -> int:
+        f = getattr(self.lib, f"gemmgen_{prec}gemm_tallskinny")
+        return f(transa.encode(), transb.encode(), m, n, k, scalar(prec, alpha), A, lda, B, ldb,
+                 scalar(prec, beta), C, ldc, stream)
+
+    def tallskinny_is_generated(self, prec: str, n: int) -> bool:
+        return bool(self.lib.gemmgen_tallskinny_is_generated(prec.encode(), n))
+
+    def tallskinny_selected_kernel(self, prec: str, m: int, n: int, k: int) -> str | None:
+        name = self.lib.gemmgen_tallskinny_selected_kernel(prec.encode(), m, n, k)
+        return name.decode() if name else None
+
+    def variant(self, name: str):
+        return variant_launcher(self.lib, name, name.split("_")[1])
+
+
+class GemmgenLibrary(TallSkinnyLibrary):
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lib = ctypes.CDLL(str(self.path))
+        bind_tallskinny(self.lib)
         for key in PRECISION_ORDER:
             s = _SCALAR[PRECISIONS[key].scalar]
             f = getattr(self.lib, f"gemmgen_{key}gemm_batched_strided")

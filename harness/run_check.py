@@ -89,6 +89,11 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
     for prec in ("h", "s"):
         if prec in shapes:
             results.append(check_small.check_large_stride(lib, prec))
+    if manifest.get("tallskinny", {}).get("dispatch"):
+        from . import check_tallskinny
+
+        click.echo("tall-skinny checks (TSM2, ISM2)")
+        results += check_tallskinny.run_manifest_checks(lib, manifest, quick)
     failed = [r for r in results if not r.passed]
     by_prec = Counter((r.precision, r.passed) for r in results)
     for prec in sorted({r.precision for r in results}):
