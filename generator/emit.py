@@ -11,6 +11,7 @@ from .arch import ARCHS
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
+from . import tsm2
 from .small import MAX_SIZE
 
 
@@ -18,22 +19,57 @@ def kernel_source_path(spec) -> str:
     return f"src/{spec.family}/{spec.precision}/{spec.name}.cu"
 
 
-def support_files(command: str, archs, small_precisions) -> dict[str, str]:
+def support_files(command: str, archs, small_precisions, tallskinny_ns=tsm2.DEFAULT_NS) -> dict[str, str]:
     """The headers every kernel source includes (also used by the tuner's throw-away sets)."""
     common = {"banner": banner(command), "version": __version__}
     precisions = [PRECISIONS[k] for k in PRECISION_ORDER]   # the API always has all six
+    ts_precisions = [p for p in small_precisions if p in tsm2.PRECISIONS_TS] if tallskinny_ns else []
     return {
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", **common),
         "src/gemmgen_small.cuh": render("small/gemmgen_small.cuh.j2", **common),
+        "src/gemmgen_tallskinny.cuh": render("tsm2/gemmgen_tallskinny.cuh.j2", **common),
         "include/gemmgen.h": render("gemmgen.h.j2", precisions=precisions, archs=archs,
                                     small_precisions=small_precisions, small_max_size=MAX_SIZE,
-                                    **common),
+                                    tallskinny_precisions=ts_precisions,
+                                    tallskinny_ns=_ranges(tallskinny_ns), **common),
     }
+
+
+def _ranges(values) -> str:
+    values = sorted(values)
+    if not values:
+        return ""
+    runs, start, prev = [], values[0], values[0]
+    for v in values[1:] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if v is not None:
+            start = prev = v
+    return ",".join(runs)
+
+
+def _cuts(entry, index: int) -> str:
+    values = [str(c[index]) + ("LL" if index == 0 else "") for c in entry.tcf]
+    values += ["0"] * (tsm2.MAX_TCF_CUTS - len(values))
+    return ", ".join(values)
+
+
+TALLSKINNY_TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
+
+
+def tallskinny_source(spec, command: str, trans_pairs=None) -> str:
+    return render("tsm2/tallskinny_variant.cu.j2", spec=spec, p=PRECISIONS[spec.precision],
+                  trans_pairs=TALLSKINNY_TRANS if trans_pairs is None else trans_pairs,
+                  banner=banner(command), version=__version__)
 
 
 def kernel_source(spec, command: str, trans_pairs=None) -> str:
     """One variant's source with launchers for every transpose pair (or only `trans_pairs`: the
     tuner times NN and need not compile the other eight)."""
+    if spec.family in ("tsm2", "ism2"):
+        return tallskinny_source(spec, command, trans_pairs)
     p = PRECISIONS[spec.precision]
     return render("small/small_variant.cu.j2", spec=spec, p=p,
                   trans_pairs=p.trans_pairs if trans_pairs is None else trans_pairs,
@@ -46,15 +82,24 @@ def plan(manifest: Manifest) -> dict[str, str]:
     common = {"banner": banner(command), "version": __version__}
     precisions = [PRECISIONS[k] for k in PRECISION_ORDER]
     kernels = manifest.kernels
-    files = support_files(command, manifest.selection.archs, manifest.selection.precisions)
+    files = support_files(command, manifest.selection.archs, manifest.selection.precisions,
+                          manifest.selection.tallskinny_ns)
     for spec in kernels:
         files[kernel_source_path(spec)] = kernel_source(spec, command)
+    ts_kernels = manifest.tallskinny_kernels
+    for spec in ts_kernels:
+        files[kernel_source_path(spec)] = tallskinny_source(spec, command)
+    files["src/gemmgen_tallskinny_dispatch.cu"] = render(
+        "tsm2/tallskinny_dispatch.cu.j2", precisions=precisions, entries=manifest.tallskinny,
+        kernels=ts_kernels, max_cuts=tsm2.MAX_TCF_CUTS,
+        cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     files["src/gemmgen_dispatch.cu"] = render(
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         precision_of=PRECISIONS, **common)
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", sources=sorted(kernel_source_path(s) for s in kernels),
+        "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + ts_kernels]
+                                            + ["src/gemmgen_tallskinny_dispatch.cu"]),
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs], **common)
     listing = manifest.to_json()

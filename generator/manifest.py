@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import small
+from . import small, tsm2
 from .arch import ARCHS, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError
@@ -62,11 +62,15 @@ class Selection:
     precisions: tuple[str, ...] = PRECISION_ORDER
     sizes: tuple[int, ...] = tuple(range(1, small.MAX_SIZE + 1))
     shapes: tuple[Shape, ...] = ()
+    tallskinny_ns: tuple[int, ...] = tsm2.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
 
     @classmethod
-    def parse(cls, archs: str, precisions: str, sizes: str, shapes: str) -> "Selection":
+    def parse(cls, archs: str, precisions: str, sizes: str, shapes: str,
+              tallskinny_ns: str | None = None) -> "Selection":
+        ns = tsm2.DEFAULT_NS if tallskinny_ns is None else (
+            tsm2.parse_ns(tallskinny_ns) if tallskinny_ns else ())
         return cls(parse_archs(archs), parse_precisions(precisions), parse_sizes(sizes) if sizes else (),
-                   parse_shapes(shapes) if shapes else ())
+                   parse_shapes(shapes) if shapes else (), ns)
 
     @property
     def all_shapes(self) -> tuple[Shape, ...]:
@@ -80,6 +84,8 @@ class Selection:
                  "--sizes " + _compress(self.sizes)]
         if self.shapes:
             parts.append("--shapes " + ",".join(f"{m}x{n}x{k}" for m, n, k in self.shapes))
+        if self.tallskinny_ns != tsm2.DEFAULT_NS:
+            parts.append("--tallskinny-n " + _compress(self.tallskinny_ns))
         return " ".join(parts)
 
 
@@ -114,6 +120,11 @@ class Manifest:
     selection: Selection
     dispatch: tuple[DispatchEntry, ...]
     notes: list[str] = field(default_factory=list)
+    tallskinny: tuple[tsm2.TallSkinnyEntry, ...] = ()
+
+    @property
+    def tallskinny_kernels(self) -> tuple:
+        return tuple(sorted({k for e in self.tallskinny for k in e.kernels}, key=lambda s: s.name))
 
     @property
     def kernels(self) -> tuple[small.SmallSpec, ...]:
@@ -135,6 +146,13 @@ class Manifest:
                  "kernel": e.kernel.name, "source": e.source}
                 for e in self.dispatch
             ],
+            "tallskinny": {
+                "n": list(self.selection.tallskinny_ns),
+                "kernels": [{"name": s.name, "family": s.family, "precision": s.precision, "n": s.n,
+                             "t1": s.t1, "t2": s.t2, "t3": s.t3}
+                            for s in self.tallskinny_kernels],
+                "dispatch": [e.to_json() for e in self.tallskinny],
+            },
         }
 
 
@@ -165,7 +183,9 @@ def build_manifest(selection: Selection) -> Manifest:
                 if spec != previous:
                     entries.append(DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source))
                     previous = spec
-    return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes)
+    tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
+                                    load_table, notes)
+    return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes, tallskinny=tallskinny)
 
 
 def _entry_key(e: DispatchEntry):
