@@ -1,0 +1,297 @@
+"""The "cpu" family: C++14 SIMD kernels for batched very small GEMM (very-small-gemm-cpu-gpu.txt §5).
+
+Design, translated from the paper's row-major description to the column-major BLAS contract:
+- §5.1: one source of C++ overloads per ISA (AVX-512, AVX2+FMA, NEON and a portable fallback
+  without intrinsics), selected by `std::integral_constant<int, bits>` tags; the kernel body is
+  written once against those overloads.
+- §5.2/§5.3 (register reuse): in column-major storage the paper's "rows of B" are the columns of
+  op(A): C(:, j) = Σ_l op(A)(:, l)·op(B)(l, j).  A register tile holds `mr` SIMD vectors of a
+  column of op(A) and `nr` broadcast elements of op(B), and accumulates an mr×nr block of C
+  (mr vectors × nr columns) in registers: every loaded vector of A is reused nr times and every
+  broadcast of B mr times, so loads per FMA drop from O(1) to 1/nr + 1/mr.  C is read (if
+  beta ≠ 0) and written exactly once, in the epilogue (Algorithm 1, line 12).  `mr` and `nr` are
+  the tuning parameters (§5.3 "the amount of data kept in registers"), chosen per size,
+  precision and ISA by `gemmgen tune cpu`.
+- Every size is a compile-time constant: the tile list is unrolled by the generator, the loops
+  inside a tile by the compiler (§5.4 "each matrix-matrix product function generated at compile
+  time").  op(A) = A^T or A^H is packed once per GEMM into a padded buffer so the tiles always
+  read contiguous columns; op(B) needs no packing (its elements are broadcast).
+- §5.5: the batch is split statically over OpenMP threads; a first-touch helper places each
+  thread's share of the batch in its NUMA node.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .precision import PRECISIONS
+from .spec import SpecError, ceil_div, require
+
+MAX_SIZE = 32
+CPU_PRECISIONS = ("s", "d", "c", "z")
+
+
+@dataclass(frozen=True)
+class CpuIsa:
+    name: str          # in kernel names and in gemmgen_cpu_set_isa()
+    bits: int          # SIMD register width
+    registers: int     # architectural SIMD registers (the register-blocking budget)
+    macro: str         # GEMMGEN_CPU_ISA_<macro> selects the overloads in gemmgen_cpu_simd.h
+    index: int         # position in the dispatch tables (generic first: always present)
+    guard: str         # preprocessor condition under which its sources compile to anything
+    target: str        # GCC/clang target attribute its sources are compiled for ("" = baseline)
+    description: str
+
+
+ISAS: dict[str, CpuIsa] = {
+    i.name: i
+    for i in (
+        CpuIsa("generic", 128, 16, "GENERIC", 0, "1", "", "portable C++ (no intrinsics), any CPU"),
+        CpuIsa("avx2", 256, 16, "AVX2", 1, "GEMMGEN_CPU_X86", "avx2,fma", "x86-64 AVX2 + FMA"),
+        CpuIsa("avx512", 512, 32, "AVX512", 2, "GEMMGEN_CPU_X86", "avx512f,avx2,fma",
+               "x86-64 AVX-512F"),
+        # Advanced SIMD is part of every AArch64 CPU: no target attribute, no runtime check.
+        CpuIsa("neon", 128, 32, "NEON", 3, "GEMMGEN_CPU_AARCH64", "", "AArch64 Advanced SIMD"),
+    )
+}
+ISA_ORDER = tuple(ISAS)
+
+_NAME = re.compile(r"^cpu_(s|d|c|z)_m(\d+)n(\d+)k(\d+)_(generic|avx2|avx512|neon)_r(\d+)x(\d+)$")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One register tile of C: rows row..row+mr·lanes-1 (the last vector holds `last` rows),
+    columns col..col+nr-1."""
+    row: int
+    col: int
+    mr: int
+    nr: int
+    last: int
+
+
+@dataclass(frozen=True, order=True)
+class CpuSpec:
+    precision: str
+    m: int
+    n: int
+    k: int
+    isa: str
+    mr: int     # SIMD vectors of C's rows per register tile
+    nr: int     # columns of C per register tile
+
+    family = "cpu"
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"cpu_{self.precision}_m{self.m}n{self.n}k{self.k}_{self.isa}_r{self.mr}x{self.nr}"
+
+    @classmethod
+    def parse(cls, name: str) -> "CpuSpec":
+        match = _NAME.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a cpu-family kernel name "
+                                    "(cpu_<prec>_m<M>n<N>k<K>_<isa>_r<MR>x<NR>)")
+        prec, m, n, k, isa, mr, nr = match.groups()
+        return cls(prec, int(m), int(n), int(k), isa, int(mr), int(nr)).validate()
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    # ---- derived quantities ------------------------------------------------------------------
+    @property
+    def is_complex(self) -> bool:
+        return PRECISIONS[self.precision].is_complex
+
+    @property
+    def lanes(self) -> int:
+        """Elements of C (complex ones count once) in one SIMD vector."""
+        p = PRECISIONS[self.precision]
+        return ISAS[self.isa].bits // (8 * p.element_bytes)
+
+    @property
+    def row_vectors(self) -> int:
+        return ceil_div(self.m, self.lanes)
+
+    @property
+    def padded_m(self) -> int:
+        """Rows of the packed op(A) buffer: whole vectors, so packed tiles never need masking."""
+        return self.row_vectors * self.lanes
+
+    @property
+    def registers_needed(self) -> int:
+        """Accumulators (two per complex C vector: the products with Re b and Im b), the mr
+        vectors of A and one broadcast of B."""
+        return self.mr * self.nr * (2 if self.is_complex else 1) + self.mr + 1
+
+    def tiles(self) -> tuple[Tile, ...]:
+        """The tile list the variant's source unrolls: columns outer, rows inner."""
+        out = []
+        tail = self.m - (self.row_vectors - 1) * self.lanes
+        for col in range(0, self.n, self.nr):
+            nr = min(self.nr, self.n - col)
+            for v in range(0, self.row_vectors, self.mr):
+                mr = min(self.mr, self.row_vectors - v)
+                last = tail if v + mr == self.row_vectors else self.lanes
+                out.append(Tile(v * self.lanes, col, mr, nr, last))
+        return tuple(out)
+
+    # ---- rules ---------------------------------------------------------------------------------
+    def validate(self) -> "CpuSpec":
+        require(self.precision in CPU_PRECISIONS, "precision",
+                f"{self.precision!r} has no CPU kernels; choose from {', '.join(CPU_PRECISIONS)}")
+        require(self.isa in ISAS, "isa", f"unknown ISA {self.isa!r}; choose from {', '.join(ISAS)}")
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= MAX_SIZE, "size",
+                    f"{dim}={value} is outside 1..{MAX_SIZE} (the cpu family covers sizes up to 32)")
+        require(1 <= self.mr <= self.row_vectors, "tile within C",
+                f"mr={self.mr} vectors exceed the {self.row_vectors} vectors of m={self.m} "
+                f"({self.lanes} {self.precision} elements per {self.isa} vector)")
+        require(1 <= self.nr <= self.n, "tile within C", f"nr={self.nr} must be between 1 and n={self.n}")
+        budget = ISAS[self.isa].registers
+        require(self.registers_needed <= budget, "registers",
+                f"a {self.mr}x{self.nr} tile needs {self.registers_needed} SIMD registers "
+                f"(accumulators + mr loads of A + 1 broadcast of B); {self.isa} has {budget}")
+        return self
+
+    def is_valid(self) -> bool:
+        try:
+            self.validate()
+        except SpecError:
+            return False
+        return True
+
+
+# ---- choosing variants ----------------------------------------------------------------------------
+def candidates(precision: str, m: int, n: int, k: int, isa: str) -> list[CpuSpec]:
+    """Every valid register blocking for one shape and ISA (the tuner's sweep)."""
+    probe = CpuSpec(precision, m, n, k, isa, 1, 1)
+    out = []
+    for mr in range(1, probe.row_vectors + 1):
+        for nr in range(1, n + 1):
+            spec = CpuSpec(precision, m, n, k, isa, mr, nr)
+            if spec.is_valid():
+                out.append(spec)
+    return out
+
+
+FMA_PORTS = 2      # vector FMAs issued per cycle (Haswell and later, Zen, Neoverse)
+FMA_LATENCY = 4    # cycles before an accumulator can take its next FMA
+
+
+def model_cycles(spec: CpuSpec) -> float:
+    """A throughput model of one GEMM: per k step of a tile, mr + nr loads (two per cycle),
+    mr·nr vector FMAs (complex: twice) over the FMA ports, and the FMA latency of each
+    accumulator's dependency chain, whichever is the bottleneck; plus the epilogue's load/store
+    of C.  Wasted lanes of partial tiles count as work."""
+    cw = 2 if spec.is_complex else 1
+    total = 0.0
+    for t in spec.tiles():
+        per_k = max(t.mr * t.nr * cw / FMA_PORTS, (t.mr + t.nr) / 2.0, FMA_LATENCY)
+        total += spec.k * per_k + t.mr * t.nr * 1.5
+    return total
+
+
+def heuristic(precision: str, m: int, n: int, k: int, isa: str) -> CpuSpec:
+    """The untuned choice: the blocking the throughput model prices lowest (ties: fewer
+    registers, then wider nr — more reuse of each vector of A)."""
+    options = candidates(precision, m, n, k, isa)
+    return min(options, key=lambda s: (model_cycles(s), s.registers_needed, -s.nr, s.mr))
+
+
+def sweep_candidates(precision: str, m: int, n: int, k: int, isa: str, limit: int = 8) -> list[CpuSpec]:
+    """What `gemmgen tune cpu` measures: the `limit` blockings the model ranks best (the model
+    is only a filter; the measurement decides), always including the heuristic's choice."""
+    options = sorted(candidates(precision, m, n, k, isa),
+                     key=lambda s: (model_cycles(s), s.registers_needed, -s.nr, s.mr))
+    return sorted(options[:limit])
+
+
+def parse_isas(text: str) -> tuple[str, ...]:
+    """'avx2,neon' -> ('generic', 'avx2', 'neon'): the portable fallback is always emitted, so
+    every CPU has a kernel; unknown names raise ValueError."""
+    names = [t.strip() for t in text.split(",") if t.strip()] if text.strip() not in ("", "all") else list(ISAS)
+    unknown = [n for n in names if n not in ISAS]
+    if unknown:
+        raise ValueError(f"unknown CPU ISA {', '.join(unknown)}; choose from {', '.join(ISAS)}")
+    return tuple(i for i in ISA_ORDER if i in names or i == "generic")
+
+
+# ---- selection and emission ----------------------------------------------------------------------
+CPU_TYPE = {"s": "float", "d": "double", "c": "gemmgen_cpu_complex_float", "z": "gemmgen_cpu_complex_double"}
+REAL_TYPE = {"s": "float", "d": "double", "c": "float", "z": "double"}
+
+
+def table_name(isa: str) -> str:
+    """The tuning table of one ISA: generator/tuning/cpu_<isa>.json."""
+    return f"cpu_{isa}"
+
+
+def select(precisions, shapes, isas) -> tuple[list[CpuSpec], list[str]]:
+    """One kernel per CPU precision, shape and ISA: the tuned blocking when the ISA's table has a
+    valid row for it, otherwise the heuristic.  Refused rows become notes."""
+    from .tuning import load_table
+
+    notes: list[str] = []
+    specs: list[CpuSpec] = []
+    for isa in isas:
+        rows = {(r["precision"], r["m"], r["n"], r["k"]): r
+                for r in load_table(table_name(isa)).get("cpu", [])}
+        for prec in (p for p in precisions if p in CPU_PRECISIONS):
+            for m, n, k in shapes:
+                spec = None
+                row = rows.get((prec, m, n, k))
+                if row is not None:
+                    try:
+                        spec = CpuSpec(prec, m, n, k, isa, row["mr"], row["nr"]).validate()
+                    except SpecError as err:
+                        notes.append(f"{table_name(isa)} row for {prec} {m}x{n}x{k} refused: {err}")
+                specs.append(spec or heuristic(prec, m, n, k, isa))
+    return sorted(specs, key=lambda s: s.name), notes
+
+
+def source_path(spec: CpuSpec) -> str:
+    return f"src/cpu/{spec.isa}/{spec.precision}/{spec.name}.cpp"
+
+
+def _precision_context(keys) -> list[dict]:
+    return [{"key": k, "cpu_type": CPU_TYPE[k], "description": PRECISIONS[k].description}
+            for k in CPU_PRECISIONS if k in keys]
+
+
+def kernel_source(spec: CpuSpec, banner: str) -> str:
+    from .render import render
+
+    return render("cpu/cpu_variant.cpp.j2", spec=spec, isa=ISAS[spec.isa], tiles=spec.tiles(),
+                  real=REAL_TYPE[spec.precision], p=PRECISIONS[spec.precision], banner=banner)
+
+
+def files(specs: list[CpuSpec], isas, banner: str, version: str) -> dict[str, str]:
+    """Everything the cpu family adds to an emitted set: headers, one source per kernel, the
+    dispatch source.  The API always has s, d, c and z (uncovered shapes return
+    GEMMGEN_NOT_GENERATED), and the dispatch tables always have a column per known ISA."""
+    from .render import render
+
+    all_isas = [ISAS[i] for i in ISA_ORDER]
+    chosen = [ISAS[i] for i in isas]
+    precisions = _precision_context(CPU_PRECISIONS)
+    common = {"banner": banner, "version": version, "isas": chosen, "all_isas": all_isas}
+    entries: dict[str, list] = {p: [] for p in CPU_PRECISIONS}
+    by_shape: dict[tuple, dict[str, CpuSpec]] = {}
+    for s in specs:
+        by_shape.setdefault((s.precision, s.shape), {})[s.isa] = s
+    for (prec, shape), by_isa in sorted(by_shape.items(), key=lambda kv: (CPU_PRECISIONS.index(kv[0][0]), kv[0][1])):
+        entries[prec].append((shape, by_isa))
+    out = {
+        "include/gemmgen_cpu.h": render("cpu/gemmgen_cpu.h.j2", precisions=precisions, max_size=MAX_SIZE, **common),
+        "src/cpu/gemmgen_cpu_internal.h": render("cpu/gemmgen_cpu_internal.h.j2", **common),
+        "src/cpu/gemmgen_cpu_simd.h": render("cpu/gemmgen_cpu_simd.h.j2", **common),
+        "src/cpu/gemmgen_cpu_dispatch.cpp": render(
+            "cpu/gemmgen_cpu_dispatch.cpp.j2", precisions=precisions, entries=entries, kernels=specs,
+            isa_index={i.name: i.index for i in all_isas}, **common),
+    }
+    for spec in specs:
+        out[source_path(spec)] = kernel_source(spec, banner)
+    return out

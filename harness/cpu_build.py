@@ -1,0 +1,125 @@
+"""Build the cpu family of an emitted set with g++ (or a cross g++): one object per source, in
+parallel and cached by content, linked into a shared library (loaded with ctypes) or, with a
+runner's main(), into an executable (run under qemu-user for a foreign architecture).
+
+The flags are those a vendoring project would use: no -m<isa> flag, the ISA of every kernel comes
+from its target pragma; -Wall -Wextra -Werror so a warning in any emitted source fails the check."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+HERE = Path(__file__).resolve().parent
+RUNNER_SOURCE = HERE / "cpu_runner.cpp"
+
+BASE_FLAGS = ("-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC")
+
+
+class CpuBuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A C++ compiler and how to run what it builds (qemu for a foreign architecture)."""
+    name: str
+    cxx: str
+    run_prefix: tuple[str, ...] = ()
+    static: bool = False       # link executables statically (no target sysroot for qemu)
+
+    def available(self) -> bool:
+        return shutil.which(self.cxx) is not None and all(shutil.which(p) for p in self.run_prefix[:1])
+
+
+NATIVE = Toolchain("native", os.environ.get("CXX", "g++"))
+AARCH64 = Toolchain("aarch64", "aarch64-linux-gnu-g++", ("qemu-aarch64",), static=True)
+
+
+@dataclass
+class CpuBuild:
+    output: Path | None
+    objects: list[Path] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+def cpu_sources(generated: Path, isas: Iterable[str] | None = None) -> list[Path]:
+    """The kernel sources of the set (optionally of some ISAs) plus the dispatch source."""
+    root = generated / "src" / "cpu"
+    if not root.is_dir():
+        raise CpuBuildError(f"no CPU sources under {root}; run gemmgen generate first")
+    wanted = set(isas) if isas is not None else None
+    kernels = [s for s in sorted(root.rglob("*.cpp")) if s.parent.parent.parent == root
+               and (wanted is None or s.parent.parent.name in wanted)]
+    return [root / "gemmgen_cpu_dispatch.cpp", *kernels]
+
+
+def _headers_digest(generated: Path) -> bytes:
+    h = hashlib.sha256()
+    for header in sorted([*(generated / "src" / "cpu").glob("*.h"), *(generated / "include").glob("*.h")]):
+        h.update(header.name.encode())
+        h.update(header.read_bytes())
+    return h.digest()
+
+
+def compile_object(tc: Toolchain, source: Path, obj: Path, includes: list[Path], flags: tuple[str, ...],
+                   headers: bytes) -> Path:
+    cmd = [tc.cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(obj)]
+    digest = hashlib.sha256(headers)
+    digest.update(source.read_bytes())
+    digest.update(" ".join(cmd).encode())
+    stamp = obj.with_suffix(".sha256")
+    if obj.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return obj
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CpuBuildError(f"{tc.cxx} failed on {source}:\n{proc.stderr[-4000:]}")
+    stamp.write_text(digest.hexdigest())
+    return obj
+
+
+def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Iterable[str] | None = None,
+          sources: list[Path] | None = None, openmp: bool = True, link: str = "shared",
+          extra_flags: tuple[str, ...] = (), jobs: int | None = None, tolerate_failures: bool = False,
+          output_name: str | None = None) -> CpuBuild:
+    """Compile and link.  link: "shared" (lib for ctypes), "runner" (the check runner executable),
+    or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them)."""
+    generated = generated.resolve()
+    build_dir = build_dir.resolve()
+    sources = sources if sources is not None else cpu_sources(generated, isas)
+    includes = [generated / "include", generated / "src" / "cpu"]
+    flags = BASE_FLAGS + extra_flags + (("-fopenmp",) if openmp else ())
+    headers = _headers_digest(generated)
+    objects = [build_dir / "obj" / s.relative_to(generated).with_suffix(".o") for s in sources]
+    built, failures = [], {}
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        futures = [pool.submit(compile_object, tc, s, o, includes, flags, headers) for s, o in zip(sources, objects)]
+        for source, fut in zip(sources, futures):
+            try:
+                built.append(fut.result())
+            except CpuBuildError as err:
+                if not tolerate_failures:
+                    raise
+                failures[str(source.relative_to(generated))] = str(err)
+    if link == "none" or not built:
+        return CpuBuild(None, built, failures)
+    if link == "shared":
+        out = build_dir / (output_name or "libgemmgen_cpu.so")
+        cmd = [tc.cxx, "-shared", *(("-fopenmp",) if openmp else ()), "-o", str(out), *map(str, built)]
+    elif link == "runner":
+        runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, flags, headers)
+        out = build_dir / (output_name or "gemmgen_cpu_runner")
+        cmd = [tc.cxx, *(("-static",) if tc.static else ()), *(("-fopenmp",) if openmp else ()),
+               "-o", str(out), str(runner), *map(str, built)]
+    else:
+        raise ValueError(f"link must be shared, runner or none, not {link!r}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CpuBuildError(f"linking {out} failed:\n{proc.stderr[-4000:]}")
+    return CpuBuild(out, built, failures)

@@ -1,0 +1,306 @@
+"""NumPy checks of the cpu family through its C API.
+
+The cases are the GPU check's (harness.check_small: every transpose pair and both interfaces with
+random data, a bit-exact small-integer case, beta = 0 over NaN, alpha = 0, k = 0, batch > 65,535),
+with leading dimensions and strides larger than the matrices and poisoned padding that must come
+back untouched.  Two executors run them:
+- `CtypesExecutor`: the library built for this machine, loaded with ctypes, one ISA forced with
+  gemmgen_cpu_set_isa() (AVX-512, AVX2 and the portable fallback on one x86-64 machine);
+- `RunnerExecutor`: all cases written to one file and run by harness/cpu_runner.cpp, under
+  qemu-user for AArch64 (NEON).
+Inputs and verdicts are prepared identically for both, in NumPy."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from generator.cpu import CPU_PRECISIONS
+
+from . import reference as ref
+from .check_small import POISON, Case, CaseResult, _stored_shape, default_cases, edge_cases
+
+PRECISION_CODE = {p: i for i, p in enumerate(CPU_PRECISIONS)}
+NOT_GENERATED = 1
+
+
+@dataclass
+class Prepared:
+    """A case's buffers (stored precision) and what the verdict needs."""
+    case: Case
+    lda: int
+    ldb: int
+    ldc: int
+    sa: int
+    sb: int
+    sc: int
+    a_vals: np.ndarray
+    b_vals: np.ndarray
+    c0: np.ndarray
+    a: np.ndarray          # stored arrays passed to the library
+    b: np.ndarray
+    c: np.ndarray
+
+
+def _as_passed(prec: str, value) -> complex | float:
+    """alpha or beta as the C API receives it (a float for s and c): the reference must use the
+    same number, or the rounding of the scalar itself counts against the kernel."""
+    v = ref.round_to(prec, np.array([value], dtype=np.complex128 if ref.is_complex(prec) else np.float64))[0]
+    return complex(v) if ref.is_complex(prec) else float(np.real(v))
+
+
+def prepare(case: Case, rng: np.random.Generator) -> Prepared:
+    case = replace(case, alpha=_as_passed(case.precision, case.alpha), beta=_as_passed(case.precision, case.beta))
+    p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
+    integer = case.kind == "exact"
+    ra, ca = _stored_shape(case.transa, m, k)
+    rb, cb = _stored_shape(case.transb, k, n)
+    lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
+    sa, sb, sc = lda * ca + case.pad + 1, ldb * cb + case.pad + 1, ldc * n + case.pad + 1
+    a_vals = ref.random_values(rng, p, sa * batch, integer)
+    b_vals = ref.random_values(rng, p, sb * batch, integer)
+    c_vals = np.full(sc * batch, POISON, dtype=np.complex128 if ref.is_complex(p) else np.float64)
+    c0 = ref.random_values(rng, p, batch * m * n, integer).reshape(batch, m, n)
+    if case.kind == "beta0-nan":
+        c0 = np.full_like(c0, np.nan)
+    item = c_vals.itemsize
+    np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n), strides=(sc * item, item, ldc * item))[...] = c0
+    return Prepared(case, lda, ldb, ldc, sa, sb, sc, a_vals, b_vals, c0,
+                    np.ascontiguousarray(ref.to_storage(p, a_vals)), np.ascontiguousarray(ref.to_storage(p, b_vals)),
+                    np.ascontiguousarray(ref.to_storage(p, c_vals)))
+
+
+def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> CaseResult:
+    case = pr.case
+    p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
+    ra, ca = _stored_shape(case.transa, m, k)
+    rb, cb = _stored_shape(case.transb, k, n)
+    a = ref.matrices(pr.a_vals, batch, ra, ca, pr.lda, pr.sa)
+    b = ref.matrices(pr.b_vals, batch, rb, cb, pr.ldb, pr.sb)
+    expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, pr.c0)
+    got = ref.matrices(ref.from_storage(p, out_stored), batch, m, n, pr.ldc, pr.sc)
+    mask = np.ones(pr.c.shape, dtype=bool)
+    np.lib.stride_tricks.as_strided(mask, shape=(batch, m, n), strides=(pr.sc, 1, pr.ldc))[...] = False
+    # Bit for bit: compare the bytes, so a NaN poison would not compare unequal to itself.
+    untouched = bool(np.array_equal(out_stored[mask].view(np.uint8), pr.c[mask].view(np.uint8)))
+    errors = ref.relative_errors(got, expected, case.alpha, a, b, case.beta, pr.c0)
+    max_err = float(np.max(errors)) if errors.size else 0.0
+    if errors.size and np.isnan(errors).any():
+        max_err = float("nan")
+    integer = case.kind == "exact"
+    exact = bool(np.array_equal(got, expected)) if integer else None
+    bound = ref.error_bound(p, k)
+    v = ref.Verdict(max_err, bound, untouched, exact)
+    return CaseResult(p, m, n, k, case.transa, case.transb, case.interface, batch, case.kind, rc, max_err,
+                      bound, untouched, exact, rc == 0 and v.passed, note)
+
+
+# ---- executors -------------------------------------------------------------------------------------
+class _Complex64(ctypes.Structure):
+    _fields_ = [("re", ctypes.c_float), ("im", ctypes.c_float)]
+
+
+class _Complex128(ctypes.Structure):
+    _fields_ = [("re", ctypes.c_double), ("im", ctypes.c_double)]
+
+
+_SCALAR = {"s": ctypes.c_float, "d": ctypes.c_double, "c": _Complex64, "z": _Complex128}
+_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+
+
+def scalar(prec: str, value) -> object:
+    value = complex(value)
+    if prec in ("c", "z"):
+        return _SCALAR[prec](value.real, value.imag)
+    return _SCALAR[prec](value.real)
+
+
+class CpuLibrary:
+    """ctypes binding of libgemmgen_cpu.so (std::complex by value is passed as a two-member struct:
+    the same registers on x86-64 System V and AArch64)."""
+
+    def __init__(self, path: Path):
+        self.lib = ctypes.CDLL(str(path))
+        for p in CPU_PRECISIONS:
+            s = _SCALAR[p]
+            f = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched_strided")
+            f.restype, f.argtypes = _i, [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i]
+            g = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched")
+            g.restype, g.argtypes = _i, [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i]
+        for name, res, args in (
+                ("gemmgen_cpu_isa", ctypes.c_char_p, []),
+                ("gemmgen_cpu_set_isa", _i, [ctypes.c_char_p]),
+                ("gemmgen_cpu_supports_isa", _i, [ctypes.c_char_p]),
+                ("gemmgen_cpu_is_generated", _i, [ctypes.c_char_p, _i, _i, _i]),
+                ("gemmgen_cpu_selected_kernel", ctypes.c_char_p, [ctypes.c_char_p, _i, _i, _i]),
+                ("gemmgen_cpu_kernel_count", _i, []),
+                ("gemmgen_cpu_kernel_name", ctypes.c_char_p, [_i]),
+                ("gemmgen_cpu_set_num_threads", None, [_i]),
+                ("gemmgen_cpu_get_num_threads", _i, []),
+                ("gemmgen_cpu_first_touch", _i, [_p, _ll, _i])):
+            f = getattr(self.lib, name)
+            f.restype, f.argtypes = res, args
+
+    def strided(self, p, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch) -> int:
+        f = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched_strided")
+        return f(ta.encode(), tb.encode(), m, n, k, scalar(p, alpha), A, lda, sa, B, ldb, sb, scalar(p, beta),
+                 C, ldc, sc, batch)
+
+    def array(self, p, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch) -> int:
+        f = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched")
+        return f(ta.encode(), tb.encode(), m, n, k, scalar(p, alpha), A, lda, B, ldb, scalar(p, beta), C, ldc, batch)
+
+    def isa(self) -> str:
+        return self.lib.gemmgen_cpu_isa().decode()
+
+    def set_isa(self, isa: str) -> bool:
+        return self.lib.gemmgen_cpu_set_isa(isa.encode()) == 0
+
+    def supports(self, isa: str) -> bool:
+        return bool(self.lib.gemmgen_cpu_supports_isa(isa.encode()))
+
+    def selected_kernel(self, p: str, m: int, n: int, k: int) -> str | None:
+        name = self.lib.gemmgen_cpu_selected_kernel(p.encode(), m, n, k)
+        return name.decode() if name else None
+
+    def kernel_names(self) -> list[str]:
+        return [self.lib.gemmgen_cpu_kernel_name(i).decode() for i in range(self.lib.gemmgen_cpu_kernel_count())]
+
+
+def _pointers(buf: np.ndarray, stride: int, batch: int) -> np.ndarray:
+    return (np.uint64(buf.ctypes.data) + np.arange(batch, dtype=np.uint64) * np.uint64(stride * buf.itemsize)).astype(np.uint64)
+
+
+class CtypesExecutor:
+    def __init__(self, lib: CpuLibrary, isa: str):
+        self.lib, self.isa = lib, isa
+
+    def run(self, prepared: list[Prepared]) -> list[tuple[int, np.ndarray]]:
+        if not self.lib.set_isa(self.isa):
+            raise RuntimeError(f"this CPU has no {self.isa}")
+        try:
+            out = []
+            for pr in prepared:
+                c, case = pr.c.copy(), pr.case
+                args = (case.precision, case.transa, case.transb, case.m, case.n, case.k, case.alpha)
+                if case.interface == "strided":
+                    rc = self.lib.strided(*args, pr.a.ctypes.data, pr.lda, pr.sa, pr.b.ctypes.data, pr.ldb, pr.sb,
+                                          case.beta, c.ctypes.data, pr.ldc, pr.sc, case.batch)
+                else:
+                    pa, pb, pc = (_pointers(x, s, case.batch) for x, s in ((pr.a, pr.sa), (pr.b, pr.sb), (c, pr.sc)))
+                    rc = self.lib.array(*args, pa.ctypes.data, pr.lda, pb.ctypes.data, pr.ldb, case.beta,
+                                        pc.ctypes.data, pr.ldc, case.batch)
+                out.append((rc, c))
+            return out
+        finally:
+            self.lib.set_isa("auto")
+
+
+HEADER = np.dtype([(name, "<i4") for name in ("precision", "interface", "transa", "transb", "m", "n", "k",
+                                               "lda", "ldb", "ldc", "batch")]
+                  + [(name, "<i8") for name in ("sa", "sb", "sc", "la", "lb", "lc")]
+                  + [(name, "<f8") for name in ("are", "aim", "bre", "bim")], align=True)
+
+
+class RunnerExecutor:
+    """All cases through one run of the check runner (under `prefix`, e.g. qemu-aarch64)."""
+
+    def __init__(self, runner: Path, isa: str, prefix: tuple[str, ...] = (), timeout: float = 1800):
+        self.runner, self.isa, self.prefix, self.timeout = runner, isa, prefix, timeout
+
+    def run(self, prepared: list[Prepared]) -> list[tuple[int, np.ndarray]]:
+        with tempfile.TemporaryDirectory(prefix="gemmgen_cpu_") as tmp:
+            cases, results = Path(tmp) / "cases.bin", Path(tmp) / "out.bin"
+            with open(cases, "wb") as f:
+                for pr in prepared:
+                    c = pr.case
+                    h = np.zeros(1, HEADER)
+                    h[0] = (PRECISION_CODE[c.precision], 0 if c.interface == "strided" else 1, ord(c.transa),
+                            ord(c.transb), c.m, c.n, c.k, pr.lda, pr.ldb, pr.ldc, c.batch, pr.sa, pr.sb, pr.sc,
+                            pr.a.size, pr.b.size, pr.c.size, complex(c.alpha).real, complex(c.alpha).imag,
+                            complex(c.beta).real, complex(c.beta).imag)
+                    f.write(h.tobytes())
+                    for x in (pr.a, pr.b, pr.c):
+                        f.write(x.tobytes())
+            proc = subprocess.run([*self.prefix, str(self.runner), str(cases), str(results), self.isa],
+                                  capture_output=True, text=True, timeout=self.timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            raw = results.read_bytes()
+        out, pos = [], 0
+        for pr in prepared:
+            rc = int(np.frombuffer(raw, "<i4", 1, pos)[0])
+            pos += 4
+            c = np.frombuffer(raw, pr.c.dtype, pr.c.size, pos).copy()
+            pos += pr.c.nbytes
+            out.append((rc, c))
+        return out
+
+
+# ---- the case lists and a whole run -----------------------------------------------------------------
+def cases_for(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: np.random.Generator,
+              thorough: bool = True) -> list[Case]:
+    cases = list(default_cases(shapes_by_precision, rng, thorough))
+    cases += list(edge_cases([p for p in CPU_PRECISIONS if p in shapes_by_precision]))
+    return cases
+
+
+def run_checks(executor, cases: Iterable[Case], seed: int = 2026, note: str = "") -> list[CaseResult]:
+    rng = np.random.default_rng(seed)
+    prepared = [prepare(c, rng) for c in cases]
+    return [verdict(pr, rc, c, note) for pr, (rc, c) in zip(prepared, executor.run(prepared))]
+
+
+def check_large_stride(lib: CpuLibrary, prec: str = "s", n: int = 4) -> CaseResult:
+    """Two GEMMs whose second matrices start past element 2^31 (64-bit offsets).  The buffers are
+    calloc'd by NumPy, so only the pages actually written are backed by memory."""
+    rng = np.random.default_rng(7)
+    stride = 2**31 + 64
+    dtype = ref.host_dtype(prec)
+    bufs = {name: np.zeros(stride + n * n, dtype=dtype) for name in "ABC"}
+    vals = {}
+    for name, buf in bufs.items():
+        v = ref.random_values(rng, prec, 2 * n * n).reshape(2, n, n)
+        vals[name] = v
+        for i in range(2):
+            buf[i * stride:i * stride + n * n] = ref.to_storage(prec, v[i].T.reshape(-1))
+    rc = lib.strided(prec, "N", "N", n, n, n, 1.0, bufs["A"].ctypes.data, n, stride, bufs["B"].ctypes.data, n,
+                     stride, 1.0, bufs["C"].ctypes.data, n, stride, 2)
+    got = np.stack([ref.from_storage(prec, bufs["C"][i * stride:i * stride + n * n]).reshape(n, n).T
+                    for i in range(2)])
+    a, b, c0 = vals["A"], vals["B"], vals["C"]
+    expected = ref.reference("N", "N", 1.0, a, b, 1.0, c0)
+    err = float(np.max(ref.relative_errors(got, expected, 1.0, a, b, 1.0, c0)))
+    bound = ref.error_bound(prec, n)
+    return CaseResult(prec, n, n, n, "N", "N", "strided", 2, "stride>2^31", rc, err, bound, True, None,
+                      rc == 0 and err <= bound, f"stride {stride} elements, isa {lib.isa()}")
+
+
+def shapes_from_manifest(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
+    shapes: dict[str, list] = {}
+    for kern in manifest.get("cpu_kernels", []):
+        lst = shapes.setdefault(kern["precision"], [])
+        shape = (kern["m"], kern["n"], kern["k"])
+        if shape not in lst:
+            lst.append(shape)
+    return {p: sorted(shapes[p]) for p in CPU_PRECISIONS if p in shapes}
+
+
+def summarize(results: list[CaseResult]) -> Iterator[str]:
+    failed = [r for r in results if not r.passed]
+    for prec in CPU_PRECISIONS:
+        mine = [r for r in results if r.precision == prec]
+        if not mine:
+            continue
+        worst = max((r.max_error / r.bound for r in mine if r.bound > 0 and r.max_error == r.max_error), default=0.0)
+        yield f"{prec:>2}: {sum(r.passed for r in mine)} passed, {sum(not r.passed for r in mine)} failed; " \
+              f"largest error/bound {worst:.3g}"
+    for r in failed[:30]:
+        yield (f"FAIL {r.precision} {r.m}x{r.n}x{r.k} {r.transa}{r.transb} {r.interface} {r.kind} batch {r.batch}: "
+               f"rc {r.rc}, err {r.max_error:.3g} (bound {r.bound:.3g}), untouched {r.untouched_ok}, "
+               f"exact {r.exact_ok} {r.note}")
