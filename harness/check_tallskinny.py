@@ -124,6 +124,10 @@ def default_cases(entries, rng: np.random.Generator, api_ns=None) -> Iterator[Ts
         for split in (0, 1, 3):
             m, k = _tsm2_shape(rng)
             yield TsCase(p, m, n, k, ta, tb, "random", scal(), scal(), e.tsm2.name, split)
+        # k long enough that the launcher also splits k across blocks (atomic partial sums)
+        for kind, beta in (("random", scal()), ("beta0-nan", 0.0)):
+            yield TsCase(p, int(rng.integers(33, 300)) | 1, n, 8 * e.tsm2.t1 + int(rng.integers(1, 900)),
+                         ta, tb, kind, scal(), beta, e.tsm2.name, 1)
         for spec in (e.ism2_opt1, e.ism2_opt2):
             for split in (0, 1, 3):
                 m, k = _ism2_shape(rng)
