@@ -94,12 +94,22 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
     build_dir = build_dir.resolve()
     sources = sources if sources is not None else cpu_sources(generated, isas)
     includes = [generated / "include", generated / "src" / "cpu"]
-    flags = BASE_FLAGS + extra_flags + (("-fopenmp",) if openmp else ())
+    flags = BASE_FLAGS + extra_flags
+    # Only the dispatch (and the runner) has OpenMP pragmas: the kernels' objects are the same for
+    # the threaded and the serial build, and a serial build only recompiles the dispatch.
+    omp_flags = flags + (("-fopenmp",) if openmp else ())
     headers = _headers_digest(generated)
-    objects = [build_dir / "obj" / s.relative_to(generated).with_suffix(".o") for s in sources]
+    objects = []
+    for s in sources:
+        rel = s.relative_to(generated).with_suffix(".o")
+        if s.name == "gemmgen_cpu_dispatch.cpp":
+            rel = rel.with_name(f"gemmgen_cpu_dispatch{'_omp' if openmp else '_serial'}.o")
+        objects.append(build_dir / "obj" / rel)
     built, failures = [], {}
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = [pool.submit(compile_object, tc, s, o, includes, flags, headers) for s, o in zip(sources, objects)]
+        futures = [pool.submit(compile_object, tc, s, o, includes,
+                               omp_flags if s.name == "gemmgen_cpu_dispatch.cpp" else flags, headers)
+                   for s, o in zip(sources, objects)]
         for source, fut in zip(sources, futures):
             try:
                 built.append(fut.result())
@@ -113,7 +123,7 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
         out = build_dir / (output_name or "libgemmgen_cpu.so")
         cmd = [tc.cxx, "-shared", *(("-fopenmp",) if openmp else ()), "-o", str(out), *map(str, built)]
     elif link == "runner":
-        runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, flags, headers)
+        runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, omp_flags, headers)
         out = build_dir / (output_name or "gemmgen_cpu_runner")
         cmd = [tc.cxx, *(("-static",) if tc.static else ()), *(("-fopenmp",) if openmp else ()),
                "-o", str(out), str(runner), *map(str, built)]

@@ -12,6 +12,7 @@ Inputs and verdicts are prepared identically for both, in NumPy."""
 from __future__ import annotations
 
 import ctypes
+import platform
 import subprocess
 import tempfile
 from dataclasses import dataclass, replace
@@ -231,6 +232,8 @@ class RunnerExecutor:
                                   capture_output=True, text=True, timeout=self.timeout)
             if proc.returncode != 0:
                 raise RuntimeError(f"runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            if f"isa {self.isa}" not in proc.stdout:   # the runner says which ISA really ran
+                raise RuntimeError(f"runner did not run {self.isa}: {proc.stdout.strip()}")
             raw = results.read_bytes()
         out, pos = [], 0
         for pr in prepared:
@@ -304,3 +307,52 @@ def summarize(results: list[CaseResult]) -> Iterator[str]:
         yield (f"FAIL {r.precision} {r.m}x{r.n}x{r.k} {r.transa}{r.transb} {r.interface} {r.kind} batch {r.batch}: "
                f"rc {r.rc}, err {r.max_error:.3g} (bound {r.bound:.3g}), untouched {r.untouched_ok}, "
                f"exact {r.exact_ok} {r.note}")
+
+
+def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: Path | None = None,
+                  echo=print) -> int:
+    """`gemmgen check`'s CPU step: build the set's CPU kernels with g++ (-Werror, every ISA), run
+    every check on each ISA this machine runs (ctypes), and NEON under qemu-aarch64 where the cross
+    compiler and qemu-user are installed."""
+    import json as _json
+
+    from . import cpu_build
+
+    manifest = _json.loads((gen_dir / "manifest.json").read_text())
+    shapes = shapes_from_manifest(manifest)
+    if not shapes:
+        echo("cpu: no CPU kernels in this set")
+        return 0
+    cases = cases_for(shapes, np.random.default_rng(20261122), thorough=not quick)
+    results: list[CaseResult] = []
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    native_isas = ["generic", "avx2", "avx512"] if x86 else ["generic", "neon"]
+    build = cpu_build.build(gen_dir, build_dir / "cpu_native", isas=native_isas)
+    lib = CpuLibrary(build.output)
+    echo(f"cpu: compiled {len(build.objects)} sources ({', '.join(native_isas)}) with -Werror")
+    for isa in native_isas:
+        if not lib.supports(isa):
+            echo(f"cpu: this CPU has no {isa}: compiled, not run")
+            continue
+        results += run_checks(CtypesExecutor(lib, isa), cases, note=isa)
+        echo(f"cpu: {isa} checked")
+    if x86:
+        results.append(check_large_stride(lib, "s"))
+        if cpu_build.AARCH64.available():
+            runner = cpu_build.build(gen_dir, build_dir / "cpu_aarch64", cpu_build.AARCH64, isas=["generic", "neon"],
+                                     link="runner").output
+            results += run_checks(RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix), cases, note="neon (qemu)")
+            echo("cpu: neon checked under qemu-aarch64")
+        else:
+            echo("cpu: aarch64-linux-gnu-g++ or qemu-aarch64 missing: NEON not checked")
+    for line in summarize(results):
+        echo(line)
+    failed = [r for r in results if not r.passed]
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(_json.dumps({"cpu": platform.processor() or platform.machine(),
+                                       "generated_with": manifest["command"],
+                                       "passed": len(results) - len(failed), "failed": len(failed),
+                                       "results": [r.to_json() for r in results]}, indent=1) + "\n")
+    echo(f"cpu: {len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0

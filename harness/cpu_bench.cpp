@@ -1,0 +1,289 @@
+// Benchmark driver of the cpu family (harness/cpu_bench.py builds and runs it): in one process and
+// on the same buffers, C += A*B over a batch of N x N matrices with
+//   gemmgen   gemmgen_cpu_?gemm_batched_strided (ISA forced with gemmgen_cpu_set_isa),
+//   libxsmm   LIBXSMM 1.17 JIT kernels (libxsmm_?mmdispatch once, then called in a loop),
+//   eigen     Eigen 3.4 fixed-size products, c.noalias() += a * b on Maps,
+//   openblas  cblas_?gemm in a loop (OpenBLAS itself single-threaded),
+// each single-threaded or with the batch split statically over OpenMP threads; plus the memory
+// bandwidth of the same access pattern (c[i] += a[i]*b[i]: three streams read, one written).
+// Prints one JSON object per measurement.
+//
+// Usage: cpu_bench PREC SIZES BATCH THREADS ISA REPS      (PREC s d c z; SIZES 2,3,...)
+//        cpu_bench bandwidth MEGABYTES THREADS REPS
+#include "gemmgen_cpu.h"
+
+#include <Eigen/Core>
+#include <cblas.h>
+#include <libxsmm.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <complex>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+double now()
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <class F>
+double median_seconds(int reps, F&& f)
+{
+    f();   // warm-up: page faults, JIT, first-touch, frequency ramp
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        const double t0 = now();
+        f();
+        t.push_back(now() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+// Static split of [0, batch) over the team, as gemmgen does, so every library touches the same
+// entries from the same thread (the buffers were first-touched that way).
+template <class F>
+void for_batch(int batch, int threads, F&& f)
+{
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const long long lo = (long long)batch * t / nt, hi = (long long)batch * (t + 1) / nt;
+        for (long long i = lo; i < hi; ++i)
+            f(i);
+    }
+}
+
+template <class S>
+struct Traits;
+template <>
+struct Traits<float> {
+    static constexpr const char* name = "s";
+    static int gemmgen(int n, const float* a, const float* b, float* c, int batch)
+    {
+        return gemmgen_cpu_sgemm_batched_strided('N', 'N', n, n, n, 1.0f, a, n, (long long)n * n, b, n,
+                                                 (long long)n * n, 1.0f, c, n, (long long)n * n, batch);
+    }
+    static void blas(int n, const float* a, const float* b, float* c)
+    {
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 1.0f, c, n);
+    }
+};
+template <>
+struct Traits<double> {
+    static constexpr const char* name = "d";
+    static int gemmgen(int n, const double* a, const double* b, double* c, int batch)
+    {
+        return gemmgen_cpu_dgemm_batched_strided('N', 'N', n, n, n, 1.0, a, n, (long long)n * n, b, n,
+                                                 (long long)n * n, 1.0, c, n, (long long)n * n, batch);
+    }
+    static void blas(int n, const double* a, const double* b, double* c)
+    {
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a, n, b, n, 1.0, c, n);
+    }
+};
+template <>
+struct Traits<std::complex<float>> {
+    static constexpr const char* name = "c";
+    static int gemmgen(int n, const std::complex<float>* a, const std::complex<float>* b, std::complex<float>* c,
+                       int batch)
+    {
+        const std::complex<float> one(1.0f, 0.0f);
+        return gemmgen_cpu_cgemm_batched_strided('N', 'N', n, n, n, one, a, n, (long long)n * n, b, n,
+                                                 (long long)n * n, one, c, n, (long long)n * n, batch);
+    }
+    static void blas(int n, const std::complex<float>* a, const std::complex<float>* b, std::complex<float>* c)
+    {
+        const std::complex<float> one(1.0f, 0.0f);
+        cblas_cgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, &one, a, n, b, n, &one, c, n);
+    }
+};
+template <>
+struct Traits<std::complex<double>> {
+    static constexpr const char* name = "z";
+    static int gemmgen(int n, const std::complex<double>* a, const std::complex<double>* b, std::complex<double>* c,
+                       int batch)
+    {
+        const std::complex<double> one(1.0, 0.0);
+        return gemmgen_cpu_zgemm_batched_strided('N', 'N', n, n, n, one, a, n, (long long)n * n, b, n,
+                                                 (long long)n * n, one, c, n, (long long)n * n, batch);
+    }
+    static void blas(int n, const std::complex<double>* a, const std::complex<double>* b, std::complex<double>* c)
+    {
+        const std::complex<double> one(1.0, 0.0);
+        cblas_zgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, &one, a, n, b, n, &one, c, n);
+    }
+};
+
+// LIBXSMM 1.17 JIT-compiles real GEMMs only.
+template <class S>
+bool libxsmm_loop(int, const S*, const S*, S*, int, int) { return false; }
+template <>
+bool libxsmm_loop<double>(int n, const double* a, const double* b, double* c, int batch, int threads)
+{
+    const double alpha = 1.0, beta = 1.0;
+    const libxsmm_dmmfunction k = libxsmm_dmmdispatch(n, n, n, &n, &n, &n, &alpha, &beta, nullptr, nullptr);
+    if (!k)
+        return false;
+    const long long nn = (long long)n * n;
+    for_batch(batch, threads, [&](long long i) { k(a + i * nn, b + i * nn, c + i * nn); });
+    return true;
+}
+template <>
+bool libxsmm_loop<float>(int n, const float* a, const float* b, float* c, int batch, int threads)
+{
+    const float alpha = 1.0f, beta = 1.0f;
+    const libxsmm_smmfunction k = libxsmm_smmdispatch(n, n, n, &n, &n, &n, &alpha, &beta, nullptr, nullptr);
+    if (!k)
+        return false;
+    const long long nn = (long long)n * n;
+    for_batch(batch, threads, [&](long long i) { k(a + i * nn, b + i * nn, c + i * nn); });
+    return true;
+}
+
+// Eigen's fixed-size product for one compile-time N.
+template <class S, int N>
+void eigen_loop(const S* a, const S* b, S* c, int batch, int threads)
+{
+    using M = Eigen::Matrix<S, N, N>;
+    for_batch(batch, threads, [&](long long i) {
+        Eigen::Map<const M> ma(a + i * N * N), mb(b + i * N * N);
+        Eigen::Map<M> mc(c + i * N * N);
+        mc.noalias() += ma * mb;
+    });
+}
+
+template <class S, int... Ns>
+bool eigen_dispatch(int n, const S* a, const S* b, S* c, int batch, int threads, std::integer_sequence<int, Ns...>)
+{
+    bool done = false;
+    // One fixed-size instantiation per N; the run-time n picks one.
+    using expand = int[];
+    (void)expand{0, ((n == Ns + 1 ? (eigen_loop<S, Ns + 1>(a, b, c, batch, threads), done = true) : false), 0)...};
+    return done;
+}
+
+void emit(const char* lib, const char* prec, int n, int batch, int threads, const char* isa, double seconds,
+          double flops, double bytes)
+{
+    std::printf("{\"library\": \"%s\", \"precision\": \"%s\", \"n\": %d, \"batch\": %d, \"threads\": %d, "
+                "\"isa\": \"%s\", \"seconds\": %.9g, \"gflops\": %.6g, \"gbytes_per_s\": %.6g}\n",
+                lib, prec, n, batch, threads, isa, seconds, flops / seconds * 1e-9, bytes / seconds * 1e-9);
+    std::fflush(stdout);
+}
+
+template <class S>
+void bench(const std::vector<int>& sizes, int batch, int threads, const char* isa, int reps)
+{
+    const double cw = sizeof(S) / sizeof(typename Eigen::NumTraits<S>::Real) == 2 ? 4.0 : 1.0;   // real flops per multiply-add / 2
+    for (int n : sizes) {
+        const size_t count = (size_t)n * n * batch;
+        // malloc leaves the pages untouched: the first touch below places them per thread.
+        S* a = static_cast<S*>(std::malloc(count * sizeof(S)));
+        S* b = static_cast<S*>(std::malloc(count * sizeof(S)));
+        S* c = static_cast<S*>(std::malloc(count * sizeof(S)));
+        gemmgen_cpu_set_num_threads(threads);
+        for (S* p : {a, b, c})
+            gemmgen_cpu_first_touch(p, (long long)n * n * sizeof(S), batch);
+        for (size_t i = 0; i < count; ++i) {
+            a[i] = S(((i * 7) % 13) * 0.01 - 0.06);
+            b[i] = S(((i * 5) % 11) * 0.01 - 0.05);
+            c[i] = S(0);
+        }
+        const double flops = 2.0 * cw * n * n * (double)n * batch;
+        const double bytes = 4.0 * count * sizeof(S);   // A, B, C read; C written
+        double t = median_seconds(reps, [&] { Traits<S>::gemmgen(n, a, b, c, batch); });
+        emit("gemmgen", Traits<S>::name, n, batch, threads, gemmgen_cpu_isa(), t, flops, bytes);
+        if (libxsmm_loop<S>(n, a, b, c, batch, threads)) {
+            t = median_seconds(reps, [&] { libxsmm_loop<S>(n, a, b, c, batch, threads); });
+            emit("libxsmm", Traits<S>::name, n, batch, threads, "jit", t, flops, bytes);
+        }
+        t = median_seconds(reps, [&] { eigen_dispatch<S>(n, a, b, c, batch, threads, std::make_integer_sequence<int, 32>{}); });
+        emit("eigen", Traits<S>::name, n, batch, threads, "compiled", t, flops, bytes);
+        const long long nn = (long long)n * n;
+        t = median_seconds(reps, [&] { for_batch(batch, threads, [&](long long i) { Traits<S>::blas(n, a + i * nn, b + i * nn, c + i * nn); }); });
+        emit("openblas", Traits<S>::name, n, batch, threads, "cblas", t, flops, bytes);
+        std::free(a);
+        std::free(b);
+        std::free(c);
+    }
+}
+
+void bandwidth(long long megabytes, int threads, int reps)
+{
+    const long long count = megabytes * (1LL << 20) / 3 / sizeof(double);
+    std::vector<double*> p(3);
+    gemmgen_cpu_set_num_threads(threads);
+    for (double*& x : p) {
+        x = static_cast<double*>(std::malloc(count * sizeof(double)));
+        gemmgen_cpu_first_touch(x, sizeof(double) * 4096, (int)(count / 4096));
+    }
+    for (long long i = 0; i < count; ++i) {
+        p[0][i] = 1.0;
+        p[1][i] = 1e-9;
+        p[2][i] = 0.0;
+    }
+    double* a = p[0];
+    double* b = p[1];
+    double* c = p[2];
+    const double t = median_seconds(reps, [&] {
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (long long i = 0; i < count; ++i)
+            c[i] += a[i] * b[i];
+    });
+    emit("bandwidth", "d", 0, 0, threads, "c+=a*b", t, 2.0 * count, 4.0 * count * sizeof(double));
+    for (double* x : p)
+        std::free(x);
+}
+
+std::vector<int> parse_sizes(const char* text)
+{
+    std::vector<int> out;
+    for (const char* s = text; *s;) {
+        out.push_back(std::atoi(s));
+        while (*s && *s != ',') ++s;
+        if (*s == ',') ++s;
+    }
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    openblas_set_num_threads(1);   // the batch loop is what runs in parallel
+    libxsmm_init();
+    if (argc == 5 && std::strcmp(argv[1], "bandwidth") == 0) {
+        bandwidth(std::atoll(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+        return 0;
+    }
+    if (argc != 7) {
+        std::fprintf(stderr, "usage: %s PREC SIZES BATCH THREADS ISA REPS | bandwidth MB THREADS REPS\n", argv[0]);
+        return 2;
+    }
+    const std::vector<int> sizes = parse_sizes(argv[2]);
+    const int batch = std::atoi(argv[3]), threads = std::atoi(argv[4]), reps = std::atoi(argv[6]);
+    if (gemmgen_cpu_set_isa(argv[5]) != 0) {
+        std::fprintf(stderr, "this CPU has no %s\n", argv[5]);
+        return 3;
+    }
+    switch (argv[1][0]) {
+    case 's': bench<float>(sizes, batch, threads, argv[5], reps); break;
+    case 'd': bench<double>(sizes, batch, threads, argv[5], reps); break;
+    case 'c': bench<std::complex<float>>(sizes, batch, threads, argv[5], reps); break;
+    case 'z': bench<std::complex<double>>(sizes, batch, threads, argv[5], reps); break;
+    default: return 2;
+    }
+    libxsmm_finalize();
+    return 0;
+}

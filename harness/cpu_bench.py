@@ -1,0 +1,175 @@
+"""`gemmgen bench cpu`: the cpu family against LIBXSMM 1.17 (JIT), Eigen 3.4 fixed-size products,
+an OpenBLAS cblas loop and numpy's batched matmul, in one run on the same data (C += A·B, batch
+`--batch`, single thread and all threads), plus the machine's memory bandwidth for the same access
+pattern and our kernels' share of it on data far larger than the caches.
+
+Writes docs/perf/cpu_bench.json (every measurement, the machine, the command), cpu_bench.md (the
+tables) and cpu_bench.png (the plot)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from . import cpu_build
+from .cpu_tune import cpu_model
+
+HERE = Path(__file__).resolve().parent
+LIBS = ("gemmgen", "libxsmm", "eigen", "openblas", "numpy")
+
+
+def build_driver(lib: Path, out: Path) -> Path:
+    """The C++ driver, compiled for AVX2+FMA (Eigen's and the loops' code; LIBXSMM JITs for the
+    target LIBXSMM_TARGET names; gemmgen picks its own ISA at run time)."""
+    exe = out / "cpu_bench"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libxsmm", "eigen3"], capture_output=True,
+                           text=True).stdout.split()
+    cmd = [cpu_build.NATIVE.cxx, "-std=c++14", "-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG",
+           f"-I{lib.parent.parent / 'include'}", str(HERE / "cpu_bench.cpp"), "-o", str(exe),
+           f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", "-l:" + lib.name, *flags, "-lopenblas", "-lpthread", "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the benchmark driver failed:\n{proc.stderr[-3000:]}")
+    return exe
+
+
+def run_driver(exe: Path, args: list[str], env: dict) -> list[dict]:
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{exe.name} {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+_NUMPY = r"""
+import json, sys, time, statistics, numpy as np
+prec, sizes, batch, threads, reps = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+dtype = {"s": np.float32, "d": np.float64, "c": np.complex64, "z": np.complex128}[prec]
+cw = 4 if prec in "cz" else 1
+for n in sizes:
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((batch, n, n)).astype(dtype) for _ in range(2))
+    c = np.zeros((batch, n, n), dtype)
+    def once():
+        c.__iadd__(np.matmul(a, b))
+    once()
+    t = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); once(); t.append(time.perf_counter() - t0)
+    s = statistics.median(t)
+    print(json.dumps({"library": "numpy", "precision": prec, "n": n, "batch": batch, "threads": threads,
+                      "isa": "matmul", "seconds": s, "gflops": 2 * cw * n**3 * batch / s * 1e-9,
+                      "gbytes_per_s": 4 * c.nbytes / s * 1e-9}))
+"""
+
+
+def run_numpy(prec: str, sizes, batch: int, threads: int, reps: int) -> list[dict]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, "-c", _NUMPY, prec, ",".join(map(str, sizes)), str(batch), str(threads),
+                           str(reps)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def _table(rows: list[dict], prec: str, threads: int, sizes) -> list[str]:
+    by = {(r["library"], r["n"]): r["gflops"] for r in rows if r["precision"] == prec and r["threads"] == threads
+          and r.get("batch") != "large"}
+    libs = [lib for lib in LIBS if any((lib, n) in by for n in sizes)]
+    out = [f"| N | {' | '.join(libs)} | vs LIBXSMM | vs Eigen |", "|" + " --- |" * (len(libs) + 3)]
+    for n in sizes:
+        ours = by.get(("gemmgen", n))
+        cells = [f"{by[(lib, n)]:.1f}" if (lib, n) in by else "—" for lib in libs]
+        rel = [f"{ours / by[(lib, n)]:.2f}x" if ours and (lib, n) in by else "—" for lib in ("libxsmm", "eigen")]
+        out.append(f"| {n} | {' | '.join(cells)} | {' | '.join(rel)} |")
+    return out
+
+
+def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa: str, reps: int,
+              large_megabytes: int, out_dir: Path, command: str) -> int:
+    build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"], extra_flags=("-O3",))
+    exe = build_driver(build.output, build_dir)
+    threads_all = os.cpu_count() or 1
+    # LIBXSMM JITs for the ISA asked for (hsw = AVX2), so both sides use the same vector width.
+    xsmm_target = {"avx2": "hsw", "avx512": "skx", "generic": "generic"}.get(isa, "hsw")
+    env = dict(os.environ, LIBXSMM_TARGET=xsmm_target, OMP_PROC_BIND="close", OPENBLAS_NUM_THREADS="1")
+    rows: list[dict] = []
+    for prec in precisions:
+        for threads in sorted({1, threads_all}):
+            click.echo(f"{prec}: {threads} thread(s)")
+            rows += run_driver(exe, [prec, ",".join(map(str, sizes)), str(batch), str(threads), isa, str(reps)], env)
+            rows += run_numpy(prec, sizes, batch, threads, reps)
+    bandwidth = {}
+    for threads in sorted({1, threads_all}):
+        r = run_driver(exe, ["bandwidth", str(large_megabytes), str(threads), str(reps)], env)[0]
+        bandwidth[threads] = r["gbytes_per_s"]
+        rows.append(r)
+    # Data far larger than the caches, all threads: our kernels' bytes moved per second against
+    # the bandwidth of the same access pattern.
+    large = []
+    for prec in precisions:
+        elem = {"s": 4, "d": 8, "c": 8, "z": 16}[prec]
+        for n in (4, 8, 16, 32):
+            if n not in sizes:
+                continue
+            big_batch = large_megabytes * 2**20 // (3 * n * n * elem)
+            for r in run_driver(exe, [prec, str(n), str(big_batch), str(threads_all), isa, str(max(3, reps // 2))], env):
+                if r["library"] == "gemmgen":
+                    r["fraction_of_bandwidth"] = r["gbytes_per_s"] / bandwidth[threads_all]
+                    large.append(r)
+    machine = {"cpu": cpu_model(), "cores": threads_all, "platform": platform.platform(),
+               "isa": isa, "libxsmm_target": xsmm_target}
+    report = {"command": command, "machine": machine, "batch": batch, "reps": reps,
+              "measured": time.strftime("%Y-%m-%d"), "bandwidth_gbytes_per_s": bandwidth,
+              "results": rows, "large": large}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "cpu_bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    lines = [f"# CPU benchmark: gemmgen vs LIBXSMM 1.17, Eigen 3.4, OpenBLAS, numpy", "",
+             f"Command: `{command}`  ", f"Machine: {machine['cpu']}, {threads_all} cores, {machine['platform']}  ",
+             f"gemmgen ISA: {isa}; LIBXSMM JIT target: {xsmm_target}; Eigen and the loops compiled with "
+             f"-O3 -mavx2 -mfma.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",
+             f"Memory bandwidth (c[i] += a[i]·b[i], {large_megabytes} MB): "
+             + ", ".join(f"{t} thread(s) {bw:.1f} GB/s" for t, bw in sorted(bandwidth.items())), ""]
+    for prec in precisions:
+        for threads in sorted({1, threads_all}):
+            lines += [f"## {prec}, {threads} thread(s)", ""] + _table(rows, prec, threads, sizes) + [""]
+    lines += [f"## All threads, data ≫ caches ({large_megabytes} MB per call)", "",
+              "| precision | N | GF/s | GB/s | fraction of bandwidth |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['precision']} | {r['n']} | {r['gflops']:.1f} | {r['gbytes_per_s']:.1f} | "
+              f"{r['fraction_of_bandwidth']:.2f} |" for r in large]
+    (out_dir / "cpu_bench.md").write_text("\n".join(lines) + "\n")
+    _plot(rows, precisions, sizes, out_dir / "cpu_bench.png", machine)
+    click.echo((out_dir / "cpu_bench.md").read_text())
+    return 0
+
+
+def _plot(rows, precisions, sizes, path: Path, machine: dict) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        click.echo("matplotlib missing: no plot (pip install matplotlib)")
+        return
+    fig, axes = plt.subplots(1, len(precisions), figsize=(4.5 * len(precisions), 3.8), squeeze=False)
+    for ax, prec in zip(axes[0], precisions):
+        for lib in LIBS:
+            pts = sorted((r["n"], r["gflops"]) for r in rows if r["library"] == lib and r["precision"] == prec
+                         and r["threads"] == 1)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, label=lib)
+        ax.set_title(f"{prec}gemm, 1 thread")
+        ax.set_xlabel("N")
+        ax.set_ylabel("GF/s")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"C += A·B batched, {machine['cpu']} ({machine['isa']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

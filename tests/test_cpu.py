@@ -1,0 +1,216 @@
+"""The cpu family: spec rules, and every kernel of the default set built with g++ and checked against
+NumPy through the AVX2 path, the portable fallback, AVX-512 (run where the CPU has it, compiled
+with -Werror everywhere) and NEON (cross-compiled, run under qemu-aarch64).
+
+The emitted set is generated into build/test_cpu/generated and compiled once per session; objects
+are cached by content, so a later session only relinks."""
+from __future__ import annotations
+
+import ctypes
+import json
+import platform
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator import cpu
+from generator.emit import write
+from generator.manifest import Selection, build_manifest
+from generator.spec import SpecError
+from harness import cpu_build, cpu_check
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "test_cpu"
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+# ---- spec -----------------------------------------------------------------------------------------
+def test_name_parses_back():
+    spec = cpu.CpuSpec("z", 7, 5, 3, "avx2", 2, 2).validate()
+    assert spec.name == "cpu_z_m7n5k3_avx2_r2x2"
+    assert cpu.CpuSpec.parse(spec.name) == spec
+
+
+@pytest.mark.parametrize("args, rule", [
+    (("h", 4, 4, 4, "avx2", 1, 1), "precision"),
+    (("d", 4, 4, 4, "sse9", 1, 1), "isa"),
+    (("d", 33, 4, 4, "avx2", 1, 1), "size"),
+    (("d", 4, 4, 4, "avx2", 2, 1), "tile within C"),     # m = 4 is one AVX2 vector of doubles
+    (("d", 4, 4, 4, "avx2", 1, 5), "tile within C"),
+    (("d", 32, 32, 32, "avx2", 4, 4), "registers"),      # 16 + 4 + 1 > 16
+])
+def test_spec_rules_are_named(args, rule):
+    with pytest.raises(SpecError) as err:
+        cpu.CpuSpec(*args).validate()
+    assert err.value.rule == rule
+
+
+def test_bad_names_are_refused():
+    for name in ("cpu_d_m4n4k4_avx2", "cpu_d_m4n4k4_avx2_r9x9", "small_d_m4n4k4_dim4x4_tba1"):
+        with pytest.raises(SpecError):
+            cpu.CpuSpec.parse(name)
+
+
+@pytest.mark.parametrize("isa", cpu.ISA_ORDER)
+@pytest.mark.parametrize("prec", cpu.CPU_PRECISIONS)
+def test_tiles_cover_c_exactly_once(prec, isa):
+    for m, n, k in [(s, s, s) for s in range(1, 33)] + [(3, 17, 5), (32, 1, 9)]:
+        spec = cpu.heuristic(prec, m, n, k, isa)
+        assert cpu.CpuSpec.parse(spec.name) == spec
+        covered = np.zeros((m, n), dtype=int)
+        for t in spec.tiles():
+            rows = (t.mr - 1) * spec.lanes + t.last
+            covered[t.row:t.row + rows, t.col:t.col + t.nr] += 1
+        assert (covered == 1).all(), spec.name
+        assert all(s.is_valid() for s in cpu.sweep_candidates(prec, m, n, k, isa))
+
+
+def test_default_selection_has_all_cpu_kernels():
+    manifest = build_manifest(Selection())
+    assert len(manifest.cpu_kernels) == 4 * 32 * len(cpu.ISA_ORDER)
+    assert {s.isa for s in manifest.cpu_kernels} == set(cpu.ISA_ORDER)
+    assert "--cpu-isa" not in Selection().command()
+
+
+# ---- the built set --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cpu_set() -> Path:
+    """The default selection emitted once (unchanged files are not rewritten, so the object cache
+    holds across sessions)."""
+    out = BUILD / "generated"
+    write(build_manifest(Selection()), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def shapes(cpu_set):
+    return cpu_check.shapes_from_manifest(json.loads((cpu_set / "manifest.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def x86_lib(cpu_set):
+    if not X86:
+        pytest.skip("x86-64 kernels need an x86-64 machine")
+    build = cpu_build.build(cpu_set, BUILD / "x86", isas=["generic", "avx2", "avx512"])
+    return cpu_check.CpuLibrary(build.output)
+
+
+@pytest.fixture(scope="session")
+def cases(shapes):
+    return cpu_check.cases_for(shapes, np.random.default_rng(20261122))
+
+
+def _assert_all_pass(results):
+    failed = [r for r in results if not r.passed]
+    assert not failed, "\n".join(cpu_check.summarize(results))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "generic", "avx512"])
+def test_every_kernel_against_numpy(x86_lib, cases, isa):
+    if not x86_lib.supports(isa):
+        pytest.skip(f"this CPU has no {isa} (its sources were compiled with -Werror)")
+    results = cpu_check.run_checks(cpu_check.CtypesExecutor(x86_lib, isa), cases, seed=hash(isa) % 1000)
+    assert len(results) == len(cases)
+    _assert_all_pass(results)
+    # The dispatch really ran that ISA's kernels.
+    assert x86_lib.set_isa(isa)
+    try:
+        assert f"_{isa}_" in x86_lib.selected_kernel("d", 8, 8, 8)
+        assert f"_{isa}_" in x86_lib.selected_kernel("z", 3, 3, 3)
+    finally:
+        x86_lib.set_isa("auto")
+
+
+def test_kernel_list_and_isa_choice(x86_lib):
+    names = x86_lib.kernel_names()
+    assert len(names) == 4 * 32 * len(cpu.ISA_ORDER)
+    assert all(cpu.CpuSpec.parse(n) for n in names)
+    widest = "avx512" if x86_lib.supports("avx512") else "avx2" if x86_lib.supports("avx2") else "generic"
+    assert x86_lib.isa() == widest
+    assert not x86_lib.set_isa("neon") and not x86_lib.set_isa("bogus")
+    assert x86_lib.isa() == widest
+
+
+def test_large_stride(x86_lib):
+    result = cpu_check.check_large_stride(x86_lib, "s")
+    assert result.passed, result
+
+
+def _strided(lib, p="d", ta="N", tb="N", m=4, n=4, k=4, lda=4, ldb=4, ldc=4, sa=16, sb=16, sc=16, batch=2,
+             a=None, b=None, c=None, alpha=1.0, beta=0.0):
+    buf = np.zeros(64, dtype=np.float64)
+    ptr = buf.ctypes.data
+    return lib.strided(p, ta, tb, m, n, k, alpha, ptr if a is None else a, lda, sa, ptr if b is None else b, ldb, sb,
+                       beta, ptr if c is None else c, ldc, sc, batch)
+
+
+def test_argument_codes(x86_lib):
+    assert _strided(x86_lib, ta="X") == -1
+    assert _strided(x86_lib, tb="?") == -2
+    assert _strided(x86_lib, m=-1) == -3
+    assert _strided(x86_lib, k=-1) == -5
+    assert _strided(x86_lib, a=0) == -7
+    assert _strided(x86_lib, lda=3) == -8
+    assert _strided(x86_lib, ldb=2) == -11
+    assert _strided(x86_lib, c=0) == -14
+    assert _strided(x86_lib, ldc=3) == -15
+    assert _strided(x86_lib, sc=15) == -16            # outputs of two entries would overlap
+    assert _strided(x86_lib, batch=-1) == -17
+    assert _strided(x86_lib, m=0, a=0, b=0, c=0) == 0   # nothing to do: no pointer is looked at
+    assert _strided(x86_lib, m=33, n=33, k=33, lda=33, ldb=33, ldc=33, sa=0, sb=0, sc=33 * 33,
+                    batch=1) == cpu_check.NOT_GENERATED
+    assert x86_lib.array("d", "N", "N", 4, 4, 4, 1.0, 0, 4, 0, 4, 0.0, 0, 4, 1) == -7
+    assert x86_lib.array("d", "N", "N", 4, 4, 4, 0.0, 0, 4, 0, 4, 0.0, 0, 4, 1) == -12
+
+
+def test_threads_give_the_same_bits(x86_lib):
+    """The batch split over threads changes nothing in any result (each entry is computed whole by
+    one thread); the first-touch helper zeroes exactly its buffer."""
+    lib = x86_lib.lib
+    rng = np.random.default_rng(5)
+    n, batch = 8, 3001
+    a, b, c0 = (rng.standard_normal(n * n * batch) for _ in range(3))
+    outs = []
+    for threads in (1, 2, 3):
+        lib.gemmgen_cpu_set_num_threads(threads)
+        c = c0.copy()
+        assert x86_lib.strided("d", "N", "T", n, n, n, 1.5, a.ctypes.data, n, n * n, b.ctypes.data, n, n * n,
+                               0.5, c.ctypes.data, n, n * n, batch) == 0
+        outs.append(c)
+    lib.gemmgen_cpu_set_num_threads(0)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    buf = np.full(1000, 7.0)
+    assert lib.gemmgen_cpu_first_touch(buf.ctypes.data, 8 * 10, 99) == 0
+    assert (buf[:990] == 0).all() and (buf[990:] == 7.0).all()
+
+
+def test_serial_build(cpu_set, shapes):
+    """Without OpenMP the same kernels run serially (only the dispatch is recompiled)."""
+    if not X86:
+        pytest.skip("x86-64 only")
+    build = cpu_build.build(cpu_set, BUILD / "x86", isas=["generic", "avx2", "avx512"], openmp=False,
+                            output_name="libgemmgen_cpu_serial.so")
+    lib = cpu_check.CpuLibrary(build.output)
+    assert lib.lib.gemmgen_cpu_get_num_threads() == 1
+    few = {p: [s for s in v if s[0] in (3, 16, 29)] for p, v in shapes.items()}
+    cases = cpu_check.cases_for(few, np.random.default_rng(9), thorough=False)
+    _assert_all_pass(cpu_check.run_checks(cpu_check.CtypesExecutor(lib, "avx2" if lib.supports("avx2") else "generic"), cases))
+
+
+# ---- NEON under qemu ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def aarch64_runner(cpu_set):
+    if not cpu_build.AARCH64.available():
+        pytest.skip("needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian g++-aarch64-linux-gnu, qemu-user)")
+    build = cpu_build.build(cpu_set, BUILD / "aarch64", cpu_build.AARCH64, isas=["generic", "neon"], link="runner")
+    return build.output
+
+
+@pytest.mark.parametrize("isa", ["neon", "generic"])
+def test_aarch64_under_qemu(aarch64_runner, cases, isa):
+    executor = cpu_check.RunnerExecutor(aarch64_runner, isa, cpu_build.AARCH64.run_prefix)
+    results = cpu_check.run_checks(executor, cases, seed=7 if isa == "neon" else 8)
+    assert len(results) == len(cases)
+    _assert_all_pass(results)
