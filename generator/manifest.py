@@ -157,8 +157,16 @@ class Manifest:
 
 
 def _tuned_small(arch: str) -> dict[tuple[str, int, int, int], dict]:
-    rows = load_table(arch).get("small", [])
-    return {(r["precision"], r["m"], r["n"], r["k"]): r for r in rows}
+    """The small-family rows for `arch`: its own table, or else the table of the nearest tuned
+    architecture (by compute capability, the newer on a tie).  Borrowed choices stay subject to
+    `arch`'s own limits (validate), beat the untuned heuristic, and add no kernels to compile."""
+    tuned = [a for a in ARCHS if load_table(a).get("small")]
+    if not tuned:
+        return {}
+    source = arch if arch in tuned else min(
+        tuned, key=lambda a: (abs(ARCHS[a].cc - ARCHS[arch].cc), -ARCHS[a].cc))
+    rows = load_table(source)["small"]
+    return {(r["precision"], r["m"], r["n"], r["k"]): {**r, "arch": source} for r in rows}
 
 
 def build_manifest(selection: Selection) -> Manifest:
@@ -175,7 +183,9 @@ def build_manifest(selection: Selection) -> Manifest:
                     try:
                         spec = small.SmallSpec(precision, m, n, k, row["dim_m"], row["dim_n"],
                                                row["tba"]).validate(arch)
-                        source = f"tuned on {row.get('device', arch)}"
+                        source = f"tuned on {row.get('device', row['arch'])}"
+                        if row["arch"] != arch:
+                            source += f" ({row['arch']}; no {arch} table)"
                     except SpecError as err:
                         notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")
                 if spec is None:
