@@ -77,11 +77,21 @@ def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
 @click.option("--dry-run", is_flag=True, help="Print the manifest and the files, write nothing.")
 @click.option("--tallskinny-n", default="1-32", show_default=True,
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
-def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny_n):
-    """Emit CUDA sources, include/gemmgen.h, CMakeLists.txt and manifest.json."""
+@click.option("--cpu-isa", default="all", show_default=True,
+              help="ISAs of the cpu family: generic,avx2,avx512,neon (generic is always emitted).")
+def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny_n, cpu_isa):
+    """Emit CUDA and C++ sources, include/gemmgen.h, include/gemmgen_cpu.h, CMakeLists.txt and
+    manifest.json."""
+    import dataclasses
+
+    from . import cpu
     from .emit import plan, write
 
     selection = _selection(arch, precisions, sizes, shapes, tallskinny_n)
+    try:
+        selection = dataclasses.replace(selection, cpu_isas=cpu.parse_isas(cpu_isa))
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     if out_dir.exists() and not out_dir.is_dir():
         raise click.ClickException(f"output {out_dir} exists and is not a folder")
     manifest = build_manifest(selection)
@@ -91,7 +101,8 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
             click.echo(f"would write {out_dir / rel}")
         return
     written = write(manifest, out_dir)
-    click.echo(f"wrote {len(written)} files ({len(manifest.kernels)} kernels) to {out_dir}")
+    click.echo(f"wrote {len(written)} files ({len(manifest.kernels)} kernels, "
+               f"{len(manifest.cpu_kernels)} CPU kernels) to {out_dir}")
 
 
 @main.command()
@@ -104,12 +115,22 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write the check results as JSON here.")
 @click.option("--quick", is_flag=True, help="Random data for one transpose pair per shape only.")
-def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick):
+@click.option("--cpu/--no-cpu", "with_cpu", default=True, show_default=True,
+              help="Also build the CPU kernels with g++ and check them (every ISA this machine runs; "
+                   "NEON under qemu-aarch64 where installed).")
+@click.option("--cpu-report", type=click.Path(path_type=Path), default=None,
+              help="Write the CPU check results as JSON here.")
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report):
     """Compile everything emitted (no spills or local memory allowed) and, where a GPU is present,
     check every kernel in every precision and transpose against NumPy."""
     from harness.run_check import run_check
 
-    sys.exit(run_check(gen_dir, build_dir, arch, jobs, report, quick))
+    status = run_check(gen_dir, build_dir, arch, jobs, report, quick)
+    if with_cpu and (gen_dir / "src" / "cpu").is_dir():
+        from harness.cpu_check import run_cpu_check
+
+        status = max(status, run_cpu_check(gen_dir, build_dir, quick, cpu_report, click.echo))
+    sys.exit(status)
 
 
 @main.group()
@@ -200,6 +221,58 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
     except ValueError:
         raise click.ClickException(f"bad --batches {batches!r}; write e.g. 10000,100000") from None
     sys.exit(run_bench(gen_dir, build_dir, selection, megabytes, batch_list, out_dir))
+
+
+@tune.command("cpu")
+@click.option("--precisions", default="s,d,c,z", show_default=True)
+@click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True)
+@click.option("--shapes", default="", help="Extra rectangular shapes MxNxK.")
+@click.option("--isa", default="avx2", show_default=True, help="The ISA to tune (this CPU must have it).")
+@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_cpu_results.jsonl"),
+              show_default=True, help="Append-only results file.")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune_cpu"), show_default=True)
+@click.option("--kilobytes", type=int, default=512, show_default=True,
+              help="Data per timed batch (inside L2: the register blocking is what is measured).")
+@click.option("--reps", type=int, default=15, show_default=True)
+@click.option("--write-table/--no-write-table", default=True, show_default=True,
+              help="Write generator/tuning/cpu_<isa>.json from the results.")
+@click.option("--jobs", "-j", type=int, default=0)
+def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, kilobytes, reps, write_table, jobs):
+    """Sweep the register blocking (mr x nr) of the cpu family on this machine's CPU."""
+    from harness.cpu_tune import run_tune
+
+    from . import cpu
+
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
+    if isa not in cpu.ISAS:
+        raise click.ClickException(f"unknown ISA {isa!r}; choose from {', '.join(cpu.ISAS)}")
+    precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
+    sys.exit(run_tune(precs, selection.all_shapes, isa, results, build_dir, kilobytes, reps, write_table, jobs))
+
+
+@bench.command("cpu")
+@click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/bench_cpu"), show_default=True)
+@click.option("--precisions", default="s,d,c,z", show_default=True)
+@click.option("--sizes", default=f"2-{MAX_SIZE}", show_default=True)
+@click.option("--batch", type=int, default=10000, show_default=True)
+@click.option("--isa", default="avx2", show_default=True, help="The ISA gemmgen runs (LIBXSMM JITs for the same).")
+@click.option("--reps", type=int, default=11, show_default=True)
+@click.option("--megabytes", type=int, default=1536, show_default=True,
+              help="Data per call for the bandwidth runs (far above the caches).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
+def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes, out_dir):
+    """CPU kernels vs LIBXSMM, Eigen, OpenBLAS and numpy, single thread and all threads, plus the
+    memory bandwidth: JSON, table and plot into docs/perf/."""
+    from harness.cpu_bench import run_bench
+
+    from . import cpu
+
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "")
+    precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
+    command = (f"gemmgen bench cpu --precisions {','.join(precs)} --sizes {sizes} --batch {batch} --isa {isa} "
+               f"--reps {reps} --megabytes {megabytes}")
+    sys.exit(run_bench(gen_dir, build_dir, precs, selection.sizes, batch, isa, reps, megabytes, out_dir, command))
 
 
 @bench.command("tallskinny")

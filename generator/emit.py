@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import __version__
+from . import __version__, cpu
 from .arch import ARCHS
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
@@ -101,7 +101,9 @@ def plan(manifest: Manifest) -> dict[str, str]:
         "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + ts_kernels]
                                             + ["src/gemmgen_tallskinny_dispatch.cu"]),
         archs=manifest.selection.archs,
-        cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs], **common)
+        cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],
+        cpu_sources=sorted(cpu.source_path(s) for s in manifest.cpu_kernels), **common)
+    files.update(cpu.files(list(manifest.cpu_kernels), manifest.selection.cpu_isas, common["banner"], __version__))
     listing = manifest.to_json()
     listing["generator"] = f"gemmgen {__version__}"
     listing["files"] = sorted(files) + ["manifest.json"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import small, tsm2
+from . import cpu, small, tsm2
 from .arch import ARCHS, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError
@@ -63,6 +63,7 @@ class Selection:
     sizes: tuple[int, ...] = tuple(range(1, small.MAX_SIZE + 1))
     shapes: tuple[Shape, ...] = ()
     tallskinny_ns: tuple[int, ...] = tsm2.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
+    cpu_isas: tuple[str, ...] = cpu.ISA_ORDER   # the cpu family's ISAs (generic always included)
 
     @classmethod
     def parse(cls, archs: str, precisions: str, sizes: str, shapes: str,
@@ -86,6 +87,8 @@ class Selection:
             parts.append("--shapes " + ",".join(f"{m}x{n}x{k}" for m, n, k in self.shapes))
         if self.tallskinny_ns != tsm2.DEFAULT_NS:
             parts.append("--tallskinny-n " + _compress(self.tallskinny_ns))
+        if self.cpu_isas != cpu.ISA_ORDER:   # the default stays implicit: GPU banners unchanged
+            parts.append("--cpu-isa " + ",".join(self.cpu_isas))
         return " ".join(parts)
 
 
@@ -121,6 +124,7 @@ class Manifest:
     dispatch: tuple[DispatchEntry, ...]
     notes: list[str] = field(default_factory=list)
     tallskinny: tuple[tsm2.TallSkinnyEntry, ...] = ()
+    cpu_kernels: tuple[cpu.CpuSpec, ...] = ()   # one per CPU precision, shape and ISA
 
     @property
     def tallskinny_kernels(self) -> tuple:
@@ -153,6 +157,12 @@ class Manifest:
                             for s in self.tallskinny_kernels],
                 "dispatch": [e.to_json() for e in self.tallskinny],
             },
+            "cpu_isas": list(self.selection.cpu_isas),
+            "cpu_kernels": [
+                {"name": s.name, "family": s.family, "precision": s.precision, "m": s.m, "n": s.n,
+                 "k": s.k, "isa": s.isa, "mr": s.mr, "nr": s.nr}
+                for s in self.cpu_kernels
+            ],
         }
 
 
@@ -195,7 +205,9 @@ def build_manifest(selection: Selection) -> Manifest:
                     previous = spec
     tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
                                     load_table, notes)
-    return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes, tallskinny=tallskinny)
+    cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.all_shapes, selection.cpu_isas)
+    return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes + cpu_notes,
+                    tallskinny=tallskinny, cpu_kernels=tuple(cpu_kernels))
 
 
 def _entry_key(e: DispatchEntry):
