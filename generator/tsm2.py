@@ -319,6 +319,7 @@ def algorithm5(dev: DeviceModel, precision: str, m: int, n: int, k: int,
 # ---- untuned choices and the sweep ------------------------------------------------------------------
 DEFAULT_T1 = 128         # the paper's t1 on K40c/P100 (§4.2, §4.4)
 DEFAULT_ISM2_T1 = 128
+ISM2_MAX_REGS = 160
 MODEL_SHAPE = (30720, 30720)   # the model's m, k for TSM2 choices (its choice of t2, t3 does not
                                # depend on m, k in the memory-bound branch)
 
@@ -344,12 +345,15 @@ def model_ism2(precision: str, n: int, opt: int = 1, k: int = 16, t1: int = DEFA
     """ISM2 keeps TSM2's t2 (one pass over the n columns when registers allow) and loads the
     whole (small) k of a row at once: t3 = 16 or what registers allow."""
     tsm2 = model_tsm2(precision, n, t1, dev)
-    t3 = _fit_t3(precision, t1, tsm2.t2, max(tsm2.t3, k))
+    t3 = max(tsm2.t3, k)
+    while t3 > tsm2.t3 and register_estimate(precision, tsm2.t2, t3) > ISM2_MAX_REGS:
+        t3 //= 2          # ptxas keeps the row loop spill-free below about 150 estimated registers
+    t3 = _fit_t3(precision, t1, tsm2.t2, max(t3, tsm2.t3))
     return Ism2Spec(precision, n, t1, tsm2.t2, t3, opt).validate()
 
 
 TSM2_SWEEP_T1 = (32, 64, 128, 256)
-TSM2_SWEEP_T3 = (2, 4, 8)
+TSM2_SWEEP_T3 = (2, 4, 8, 16)
 ISM2_SWEEP_T1 = (128, 256)
 ISM2_SWEEP_T3 = (8, 16)
 ISM2_SWEEP_TCF = (1, 2, 4, 8, 16, 32)

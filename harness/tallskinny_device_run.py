@@ -64,12 +64,17 @@ def main(argv=None) -> int:
     log(f"{device} {arch}")
     root = Path("build/ts")
     extra = sweep_specs()
+    # --tune-first: build only s, d for the tuned n (the sweep and their defaults), tune, rebuild
+    # from the tuned table, check that set and bench it (the full set was checked in a run before).
+    tune_first = "--tune-first" in argv
+    precs = ("s", "d") if tune_first else "hsd"
+    ns = (2, 4, 8, 16) if tune_first else tsm2.DEFAULT_NS
 
     def progress(done, total):
         if done % 50 == 0 or done == total:
             log(f"  nvcc {done}/{total}")
 
-    build, entries = build_tallskinny(root / "set", root / "obj", "hsd", tsm2.DEFAULT_NS, arch, extra,
+    build, entries = build_tallskinny(root / "set", root / "obj", precs, ns, arch, extra,
                                       jobs, progress)
     local = build.local_memory_kernels
     log(f"built {len(build.objects)} sources, {len(build.failures)} failed, {len(local)} kernels with "
@@ -85,6 +90,8 @@ def main(argv=None) -> int:
         "max_registers": max(r.registers for r in build.resources)}}
 
     # ---- checks ----------------------------------------------------------------------------------
+    if tune_first:
+        return tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     rng = np.random.default_rng(20261122)
     cases = list(ck.default_cases(entries, rng)) + list(ck.edge_cases("hsd"))
     log(f"checks: {len(cases)} cases")
@@ -139,6 +146,37 @@ def main(argv=None) -> int:
     log(f"bench with the {'tuned' if bench_lib is not lib else 'model'} dispatch")
     run_bench(bench_lib, device, arch, out, bandwidth=bandwidth,
               command="python -m harness.tallskinny_device_run (= gemmgen bench tallskinny)")
+    log("done")
+    return 0
+
+
+def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress) -> int:
+    from .bench_tallskinny import run_bench
+    from .tune_tallskinny import run_tune
+
+    bandwidth = copy_bandwidth()
+    log(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; tune")
+    run_tune(lib, device, arch, out / "tune_tallskinny_results.jsonl", bandwidth=bandwidth,
+             note_path=out / f"tune_tallskinny_{arch}.md")
+    shutil.copy(table_path(arch), out / f"{arch}.json")
+    log("tuned; rebuild from the table")
+    build2, entries2 = build_tallskinny(root / "set", root / "obj", ("s", "d"), ns, arch, (), jobs, progress,
+                                        "libgemmgen_tallskinny_tuned.so")
+    log(f"rebuilt: {len(build2.objects)} sources, {len(build2.failures)} failed, "
+        f"{len(build2.local_memory_kernels)} with local memory")
+    report["build_tuned"] = {"failures": list(build2.failures),
+                             "local_memory": [f"{r.source}:{r.function}" for r in build2.local_memory_kernels]}
+    lib2 = TallSkinnyLibrary(build2.library)
+    cases = list(ck.default_cases(entries2, np.random.default_rng(5)))
+    results = ck.run_cases(lib2, cases)
+    for args in (("s", 2**21 + 3, 4, 1031, "N"), ("d", 2**31 // 16 + 4099, 16, 16, "T")):
+        results.append(ck.check_tall(lib2, *args))
+    report["checks_tuned"] = summarize(results)
+    report["results_tuned"] = [r.to_json() for r in results]
+    (out / "check_tallskinny_tuned.json").write_text(json.dumps(report, indent=1) + "\n")
+    log("bench with the tuned dispatch")
+    run_bench(lib2, device, arch, out, bandwidth=bandwidth,
+              command="python -m harness.tallskinny_device_run --tune-first (= gemmgen tune tsm2; gemmgen bench tallskinny)")
     log("done")
     return 0
 
