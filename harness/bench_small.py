@@ -60,6 +60,13 @@ def run_bench(gen_dir: Path, build_dir: Path, selection: Selection, megabytes: i
                 o, c = row[f"ours_{tag}"], row[f"cublas_{tag}"]
                 if "ms" in o and "ms" in c:
                     row[f"speedup_{tag}"] = c["ms"] / o["ms"]
+            # The pointer-array interface on the same matrices (beta = 0).
+            array_fn = getattr(lib.lib, f"gemmgen_{prec}gemm_batched")
+            m = _measure(work, lambda beta: work.ours_array(array_fn, 1.0, beta), 0.0)
+            if "ms" in m:
+                floor_ms = bytes_moved(prec, size, size, size, batch, False) / bandwidth * 1e3
+                m["floor_fraction"] = floor_ms / m["ms"]
+            row["ours_array_beta0"] = m
             work.release()
             rows.append(row)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,8 +95,8 @@ def markdown_table(payload: dict, only: str | None = None) -> str:
              "(bytes read + written). Floor = bytes that must move / that bandwidth; "
              "'floor' columns are the fraction of it reached (1.0 = at the bandwidth limit).", "",
              "| prec | N | batch | data | ours GF/s β=0 | floor β=0 | cuBLAS floor β=0 | speedup β=0 "
-             "| floor β=1 | cuBLAS floor β=1 | speedup β=1 | kernel |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| floor β=1 | cuBLAS floor β=1 | speedup β=1 | pointer-array floor β=0 | kernel |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in payload["rows"]:
         if only and r["data"] != only:
             continue
@@ -102,6 +109,7 @@ def markdown_table(payload: dict, only: str | None = None) -> str:
             f"| {_fmt(r, 'ours', 'beta1', 'floor_fraction', '.2f')} "
             f"| {_fmt(r, 'cublas', 'beta1', 'floor_fraction', '.2f')} "
             f"| {format(r['speedup_beta1'], '.2f') if 'speedup_beta1' in r else 'n/a'} "
+            f"| {_fmt(r, 'ours_array', 'beta0', 'floor_fraction', '.2f')} "
             f"| {r['kernel']} |")
     return "\n".join(lines) + "\n"
 

@@ -80,6 +80,27 @@ class Workload:
                 raise RuntimeError(f"{function.__name__} returned {rc}")
         return launch
 
+    def ours_array(self, function, alpha=1.0, beta=0.0):
+        """A launch(stream_ptr) closure for the pointer-array entry point gemmgen_?gemm_batched,
+        with pointers to the same packed matrices."""
+        import cupy as cp
+
+        from .api import scalar
+
+        m, n, k = self.m, self.n, self.k
+        elem = PRECISIONS[self.prec].element_bytes
+        idx = cp.arange(self.batch, dtype=cp.uint64)
+        self._arrays = [cp.uint64(buf.data.ptr) + idx * cp.uint64(size * elem)
+                        for buf, size in ((self.A, m * k), (self.B, k * n), (self.C, m * n))]
+        a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
+        pa, pb, pc = (x.data.ptr for x in self._arrays)
+
+        def launch(stream_ptr: int) -> None:
+            rc = function(b"N", b"N", m, n, k, a, pa, m, pb, k, b, pc, m, self.batch, stream_ptr)
+            if rc != 0:
+                raise RuntimeError(f"{function.__name__} returned {rc}")
+        return launch
+
     def cublas(self, alpha=1.0, beta=0.0):
         """A launch(stream_ptr) closure for cublasGemmStridedBatchedEx on the same buffers."""
         import cupy as cp
@@ -102,3 +123,4 @@ class Workload:
 
     def release(self):
         del self.A, self.B, self.C
+        self._arrays = None
