@@ -34,7 +34,7 @@ MAX_REGS = 255
 THREAD_BLOCK_SIZES = (32, 64, 128, 256, 512)
 SMEM_LIMIT = 48 * 1024               # dynamic shared memory without an opt-in attribute
 
-_TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)$")
+_TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?$")
 _ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
 
 
@@ -54,11 +54,12 @@ def smem_row(precision: str, t2: int) -> int:
     return ceil_div(t2, per16) * per16
 
 
-def register_estimate(precision: str, t2: int, t3: int, setup: int = 24) -> int:
+def register_estimate(precision: str, t2: int, t3: int, setup: int = 24, rows: int = 1) -> int:
     """§3.6.2: R_thread = (3·t2 + 2·t3)·bytes_per_element/bytes_per_register + C (C = `setup`,
-    the fixed registers of indexing and loop control, from ptxas reports)."""
+    the fixed registers of indexing and loop control, from ptxas reports).  With `rows` rows of C
+    per thread (beyond the paper) the C and A registers are per row: (t2·(rows + 2) + 2·t3·rows)."""
     words = compute_bytes(precision) // 4
-    return (3 * t2 + 2 * t3) * words + setup
+    return (t2 * (rows + 2) + 2 * t3 * rows) * words + setup
 
 
 @dataclass(frozen=True, order=True)
@@ -68,20 +69,25 @@ class Tsm2Spec:
     t1: int     # threads per group = rows of C per block = rows of a B tile
     t2: int     # columns of C per pass (registers)
     t3: int     # elements of A per load (memory concurrency)
+    rows: int = 1   # rows of C per thread (beyond the paper: B values reused from registers)
 
     family = "tsm2"
 
     @property
     def name(self) -> str:
-        return f"tsm2_{self.precision}_n{self.n}_t{self.t1}x{self.t2}x{self.t3}"
+        base = f"tsm2_{self.precision}_n{self.n}_t{self.t1}x{self.t2}x{self.t3}"
+        return base + (f"_r{self.rows}" if self.rows != 1 else "")
 
     @classmethod
     def parse(cls, name: str) -> "Tsm2Spec":
         m = _TSM2_NAME.match(name)
         if not m:
-            raise SpecError("name", f"{name!r} is not a tsm2 kernel name (tsm2_<prec>_n<N>_t<t1>x<t2>x<t3>)")
+            raise SpecError("name", f"{name!r} is not a tsm2 kernel name (tsm2_<prec>_n<N>_t<t1>x<t2>x<t3>[_r<rows>])")
         prec, *nums = m.groups()
-        return cls(prec, *(int(x) for x in nums)).validate()
+        rows = int(nums.pop()) if nums[-1] is not None else 1
+        if nums[-1] is None:
+            nums.pop()
+        return cls(prec, *(int(x) for x in nums), rows).validate()
 
     @property
     def t2p(self) -> int:
@@ -89,14 +95,19 @@ class Tsm2Spec:
 
     @property
     def smem_per_group(self) -> int:
-        return self.t1 * self.t2p * compute_bytes(self.precision)
+        return self.t1 * max(self.t2p, self.rows * self.t2) * compute_bytes(self.precision)
 
     @property
     def registers(self) -> int:
-        return register_estimate(self.precision, self.t2, self.t3)
+        return register_estimate(self.precision, self.t2, self.t3, rows=self.rows)
 
     def validate(self, arch: str | None = None) -> "Tsm2Spec":
         _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
+        require(self.rows in (1, 2, 4), "rows", f"rows={self.rows} must be 1, 2 or 4")
+        require(self.registers <= MAX_REGS, "registers",
+                f"{self.rows} rows per thread need about {self.registers} registers (> {MAX_REGS})")
+        require(self.smem_per_group <= SMEM_LIMIT, "shared memory",
+                f"one group needs {self.smem_per_group} bytes (> {SMEM_LIMIT})")
         return self
 
     def is_valid(self, arch: str | None = None) -> bool:
@@ -368,6 +379,8 @@ def tsm2_sweep(precision: str, n: int, half_t2: bool = False) -> list[Tsm2Spec]:
            for t3 in TSM2_SWEEP_T3]
     model = model_tsm2(precision, n)
     out += [Tsm2Spec(precision, n, t1, model.t2, model.t3) for t1 in TSM2_SWEEP_T1]
+    if n >= 8:   # two rows per thread: half the shared-memory reads per FMA
+        out += [Tsm2Spec(precision, n, t1, n, t3, 2) for t1 in TSM2_SWEEP_T1 for t3 in (2, 4, 8)]
     return sorted({s for s in out if s.is_valid()})
 
 
@@ -459,6 +472,8 @@ def entry_from_row(row: dict, cc: int) -> TallSkinnyEntry:
         r = row.get(key)
         if not r:
             return default
+        if cls is Tsm2Spec:
+            extra = {"rows": int(r.get("rows", 1))}
         return cls(prec, n, r["t1"], r["t2"], r["t3"], **extra).validate()
 
     tcf = tuple(sorted((int(a), int(b)) for a, b in row.get("tcf", [])))[:MAX_TCF_CUTS]

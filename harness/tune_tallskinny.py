@@ -64,6 +64,8 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
                "m": work.m, "k": work.k}
         if spec.family == "ism2":
             row["opt"] = spec.opt
+        else:
+            row["rows"] = spec.rows
         try:
             ms = work.time_ms(work.variant(lib.variant(spec.name), split))
         except Exception as err:
@@ -104,7 +106,7 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
             best_i = _best_ism2(rows, prec, n, CUTOFF_M)
             if not best_t or not best_i:
                 continue
-            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"])
+            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1))
             is_spec = tsm2.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
             for k in CUTOFF_KS:
                 work = TsWorkload(prec, CUTOFF_M, n, k)
@@ -162,7 +164,7 @@ def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
             bt = _best_tsm2(rows, prec, n)
             if bt:
                 score = _tsm2_score(rows, prec, n)[bt["name"]][0]
-                row["tsm2"] = {"t1": bt["t1"], "t2": bt["t2"], "t3": bt["t3"],
+                row["tsm2"] = {"t1": bt["t1"], "t2": bt["t2"], "t3": bt["t3"], "rows": bt.get("rows", 1),
                                "mean_floor_fraction": round(score, 4)}
             if n in ism2_ns:
                 per_opt = {}
@@ -236,7 +238,8 @@ def model_report(rows, precisions, tsm2_ns) -> list[dict]:
                     continue
                 best = min(rs, key=lambda r: r["time_us"])
                 exact = [r for r in rs if r["name"] == model.name]
-                same_t23 = [r for r in rs if r["t2"] == model.t2 and r["t3"] == model.t3]
+                same_t23 = [r for r in rs if r["t2"] == model.t2 and r["t3"] == model.t3
+                            and r.get("rows", 1) == 1]
                 proc = min(same_t23, key=lambda r: r["time_us"]) if same_t23 else None
                 out.append({
                     "precision": prec, "n": n, "m": size, "k": size, "bound": choice.bound,
