@@ -16,6 +16,7 @@ from generator.spec import SpecError
 # ---- specs -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", [
     tsm2.Tsm2Spec("s", 16, 128, 16, 4), tsm2.Tsm2Spec("d", 1, 32, 1, 1), tsm2.Tsm2Spec("h", 32, 256, 32, 8),
+    tsm2.Tsm2Spec("d", 16, 128, 16, 8, 2),
     tsm2.Ism2Spec("d", 16, 128, 16, 8, 2), tsm2.Ism2Spec("s", 7, 64, 7, 16, 1),
 ])
 def test_name_round_trip(spec):
@@ -36,6 +37,28 @@ def test_tsm2_rules(args, rule):
     with pytest.raises(SpecError) as err:
         tsm2.Tsm2Spec(*args).validate()
     assert err.value.rule == rule
+
+
+def test_rows_rules_and_names():
+    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4, 2).name == "tsm2_s_n8_t64x8x4_r2"
+    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4).name == "tsm2_s_n8_t64x8x4"
+    with pytest.raises(SpecError) as err:
+        tsm2.Tsm2Spec("s", 8, 64, 8, 4, 3).validate()
+    assert err.value.rule == "rows"
+    with pytest.raises(SpecError) as err:
+        tsm2.Tsm2Spec("d", 32, 128, 32, 8, 2).validate()
+    assert err.value.rule == "registers"
+
+
+def test_table_rows_round_trip_into_entries():
+    from generator.tuning import load_table
+
+    rows = load_table("sm_90").get("tallskinny", [])
+    assert rows, "the sm_90 table has a tallskinny section"
+    for row in rows:
+        e = tsm2.entry_from_row(row, 90)
+        assert e.tsm2.precision == row["precision"] and e.tsm2.n == row["n"]
+        assert e.tsm2.rows == row["tsm2"].get("rows", 1)
 
 
 def test_ism2_opt_rule():
