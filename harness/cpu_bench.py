@@ -30,6 +30,10 @@ def build_driver(lib: Path, out: Path) -> Path:
     """The C++ driver, compiled for AVX2+FMA (Eigen's and the loops' code; LIBXSMM JITs for the
     target LIBXSMM_TARGET names; gemmgen picks its own ISA at run time)."""
     exe = out / "cpu_bench"
+    # Eigen's 4 x 32 fixed-size instantiations take minutes to compile: rebuild only when stale
+    # (the library is linked dynamically, so relinking it needs no rebuild).
+    if exe.exists() and exe.stat().st_mtime > (HERE / "cpu_bench.cpp").stat().st_mtime:
+        return exe
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libxsmm", "eigen3"], capture_output=True,
                            text=True).stdout.split()
     cmd = [cpu_build.NATIVE.cxx, "-std=c++14", "-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG",
@@ -94,7 +98,7 @@ def _table(rows: list[dict], prec: str, threads: int, sizes) -> list[str]:
 
 def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa: str, reps: int,
               large_megabytes: int, out_dir: Path, command: str) -> int:
-    build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"], extra_flags=("-O3",))
+    build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])   # the tests' flags (-O2)
     exe = build_driver(build.output, build_dir)
     threads_all = os.cpu_count() or 1
     # LIBXSMM JITs for the ISA asked for (hsw = AVX2), so both sides use the same vector width.
@@ -125,7 +129,9 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
                     r["fraction_of_bandwidth"] = r["gbytes_per_s"] / bandwidth[threads_all]
                     large.append(r)
     machine = {"cpu": cpu_model(), "cores": threads_all, "platform": platform.platform(),
-               "isa": isa, "libxsmm_target": xsmm_target}
+               "isa": isa, "libxsmm_target": xsmm_target,
+               # Other work on the machine distorts every number: say how busy it was.
+               "load_average_at_end": os.getloadavg()[0]}
     report = {"command": command, "machine": machine, "batch": batch, "reps": reps,
               "measured": time.strftime("%Y-%m-%d"), "bandwidth_gbytes_per_s": bandwidth,
               "results": rows, "large": large}
@@ -135,6 +141,8 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
              f"Command: `{command}`  ", f"Machine: {machine['cpu']}, {threads_all} cores, {machine['platform']}  ",
              f"gemmgen ISA: {isa}; LIBXSMM JIT target: {xsmm_target}; Eigen and the loops compiled with "
              f"-O3 -mavx2 -mfma.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",
+             f"Load average when it finished: {machine['load_average_at_end']:.1f} "
+             f"(above the core count, other processes shared the cores and the numbers are noisy).  ",
              f"Memory bandwidth (c[i] += a[i]·b[i], {large_megabytes} MB): "
              + ", ".join(f"{t} thread(s) {bw:.1f} GB/s" for t, bw in sorted(bandwidth.items())), ""]
     for prec in precisions:

@@ -60,7 +60,7 @@ static double time_one(const Candidate& c, int batch, int reps, int cw) {
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
 }
-int main(int argc, char** argv) {
+int main(int, char** argv) {
     const int batch = std::atoi(argv[1]), reps = std::atoi(argv[2]);
     for (const Candidate& c : candidates) {
         const int cw = (c.prec == 'c' || c.prec == 'z') ? 2 : 1;
@@ -123,7 +123,10 @@ def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, kilob
     objs = [build_dir / "obj_root" / "obj" / cpu.source_path(s).replace(".cpp", ".o") for s in ok]
     cmd = [cpu_build.NATIVE.cxx, *cpu_build.BASE_FLAGS, f"-I{build_dir / 'src' / 'cpu'}", str(driver), "-o", str(exe),
            *map(str, objs)]
-    subprocess.run(cmd, check=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        click.echo(f"error: building the tuning driver failed:\n{proc.stderr[-3000:]}", err=True)
+        return 1
     proc = subprocess.Popen([str(exe), str(kilobytes * 1024), str(reps)], stdout=subprocess.PIPE, text=True)
     measured: dict[str, tuple[float, float]] = {}
     with results.open("a") as log:
