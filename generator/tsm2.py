@@ -302,7 +302,7 @@ def algorithm5(dev: DeviceModel, precision: str, m: int, n: int, k: int,
 
     def refine(f, t2_lo, t2_hi, x):
         best = None
-        c2, c3 = round(x[0]), round(x[1])
+        c2 = round(x[0])
         for t2 in range(max(1, t2_lo, c2 - 2), min(t2_hi, c2 + 2) + 1):
             for t3 in range(1, max_t3 + 1):
                 if register_estimate(precision, t2, t3) > MAX_REGS:

@@ -88,12 +88,49 @@ def _fmt(row: dict, who: str, tag: str, key: str, fmt: str) -> str:
     return format(m[key], fmt) if key in m else "n/a"
 
 
+GOALS = {"h": (0.80, 16), "hc": (0.80, 16), "s": (0.85, 32), "d": (0.85, 32), "c": (0.85, 32),
+         "z": (0.85, 32)}   # issue 2: fraction of the floor with data ≫ L2, up to this N
+
+
+def summary(payload: dict) -> list[str]:
+    """Per precision, data ≫ L2: the weakest fraction of the floor, the sizes under the goal, and
+    the range of speedups over cuBLAS."""
+    lines = ["| prec | goal | min floor β=0 (N) | min floor β=1 (N) | N under goal (β=0 / β=1) "
+             "| speedup over cuBLAS β=0, min–max (N of min) | pointer-array floor β=0, min (N) |",
+             "|---|---|---|---|---|---|---|"]
+    for prec, (goal, upto) in GOALS.items():
+        rows = [r for r in payload["rows"] if r["precision"] == prec and r["data"] == "≫L2"]
+        if not rows:
+            continue
+
+        def frac(r, key):
+            return r.get(key, {}).get("floor_fraction", float("nan"))
+
+        def worst(key):
+            r = min(rows, key=lambda r: frac(r, key))
+            return f"{frac(r, key):.2f} ({r['n']})"
+
+        under0 = [r["n"] for r in rows if r["n"] <= upto and frac(r, "ours_beta0") < goal]
+        under1 = [r["n"] for r in rows if r["n"] <= upto and frac(r, "ours_beta1") < goal]
+        speed = [r for r in rows if "speedup_beta0" in r]
+        sp = "n/a (cuBLAS refused the type)"
+        if speed:
+            lo = min(speed, key=lambda r: r["speedup_beta0"])
+            sp = (f"{lo['speedup_beta0']:.2f}–{max(r['speedup_beta0'] for r in speed):.1f} "
+                  f"({lo['n']})")
+        lines.append(f"| {prec} | ≥ {goal:.2f} for N ≤ {upto} | {worst('ours_beta0')} | "
+                     f"{worst('ours_beta1')} | {','.join(map(str, under0)) or '–'} / "
+                     f"{','.join(map(str, under1)) or '–'} | {sp} | {worst('ours_array_beta0')} |")
+    return lines
+
+
 def markdown_table(payload: dict, only: str | None = None) -> str:
     lines = [f"# small family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
              f"Command: `{payload['command']}`", "",
              f"Copy bandwidth measured in the same run: {payload['copy_bandwidth_gbs']:.0f} GB/s "
              "(bytes read + written). Floor = bytes that must move / that bandwidth; "
              "'floor' columns are the fraction of it reached (1.0 = at the bandwidth limit).", "",
+             "## Summary (data ≫ L2)", "", *summary(payload), "", "## Every measurement", "",
              "| prec | N | batch | data | ours GF/s β=0 | floor β=0 | cuBLAS floor β=0 | speedup β=0 "
              "| floor β=1 | cuBLAS floor β=1 | speedup β=1 | pointer-array floor β=0 | kernel |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -95,8 +95,8 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
         flags += ["-I", str(inc)]
     digest = hashlib.sha256()
     digest.update(source.read_bytes())
-    for inc in include_dirs:
-        for header in sorted(inc.glob("*.h*")):
+    for inc in include_dirs:   # every header a source may include (.h and .cuh)
+        for header in sorted(p for p in inc.iterdir() if p.suffix in (".h", ".cuh", ".hpp")):
             digest.update(header.read_bytes())
     digest.update(" ".join(flags).encode())
     stamp = obj.with_suffix(".sha256")

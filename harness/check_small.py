@@ -6,7 +6,7 @@ poisons C's padding and the gaps between batch entries and checks they come back
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -65,71 +65,99 @@ def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
     return (rows, cols) if trans.upper() == "N" else (cols, rows)
 
 
-def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseResult:
-    import cupy as cp
+@dataclass
+class Prepared:
+    """A case's inputs: values (float64/complex128) for the reference and stored arrays for the
+    library under test.  Shared by the GPU checks here and the CPU checks (harness.cpu_check)."""
+    case: Case             # alpha and beta already rounded as the C API receives them
+    lda: int
+    ldb: int
+    ldc: int
+    sa: int
+    sb: int
+    sc: int
+    a_vals: np.ndarray
+    b_vals: np.ndarray
+    c0: np.ndarray
+    a: np.ndarray          # stored arrays passed to the library
+    b: np.ndarray
+    c: np.ndarray
 
+
+def prepare(case: Case, rng: np.random.Generator) -> Prepared:
+    """Fresh inputs for one case: leading dimensions and strides `pad` larger than the matrices
+    (pad = 0: a packed batch), C poisoned outside its m×n blocks."""
     p = case.precision
+    case = replace(case, alpha=ref.round_scalar(p, case.alpha), beta=ref.round_scalar(p, case.beta))
     m, n, k, batch = case.m, case.n, case.k, case.batch
     integer = case.kind == "exact"
     ra, ca = _stored_shape(case.transa, m, k)
     rb, cb = _stored_shape(case.transb, k, n)
     lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
-    gap = case.pad + 1 if case.pad else 0   # pad = 0: packed batch (the kernels' 16-byte load path)
+    gap = case.pad + 1 if case.pad else 0
     sa, sb, sc = lda * ca + gap, ldb * cb + gap, ldc * n + gap
-
-    def operand(length: int) -> np.ndarray:
-        return ref.random_values(rng, p, length, integer)
-
-    a_vals = operand(sa * batch)
-    b_vals = operand(sb * batch)
+    a_vals = ref.random_values(rng, p, sa * batch, integer)
+    b_vals = ref.random_values(rng, p, sb * batch, integer)
     c_vals = np.full(sc * batch, POISON, dtype=np.complex128 if ref.is_complex(p) else np.float64)
-    c0 = operand(batch * m * n).reshape(batch, m, n)
+    c0 = ref.random_values(rng, p, batch * m * n, integer).reshape(batch, m, n)
     if case.kind == "beta0-nan":
         c0 = np.full_like(c0, np.nan)
     item = c_vals.itemsize
-    c_blocks = np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n),
-                                               strides=(sc * item, item, ldc * item))
-    c_blocks[...] = c0
+    np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n),
+                                    strides=(sc * item, item, ldc * item))[...] = c0
+    return Prepared(case, lda, ldb, ldc, sa, sb, sc, a_vals, b_vals, c0,
+                    np.ascontiguousarray(ref.to_storage(p, a_vals)),
+                    np.ascontiguousarray(ref.to_storage(p, b_vals)),
+                    np.ascontiguousarray(ref.to_storage(p, c_vals)))
 
-    d_a = cp.asarray(ref.to_storage(p, a_vals))
-    d_b = cp.asarray(ref.to_storage(p, b_vals))
-    c_stored = ref.to_storage(p, c_vals)
-    d_c = cp.asarray(c_stored)
-    elem = PRECISIONS[p].element_bytes
-    if case.interface == "strided":
-        rc = lib.strided(p, case.transa, case.transb, m, n, k, case.alpha, d_a.data.ptr, lda, sa,
-                         d_b.data.ptr, ldb, sb, case.beta, d_c.data.ptr, ldc, sc, batch)
-    else:
-        idx = np.arange(batch, dtype=np.uint64)
-        pa = cp.asarray(np.uint64(d_a.data.ptr) + idx * np.uint64(sa * elem))
-        pb = cp.asarray(np.uint64(d_b.data.ptr) + idx * np.uint64(sb * elem))
-        pc = cp.asarray(np.uint64(d_c.data.ptr) + idx * np.uint64(sc * elem))
-        rc = lib.array(p, case.transa, case.transb, m, n, k, case.alpha, pa.data.ptr, lda,
-                       pb.data.ptr, ldb, case.beta, pc.data.ptr, ldc, batch)
-    cp.cuda.runtime.deviceSynchronize()
-    out_stored = cp.asnumpy(d_c)
 
-    a = ref.matrices(a_vals, batch, ra, ca, lda, sa)
-    b = ref.matrices(b_vals, batch, rb, cb, ldb, sb)
-    expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, c0)
-    out_vals = ref.from_storage(p, out_stored)
-    got = ref.matrices(out_vals, batch, m, n, ldc, sc)
-
-    # Everything outside the m×n blocks must still be the poison, bit for bit.
-    mask = np.ones(c_vals.shape, dtype=bool)
-    np.lib.stride_tricks.as_strided(mask, shape=(batch, m, n), strides=(sc, 1, ldc))[...] = False
-    untouched = bool(np.array_equal(out_stored[mask], c_stored[mask]))
-
-    errors = ref.relative_errors(got, expected, case.alpha, a, b, case.beta, c0)
+def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> CaseResult:
+    """Compare the library's C with the reference, and its padding with the poison, bit for bit."""
+    case = pr.case
+    p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
+    ra, ca = _stored_shape(case.transa, m, k)
+    rb, cb = _stored_shape(case.transb, k, n)
+    a = ref.matrices(pr.a_vals, batch, ra, ca, pr.lda, pr.sa)
+    b = ref.matrices(pr.b_vals, batch, rb, cb, pr.ldb, pr.sb)
+    expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, pr.c0)
+    got = ref.matrices(ref.from_storage(p, out_stored), batch, m, n, pr.ldc, pr.sc)
+    mask = np.ones(pr.c.shape, dtype=bool)
+    np.lib.stride_tricks.as_strided(mask, shape=(batch, m, n), strides=(pr.sc, 1, pr.ldc))[...] = False
+    # Compare bytes, so that no float comparison rule can hide a changed padding element.
+    untouched = bool(np.array_equal(out_stored[mask].view(np.uint8), pr.c[mask].view(np.uint8)))
+    errors = ref.relative_errors(got, expected, case.alpha, a, b, case.beta, pr.c0)
     max_err = float(np.max(errors)) if errors.size else 0.0
     if errors.size and np.isnan(errors).any():
         max_err = float("nan")
-    exact = bool(np.array_equal(got, expected)) if integer else None
+    exact = bool(np.array_equal(got, expected)) if case.kind == "exact" else None
     bound = ref.error_bound(p, k)
-    verdict = ref.Verdict(max_err, bound, untouched, exact)
-    passed = rc == 0 and verdict.passed
+    passed = rc == 0 and ref.Verdict(max_err, bound, untouched, exact).passed
     return CaseResult(p, m, n, k, case.transa, case.transb, case.interface, batch, case.kind, rc,
-                      max_err, bound, untouched, exact, passed)
+                      max_err, bound, untouched, exact, passed, note)
+
+
+def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseResult:
+    """One case on the GPU through the C API."""
+    import cupy as cp
+
+    pr = prepare(case, rng)
+    case = pr.case
+    p = case.precision
+    d_a, d_b, d_c = cp.asarray(pr.a), cp.asarray(pr.b), cp.asarray(pr.c)
+    if case.interface == "strided":
+        rc = lib.strided(p, case.transa, case.transb, case.m, case.n, case.k, case.alpha,
+                         d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb, pr.sb, case.beta,
+                         d_c.data.ptr, pr.ldc, pr.sc, case.batch)
+    else:
+        elem = PRECISIONS[p].element_bytes
+        idx = np.arange(case.batch, dtype=np.uint64)
+        pa, pb, pc = (cp.asarray(np.uint64(buf.data.ptr) + idx * np.uint64(stride * elem))
+                      for buf, stride in ((d_a, pr.sa), (d_b, pr.sb), (d_c, pr.sc)))
+        rc = lib.array(p, case.transa, case.transb, case.m, case.n, case.k, case.alpha,
+                       pa.data.ptr, pr.lda, pb.data.ptr, pr.ldb, case.beta, pc.data.ptr, pr.ldc,
+                       case.batch)
+    cp.cuda.runtime.deviceSynchronize()
+    return verdict(pr, rc, cp.asnumpy(d_c))
 
 
 def _scalars(rng: np.random.Generator, prec: str) -> tuple[complex, complex]:

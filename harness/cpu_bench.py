@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import click
-import numpy as np
 
 from . import cpu_build
 from .cpu_tune import cpu_model
@@ -137,7 +135,7 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
               "results": rows, "large": large}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "cpu_bench.json").write_text(json.dumps(report, indent=1) + "\n")
-    lines = [f"# CPU benchmark: gemmgen vs LIBXSMM 1.17, Eigen 3.4, OpenBLAS, numpy", "",
+    lines = ["# CPU benchmark: gemmgen vs LIBXSMM 1.17, Eigen 3.4, OpenBLAS, numpy", "",
              f"Command: `{command}`  ", f"Machine: {machine['cpu']}, {threads_all} cores, {machine['platform']}  ",
              f"gemmgen ISA: {isa}; LIBXSMM JIT target: {xsmm_target}; Eigen and the loops compiled with "
              f"-O3 -mavx2 -mfma.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",

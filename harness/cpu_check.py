@@ -15,7 +15,6 @@ import ctypes
 import platform
 import subprocess
 import tempfile
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -24,81 +23,10 @@ import numpy as np
 from generator.cpu import CPU_PRECISIONS
 
 from . import reference as ref
-from .check_small import POISON, Case, CaseResult, _stored_shape, default_cases, edge_cases
+from .check_small import Case, CaseResult, Prepared, default_cases, edge_cases, prepare, verdict
 
 PRECISION_CODE = {p: i for i, p in enumerate(CPU_PRECISIONS)}
 NOT_GENERATED = 1
-
-
-@dataclass
-class Prepared:
-    """A case's buffers (stored precision) and what the verdict needs."""
-    case: Case
-    lda: int
-    ldb: int
-    ldc: int
-    sa: int
-    sb: int
-    sc: int
-    a_vals: np.ndarray
-    b_vals: np.ndarray
-    c0: np.ndarray
-    a: np.ndarray          # stored arrays passed to the library
-    b: np.ndarray
-    c: np.ndarray
-
-
-def _as_passed(prec: str, value) -> complex | float:
-    """alpha or beta as the C API receives it (a float for s and c): the reference must use the
-    same number, or the rounding of the scalar itself counts against the kernel."""
-    v = ref.round_to(prec, np.array([value], dtype=np.complex128 if ref.is_complex(prec) else np.float64))[0]
-    return complex(v) if ref.is_complex(prec) else float(np.real(v))
-
-
-def prepare(case: Case, rng: np.random.Generator) -> Prepared:
-    case = replace(case, alpha=_as_passed(case.precision, case.alpha), beta=_as_passed(case.precision, case.beta))
-    p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
-    integer = case.kind == "exact"
-    ra, ca = _stored_shape(case.transa, m, k)
-    rb, cb = _stored_shape(case.transb, k, n)
-    lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
-    sa, sb, sc = lda * ca + case.pad + 1, ldb * cb + case.pad + 1, ldc * n + case.pad + 1
-    a_vals = ref.random_values(rng, p, sa * batch, integer)
-    b_vals = ref.random_values(rng, p, sb * batch, integer)
-    c_vals = np.full(sc * batch, POISON, dtype=np.complex128 if ref.is_complex(p) else np.float64)
-    c0 = ref.random_values(rng, p, batch * m * n, integer).reshape(batch, m, n)
-    if case.kind == "beta0-nan":
-        c0 = np.full_like(c0, np.nan)
-    item = c_vals.itemsize
-    np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n), strides=(sc * item, item, ldc * item))[...] = c0
-    return Prepared(case, lda, ldb, ldc, sa, sb, sc, a_vals, b_vals, c0,
-                    np.ascontiguousarray(ref.to_storage(p, a_vals)), np.ascontiguousarray(ref.to_storage(p, b_vals)),
-                    np.ascontiguousarray(ref.to_storage(p, c_vals)))
-
-
-def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> CaseResult:
-    case = pr.case
-    p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
-    ra, ca = _stored_shape(case.transa, m, k)
-    rb, cb = _stored_shape(case.transb, k, n)
-    a = ref.matrices(pr.a_vals, batch, ra, ca, pr.lda, pr.sa)
-    b = ref.matrices(pr.b_vals, batch, rb, cb, pr.ldb, pr.sb)
-    expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, pr.c0)
-    got = ref.matrices(ref.from_storage(p, out_stored), batch, m, n, pr.ldc, pr.sc)
-    mask = np.ones(pr.c.shape, dtype=bool)
-    np.lib.stride_tricks.as_strided(mask, shape=(batch, m, n), strides=(pr.sc, 1, pr.ldc))[...] = False
-    # Bit for bit: compare the bytes, so a NaN poison would not compare unequal to itself.
-    untouched = bool(np.array_equal(out_stored[mask].view(np.uint8), pr.c[mask].view(np.uint8)))
-    errors = ref.relative_errors(got, expected, case.alpha, a, b, case.beta, pr.c0)
-    max_err = float(np.max(errors)) if errors.size else 0.0
-    if errors.size and np.isnan(errors).any():
-        max_err = float("nan")
-    integer = case.kind == "exact"
-    exact = bool(np.array_equal(got, expected)) if integer else None
-    bound = ref.error_bound(p, k)
-    v = ref.Verdict(max_err, bound, untouched, exact)
-    return CaseResult(p, m, n, k, case.transa, case.transb, case.interface, batch, case.kind, rc, max_err,
-                      bound, untouched, exact, rc == 0 and v.passed, note)
 
 
 # ---- executors -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from generator import __version__, cpu
-from generator.render import banner, render
+from generator.render import banner
 from generator.tuning import load_table, save_table
 
 from . import cpu_build

@@ -39,6 +39,15 @@ def round_to(prec: str, values: np.ndarray) -> np.ndarray:
     return values.astype(np.complex128 if is_complex(prec) else np.float64)
 
 
+def round_scalar(prec: str, value: complex | float) -> complex | float:
+    """alpha or beta as the C API receives it (float / cuFloatComplex for h, hc, s, c): the
+    reference must use the rounded value, or the rounding alone can exceed the bound at k = 1."""
+    single = PRECISIONS[prec].scalar in ("float", "cuFloatComplex")
+    if is_complex(prec):
+        return complex(np.complex64(value)) if single else complex(value)
+    return float(np.float32(np.real(value))) if single else float(np.real(value))
+
+
 def to_storage(prec: str, values: np.ndarray) -> np.ndarray:
     """float64/complex128 values -> the array whose bytes the GPU kernels read."""
     if prec == "hc":

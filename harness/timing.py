@@ -79,5 +79,4 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
 
     best_ms = min(median_time_ms(memcpy, launches_per_graph=5, repeats=10),
                   median_time_ms(copy_kernel, launches_per_graph=5, repeats=10))
-    del src, dst
     return 2 * nbytes / (best_ms * 1e-3)

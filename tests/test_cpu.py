@@ -6,10 +6,8 @@ The emitted set is generated into build/test_cpu/generated and compiled once per
 are cached by content, so a later session only relinks."""
 from __future__ import annotations
 
-import ctypes
 import json
 import platform
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -60,3 +60,12 @@ def test_verdict_requires_untouched_padding_and_exactness():
     assert not ref.Verdict(2e-6, 1e-6, True).passed
     assert ref.error_bound("d", 8) == 2 * 8 * 2.0**-53
     assert ref.error_bound("hc", 8) == 4 * 8 * 2.0**-11
+
+
+def test_scalars_are_rounded_as_the_api_receives_them():
+    third = 1.0 / 3.0
+    assert ref.round_scalar("s", third) == float(np.float32(third)) != third
+    assert ref.round_scalar("d", third) == third
+    assert ref.round_scalar("c", complex(third, -third)) == complex(np.complex64(complex(third, -third)))
+    assert ref.round_scalar("z", complex(third, 1)) == complex(third, 1)
+    assert isinstance(ref.round_scalar("h", 0.5), float)
