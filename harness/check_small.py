@@ -121,7 +121,8 @@ def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> Ca
     b = ref.matrices(pr.b_vals, batch, rb, cb, pr.ldb, pr.sb)
     expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, pr.c0)
     got = ref.matrices(ref.from_storage(p, out_stored), batch, m, n, pr.ldc, pr.sc)
-    mask = np.ones(pr.c.shape, dtype=bool)
+    # One flag per element (hc storage has a trailing axis of 2: the mask must not follow it).
+    mask = np.ones(len(pr.c), dtype=bool)
     np.lib.stride_tricks.as_strided(mask, shape=(batch, m, n), strides=(pr.sc, 1, pr.ldc))[...] = False
     # Compare bytes, so that no float comparison rule can hide a changed padding element.
     untouched = bool(np.array_equal(out_stored[mask].view(np.uint8), pr.c[mask].view(np.uint8)))
