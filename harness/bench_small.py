@@ -107,7 +107,10 @@ def summary(payload: dict) -> list[str]:
             return r.get(key, {}).get("floor_fraction", float("nan"))
 
         def worst(key):
-            r = min(rows, key=lambda r: frac(r, key))
+            measured = [r for r in rows if "floor_fraction" in r.get(key, {})]
+            if not measured:
+                return "not measured"
+            r = min(measured, key=lambda r: frac(r, key))
             return f"{frac(r, key):.2f} ({r['n']})"
 
         under0 = [r["n"] for r in rows if r["n"] <= upto and frac(r, "ours_beta0") < goal]
