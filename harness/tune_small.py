@@ -16,6 +16,7 @@ import numpy as np
 
 from generator import small
 from generator.emit import kernel_source, kernel_source_path, support_files
+from generator.arch import DEFAULT_ARCHS
 from generator.manifest import Selection
 from generator.precision import PRECISIONS
 from generator.tuning import load_table, save_table
@@ -151,9 +152,63 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
                                              "floor_fraction": floor_ms / ms})
             work.release()
     if write_table:
+        refused = verify_winners(results_path, device, arch, build_dir, jobs)
+        click.echo(f"verified the winners with every transpose on {', '.join(DEFAULT_ARCHS)}: "
+                   f"{refused} refused for local memory")
         path = write_tuning_table(results_path, arch, device, command)
         click.echo(f"wrote {path}")
     return 0
+
+
+def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, jobs: int,
+                   archs: tuple[str, ...] = DEFAULT_ARCHS) -> int:
+    """The sweep compiles and times NN launchers only; a winner must also be free of local memory
+    with every transpose pair and on every default architecture.  Compile each shape's fastest
+    remaining variant in full; record a refusal for one that spills and try the next.  Returns
+    the number of refusals recorded."""
+    refused = 0
+    while True:
+        winners = best_variants(results_path, device, arch)
+        root = build_dir / "verify"
+        for rel, text in support_files("gemmgen tune small (verify)", archs, ()).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        sources = []
+        for row in winners.values():
+            spec = small.SmallSpec.parse(row["name"])
+            path = root / kernel_source_path(spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = kernel_source(spec, "gemmgen tune small (verify)")
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+            sources.append(path)
+        built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False)
+        spilling = {}
+        for r in built.local_memory_kernels:
+            spilling.setdefault(Path(r.source).stem, r)
+        if not spilling:
+            return refused
+        for name, r in sorted(spilling.items()):
+            spec = small.SmallSpec.parse(name)
+            append_result(results_path, {
+                "arch": arch, "device": device, **_spec_fields(spec), "status": "local-memory",
+                "reason": f"all-transposes build: {r.arch} {r.function[:60]} stack {r.stack_bytes} B, "
+                          f"spills {r.spill_stores}/{r.spill_loads} B"})
+            refused += 1
+
+
+def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dict]:
+    """Per precision and shape, the fastest variant measured correct on this device and never
+    refused afterwards (a later refusal, e.g. by verify_winners, overrides an earlier 'ok')."""
+    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch]
+    refused = {r["name"] for r in rows if r["status"] != "ok"}
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["precision"], r["m"], r["n"], r["k"])
+        if r["status"] == "ok" and r["name"] not in refused and (
+                key not in best or r["time_us"] < best[key]["time_us"]):
+            best[key] = r
+    return best
 
 
 def _spec_fields(spec: small.SmallSpec) -> dict:
@@ -163,15 +218,11 @@ def _spec_fields(spec: small.SmallSpec) -> dict:
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
     """The fastest correct variant per precision and shape, from every result of this device."""
-    best: dict[tuple, dict] = {}
+    best = best_variants(results_path, device, arch)
     counts: dict[tuple, int] = defaultdict(int)
     for r in load_results(results_path):
-        if r.get("device") != device or r.get("arch") != arch:
-            continue
-        key = (r["precision"], r["m"], r["n"], r["k"])
-        counts[key] += 1
-        if r["status"] == "ok" and (key not in best or r["time_us"] < best[key]["time_us"]):
-            best[key] = r
+        if r.get("device") == device and r.get("arch") == arch:
+            counts[(r["precision"], r["m"], r["n"], r["k"])] += 1
     table = load_table(arch)
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"

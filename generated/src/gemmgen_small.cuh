@@ -112,19 +112,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     constexpr int TILE_N = (N + DIM_N - 1) / DIM_N;
     constexpr int LDS_A = M;        // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words
     constexpr int LDS_B = K | 1;    // op(B)(l, j) at sB[g][j][l]: odd stride spreads the columns over banks
-    // The packed epilogue moves the block's C tiles (packed: ldc = M, stride M·N) through shared
-    // memory with 16-byte accesses; they reuse the space of A and B once those are consumed.
-    constexpr int C_TILE_BYTES = TBA * M * N * (int)sizeof(S);
-    constexpr bool CAN_VECTORIZE_C = C_TILE_BYTES % 16 == 0;
-    constexpr int C_VECTORS = C_TILE_BYTES / 16;
-    constexpr int C_VEC = 16 / (int)sizeof(S);
-    constexpr int C_ITERATIONS = (C_VECTORS + THREADS - 1) / THREADS;
-    constexpr int STAGE_ELEMS = TBA * (K * LDS_A + N * LDS_B);
-    constexpr int C_ELEMS = (C_TILE_BYTES + (int)sizeof(R) - 1) / (int)sizeof(R);
-    __shared__ __align__(16) R smem[STAGE_ELEMS > C_ELEMS ? STAGE_ELEMS : C_ELEMS];
-    R* const sA = smem;
-    R* const sB = smem + TBA * K * LDS_A;
-    S* const sC = reinterpret_cast<S*>(smem);
+    __shared__ R sA[TBA * K * LDS_A];
+    __shared__ R sB[TBA * N * LDS_B];
 
     const long long first = (long long)blockIdx.x * TBA;
     const int g = threadIdx.x / THREADS_PER_GEMM;
@@ -134,10 +123,6 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     const bool active = entry < batch;
     const bool use_ab = !is_zero(alpha);   // alpha = 0: A and B are not referenced (BLAS)
     const bool read_c = !is_zero(beta);    // beta = 0: C is never read, NaN in C cannot leak
-    const bool packed_c = CAN_VECTORIZE_C && ptrs.C_array == nullptr && ldc == M
-                          && ptrs.stride_c == (long long)M * N && aligned16(ptrs.C);
-    const long long c_valid = ((long long)batch - first) * M * N;   // elements of the block's range in the batch
-    S* const c_block = packed_c ? ptrs.C + first * M * N : nullptr;
 
     // Issue every global load before the first use: A and B into shared memory, C into registers.
     if (use_ab) {
@@ -146,27 +131,15 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     }
     S* C = active ? ptrs.output(entry) : nullptr;
     R c_in[TILE_M][TILE_N];
-    int4 c_raw[C_ITERATIONS > 0 ? C_ITERATIONS : 1];   // packed C, prefetched whole vectors
-    if (packed_c) {
-        if (read_c) {
 #pragma unroll
-            for (int it = 0; it < C_ITERATIONS; ++it) {
-                const int v = threadIdx.x + it * THREADS;
-                if (((it + 1) * THREADS <= C_VECTORS || v < C_VECTORS) && (long long)(v + 1) * C_VEC <= c_valid)
-                    c_raw[it] = *(reinterpret_cast<const int4*>(c_block) + v);
-            }
+    for (int i = 0; i < TILE_M; ++i)
+#pragma unroll
+        for (int j = 0; j < TILE_N; ++j) {
+            const int row = tx + i * DIM_M, col = ty + j * DIM_N;
+            c_in[i][j] = zero<R>();
+            if (read_c && active && row < M && col < N)
+                c_in[i][j] = load_c(C + row + (long long)col * ldc);
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-            for (int j = 0; j < TILE_N; ++j) {
-                const int row = tx + i * DIM_M, col = ty + j * DIM_N;
-                c_in[i][j] = zero<R>();
-                if (read_c && active && row < M && col < N)
-                    c_in[i][j] = load_c(C + row + (long long)col * ldc);
-            }
-    }
 
     R acc[TILE_M][TILE_N];
 #pragma unroll
@@ -195,58 +168,6 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
                 for (int j = 0; j < TILE_N; ++j)
                     acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
         }
-    }
-
-    if (packed_c) {
-        __syncthreads();   // A and B are consumed: their space now holds the C tiles
-        if (read_c) {
-#pragma unroll
-            for (int it = 0; it < C_ITERATIONS; ++it) {
-                const int v = threadIdx.x + it * THREADS;
-                if ((it + 1) * THREADS <= C_VECTORS || v < C_VECTORS) {
-                    if ((long long)(v + 1) * C_VEC <= c_valid) {
-                        reinterpret_cast<int4*>(sC)[v] = c_raw[it];
-                    } else {   // the last vector of the batch: only its valid elements exist
-#pragma unroll
-                        for (int j = 0; j < C_VEC; ++j)
-                            if ((long long)v * C_VEC + j < c_valid)
-                                sC[v * C_VEC + j] = c_block[v * C_VEC + j];
-                    }
-                }
-            }
-            __syncthreads();
-        }
-        if (active) {
-#pragma unroll
-            for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-                for (int j = 0; j < TILE_N; ++j) {
-                    const int row = tx + i * DIM_M, col = ty + j * DIM_N;
-                    if (row < M && col < N) {
-                        S* c = sC + g * M * N + row + col * M;
-                        R v = mul(R(alpha), acc[i][j]);
-                        if (read_c)
-                            v = mul_add(R(beta), load_c(c), v);
-                        store_c(c, v);
-                    }
-                }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int it = 0; it < C_ITERATIONS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if ((it + 1) * THREADS <= C_VECTORS || v < C_VECTORS) {
-                if ((long long)(v + 1) * C_VEC <= c_valid) {
-                    reinterpret_cast<int4*>(c_block)[v] = reinterpret_cast<const int4*>(sC)[v];
-                } else {
-#pragma unroll
-                    for (int j = 0; j < C_VEC; ++j)
-                        if ((long long)v * C_VEC + j < c_valid)
-                            c_block[v * C_VEC + j] = sC[v * C_VEC + j];
-                }
-            }
-        }
-        return;
     }
 
     if (!active)

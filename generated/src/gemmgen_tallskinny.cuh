@@ -86,11 +86,13 @@ __device__ __forceinline__ void fma_chunk(R (&acc)[T2], const R (&a)[T3], const 
 // The product of op(A)'s row over the B tile in shared memory (rows 0..klen of it, from column j),
 // T3 columns at a time with the next chunk in flight (Alg. 4, lines 26-38).  `ca` holds the chunk
 // at column j on entry and the chunk at column j+T1 (the next tile's first) on exit.
-template <char TA, int T2, int T2P, int T3, typename S, typename R>
+// UNROLL: 2 for TSM2 (long k); 1 for ISM2, where ptxas otherwise spills around the row loop (as it
+// does with any __launch_bounds__ on the ISM2 kernel: the launcher checks the block size instead).
+template <char TA, int T2, int T2P, int T3, int UNROLL, typename S, typename R>
 __device__ __forceinline__ void tile_product(R (&acc)[T2], R (&ca)[T3], const S* A, int lda, long long row,
                                              int j, int klen, int kend, const R* sB)
 {
-#pragma unroll 2
+#pragma unroll UNROLL
     for (int l0 = 0; l0 < klen; l0 += T3) {
         R na[T3];
         fetch_a<TA, T3>(na, A, lda, row, j + l0 + T3, kend);
@@ -98,6 +100,45 @@ __device__ __forceinline__ void tile_product(R (&acc)[T2], R (&ca)[T3], const S*
 #pragma unroll
         for (int i = 0; i < T3; ++i)
             ca[i] = na[i];
+    }
+}
+
+// The same for RM rows per thread (TSM2): every B value read from shared memory feeds RM FMAs,
+// which halves (RM = 2) the shared-memory traffic that bounds n = 16 on the H100.
+template <int RM, int T2, int T2P, int T3, typename R>
+__device__ __forceinline__ void fma_chunk_rows(R (&acc)[RM][T2], const R (&a)[RM][T3], const R* __restrict__ sB)
+{
+#pragma unroll
+    for (int i = 0; i < T3; ++i) {
+        R b[T2];
+#pragma unroll
+        for (int c = 0; c < T2; ++c)
+            b[c] = sB[i * T2P + c];
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < T2; ++c)
+                acc[r][c] = mul_add(a[r][i], b[c], acc[r][c]);
+    }
+}
+
+template <char TA, int RM, int T2, int T2P, int T3, typename S, typename R>
+__device__ __forceinline__ void tile_product_rows(R (&acc)[RM][T2], R (&ca)[RM][T3], const S* A, int lda,
+                                                  const long long (&rows)[RM], int j, int klen, int kend,
+                                                  const R* sB)
+{
+#pragma unroll 2
+    for (int l0 = 0; l0 < klen; l0 += T3) {
+        R na[RM][T3];
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+            fetch_a<TA, T3>(na[r], A, lda, rows[r], j + l0 + T3, kend);
+        fma_chunk_rows<RM, T2, T2P, T3>(acc, ca, sB + l0 * T2P);
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int i = 0; i < T3; ++i)
+                ca[r][i] = na[r][i];
     }
 }
 
@@ -110,70 +151,113 @@ __device__ __forceinline__ void write_c(S* c, R acc, Scalar beta)
 }
 
 // ---- TSM2 ------------------------------------------------------------------------------------------
-// Block: kg groups of T1 threads (blockDim.x = T1·kg).  Group g computes rows blockIdx.x·T1 + lane
-// over k-range [g·kchunk, (g+1)·kchunk) (kchunk a multiple of T1); the groups' partial sums are
-// added in shared memory in a fixed order.  Shared memory: kg·T1·T2P compute-type elements.
-template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, typename Scalar>
+// Block: kg groups of T1 threads (blockDim.x = T1·kg), each thread RM rows of C: rows
+// blockIdx.x·T1·RM + r·T1 + lane.  Group g works on k-range [g·kchunk, (g+1)·kchunk) of the block's
+// k-slice (kchunk a multiple of T1); the groups' partial sums are added in shared memory in a fixed
+// order.  Shared memory: kg·GROUP compute-type elements, GROUP = T1·max(T2P, RM·T2).
+template <int T1, int T2, int T2P, int RM>
+struct Tsm2Smem {
+    static constexpr int GROUP = T1 * (T2P > RM * T2 ? T2P : RM * T2);
+};
+
+// C += v for the k split across blocks (float and double: native atomics; fp16 is never split).
+__device__ __forceinline__ void add_c(float* c, float v) { atomicAdd(c, v); }
+__device__ __forceinline__ void add_c(double* c, double v) { atomicAdd(c, v); }
+__device__ __forceinline__ void add_c(__half* c, float v) { atomicAdd(c, __float2half_rn(v)); }
+
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, typename Scalar>
 __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A, int lda,
                             const S* __restrict__ B, int ldb, Scalar beta, S* __restrict__ C, int ldc,
-                            int kchunk)
+                            int kchunk, int kblock)
 {
     using R = typename ComputeOf<S>::type;
+    constexpr int GROUP = Tsm2Smem<T1, T2, T2P, RM>::GROUP;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     R* smem = reinterpret_cast<R*>(smem_raw);
     const int kg = blockDim.x / T1;
     const int lane = threadIdx.x % T1;
     const int g = threadIdx.x / T1;
-    const long long row = (long long)blockIdx.x * T1 + lane;
-    const bool row_ok = row < m;
-    const long long rowc = row_ok ? row : (long long)m - 1;
-    const int kbeg = (int)min((long long)g * kchunk, (long long)k);
-    const int kend = (int)min((long long)kbeg + kchunk, (long long)k);
-    R* sB = smem + g * T1 * T2P;
+    const long long base = (long long)blockIdx.x * T1 * RM;
+    long long rows[RM];
+    bool rows_ok[RM];
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+        const long long row = base + r * T1 + lane;
+        rows_ok[r] = row < m;
+        rows[r] = rows_ok[r] ? row : (long long)m - 1;   // clamped: a valid row is read, nothing stored
+    }
+    // blockIdx.y: a k-slice of kblock columns (split across blocks, partial sums added atomically
+    // into C, which the launcher pre-scaled by beta); inside it, group g owns kchunk columns.
+    const bool atomic = gridDim.y > 1;
+    const long long kslice = (long long)blockIdx.y * kblock;
+    const long long kslice_end = min(kslice + kblock, (long long)k);
+    const int kbeg = (int)min(kslice + (long long)g * kchunk, kslice_end);
+    const int kend = (int)min((long long)kbeg + kchunk, kslice_end);
+    R* sB = smem + g * GROUP;
     const R ralpha = R(alpha);
 
     for (int p = 0; p < N; p += T2) {
-        R acc[T2];
+        R acc[RM][T2];
 #pragma unroll
-        for (int c = 0; c < T2; ++c)
-            acc[c] = zero<R>();
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < T2; ++c)
+                acc[r][c] = zero<R>();
         if (kbeg < kend) {
             R nb[T2];
-            R ca[T3];
+            R ca[RM][T3];
             fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
-            fetch_a<TA, T3>(ca, A, lda, rowc, kbeg, kend);
+#pragma unroll
+            for (int r = 0; r < RM; ++r)
+                fetch_a<TA, T3>(ca[r], A, lda, rows[r], kbeg, kend);
             for (int j = kbeg; j < kend; j += T1) {
                 group_sync<T1>(g + 1);          // the previous tile's readers are done
                 store_b<T2, T2P>(sB, lane, nb);
                 group_sync<T1>(g + 1);
                 if (j + T1 < kend)              // prefetch the next B tile (Alg. 4, lines 21-25)
                     fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, kend, p, ralpha);
-                tile_product<TA, T2, T2P, T3>(acc, ca, A, lda, rowc, j, min(T1, kend - j), kend, sB);
+                tile_product_rows<TA, RM, T2, T2P, T3>(acc, ca, A, lda, rows, j, min(T1, kend - j), kend, sB);
             }
         }
         if (kg == 1) {
-            if (row_ok) {
+#pragma unroll
+            for (int r = 0; r < RM; ++r) {
+                if (!rows_ok[r])
+                    continue;
 #pragma unroll
                 for (int c = 0; c < T2; ++c)
-                    if (p + c < N)
-                        write_c(C + row + (long long)(p + c) * ldc, acc[c], beta);
+                    if (p + c < N) {
+                        S* cp = C + rows[r] + (long long)(p + c) * ldc;
+                        if (atomic)
+                            add_c(cp, acc[r][c]);
+                        else
+                            write_c(cp, acc[r][c], beta);
+                    }
             }
             continue;
         }
         // Reduce the groups' partial sums (fixed order: deterministic).
         __syncthreads();
 #pragma unroll
-        for (int c = 0; c < T2; ++c)
-            smem[(g * T2 + c) * T1 + lane] = acc[c];
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int c = 0; c < T2; ++c)
+                smem[g * GROUP + (r * T2 + c) * T1 + lane] = acc[r][c];
         __syncthreads();
-        for (int o = threadIdx.x; o < T1 * T2; o += blockDim.x) {
-            const int c = o / T1, r = o % T1;
-            R sum = smem[c * T1 + r];
+        for (int o = threadIdx.x; o < RM * T2 * T1; o += blockDim.x) {
+            const int rc = o / T1, l = o % T1;
+            const int r = rc / T2, c = rc % T2;
+            R sum = smem[o];
             for (int h = 1; h < kg; ++h)
-                sum = sum + smem[(h * T2 + c) * T1 + r];
-            const long long orow = (long long)blockIdx.x * T1 + r;
-            if (orow < m && p + c < N)
-                write_c(C + orow + (long long)(p + c) * ldc, sum, beta);
+                sum = sum + smem[h * GROUP + o];
+            const long long orow = base + r * T1 + l;
+            if (orow < m && p + c < N) {
+                S* cp = C + orow + (long long)(p + c) * ldc;
+                if (atomic)
+                    add_c(cp, sum);
+                else
+                    write_c(cp, sum, beta);
+            }
         }
         __syncthreads();
     }
@@ -184,7 +268,7 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 // §5.2).  Every thread of a block runs the same number of row iterations (rows past m are clamped
 // and not stored), so the block barriers stay uniform.
 template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int OPT, typename Scalar>
-__global__ void __launch_bounds__(T1) ism2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
+__global__ void ism2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, Scalar beta,
                                                   S* __restrict__ C, int ldc)
 {
@@ -218,7 +302,7 @@ __global__ void __launch_bounds__(T1) ism2_kernel(int m, int k, Scalar alpha, co
                 R ca[T3];
                 fetch_a<TA, T3>(ca, A, lda, rowc, 0, k);
                 if (resident) {
-                    tile_product<TA, T2, T2P, T3>(acc, ca, A, lda, rowc, 0, k, k, sB);
+                    tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, 0, k, k, sB);
                 } else {
                     R nb[T2];
                     fetch_b<TB, N, T2>(nb, B, ldb, lane, k, p, ralpha);
@@ -228,7 +312,7 @@ __global__ void __launch_bounds__(T1) ism2_kernel(int m, int k, Scalar alpha, co
                         __syncthreads();
                         if (j + T1 < k)
                             fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, ralpha);
-                        tile_product<TA, T2, T2P, T3>(acc, ca, A, lda, rowc, j, min(T1, k - j), k, sB);
+                        tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, j, min(T1, k - j), k, sB);
                     }
                 }
                 if (row_ok) {
@@ -273,7 +357,7 @@ __global__ void __launch_bounds__(T1) ism2_kernel(int m, int k, Scalar alpha, co
                 }
                 R ca[T3];
                 fetch_a<TA, T3>(ca, A, lda, rowc, j, kend);
-                tile_product<TA, T2, T2P, T3>(acc, ca, A, lda, rowc, j, klen, kend, sB);
+                tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, j, klen, kend, sB);
                 if (row_ok) {
 #pragma unroll
                     for (int c = 0; c < T2; ++c)
@@ -283,6 +367,28 @@ __global__ void __launch_bounds__(T1) ism2_kernel(int m, int k, Scalar alpha, co
             }
         }
     }
+}
+
+// C = beta·C for k = 0 or alpha = 0 (beta = 0 writes zeros and reads nothing).
+template <typename S, typename Scalar>
+__global__ void scale_kernel(int m, int n, Scalar beta, S* C, int ldc)
+{
+    using R = typename ComputeOf<S>::type;
+    const long long total = (long long)m * n;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        S* c = C + e % m + (e / m) * (long long)ldc;
+        store_c(c, is_zero(beta) ? zero<R>() : mul(R(beta), load_c(c)));
+    }
+}
+
+template <typename S, typename Scalar>
+int scale(int m, int n, Scalar beta, S* C, int ldc, cudaStream_t stream)
+{
+    const long long wanted = ((long long)m * n + 255) / 256;
+    const unsigned blocks = (unsigned)(wanted < (1LL << 20) ? wanted : (1LL << 20));
+    scale_kernel<S><<<blocks, 256, 0, stream>>>(m, n, beta, C, ldc);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
 // ---- launches --------------------------------------------------------------------------------------
@@ -317,12 +423,17 @@ constexpr long long MAX_GRID = 2147483647LL;
 // kg = 0: enough groups that the grid holds the device's resident threads (Little's law wants the
 // bytes in flight; m/T1 blocks alone are too few for m ≈ 10^4), bounded by the block size the
 // kernel's registers allow, 48 KB of shared memory, the named barriers and one tile per group.
-template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, typename Scalar>
+// Then, for float and double, k is also split across blocks (grid.y) until the grid has about 8
+// waves of resident blocks (each group keeping at least 4 tiles): C is pre-scaled by beta and the
+// slices' partial sums are added atomically (the wave tail of m/T1 row blocks alone costs up to
+// 40% at m = 10^4).  fp16 C is never split (atomic fp16 sums would round every addition).
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, typename Scalar>
 int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int ldb, Scalar beta, S* C,
                 int ldc, int kg, cudaStream_t stream)
 {
     using R = typename ComputeOf<S>::type;
-    auto kernel = tsm2_kernel<S, N, TA, TB, T1, T2, T2P, T3, Scalar>;
+    auto kernel = tsm2_kernel<S, N, TA, TB, T1, T2, T2P, T3, RM, Scalar>;
+    constexpr int GROUP = Tsm2Smem<T1, T2, T2P, RM>::GROUP;
     static int max_block = 0;
     if (max_block == 0) {
         cudaFuncAttributes attr;
@@ -330,24 +441,41 @@ int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int
             return GEMMGEN_LAUNCH_FAILED;
         max_block = attr.maxThreadsPerBlock;
     }
-    const long long blocks = ((long long)m + T1 - 1) / T1;
-    if (blocks > MAX_GRID)
+    const long long blocks = ((long long)m + (long long)T1 * RM - 1) / ((long long)T1 * RM);
+    if (blocks > MAX_GRID || blocks < 1)
         return GEMMGEN_LAUNCH_FAILED;
+    const int tiles = (k + T1 - 1) / T1;
     int cap = max_block / T1;
     cap = std::min(cap, T1 == 32 ? 32 : 15);
-    cap = std::min(cap, (int)(48 * 1024 / (T1 * T2P * (int)sizeof(R))));
-    cap = std::min(cap, (k + T1 - 1) / T1);
+    cap = std::min(cap, (int)(48 * 1024 / (GROUP * (int)sizeof(R))));
+    cap = std::min(cap, tiles);
+    const DeviceInfo dev = device_info();
     if (kg <= 0) {
-        const DeviceInfo dev = device_info();
         const long long target = (long long)dev.sms * dev.threads_per_sm;
         kg = (int)((target + blocks * T1 - 1) / (blocks * T1));
     }
     kg = std::max(1, std::min(kg, std::max(cap, 1)));
-    // Each group's k-range: a multiple of T1.
-    const int tiles = (k + T1 - 1) / T1;
-    const int kchunk = ((tiles + kg - 1) / kg) * T1;
-    const size_t smem = (size_t)kg * T1 * T2P * sizeof(R);
-    kernel<<<(unsigned)blocks, T1 * kg, smem, stream>>>(m, k, alpha, A, lda, B, ldb, beta, C, ldc, kchunk);
+    const size_t smem = (size_t)kg * GROUP * sizeof(R);
+    int ks = 1;
+    if (sizeof(S) >= 4 && tiles >= 8 * kg) {
+        int occ = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, T1 * kg, smem) != cudaSuccess)
+            occ = 1;
+        const long long slots = (long long)std::max(occ, 1) * std::max(dev.sms, 1);
+        const long long want = (8 * slots + blocks - 1) / blocks;
+        ks = (int)std::max(1LL, std::min(want, (long long)(tiles / (4 * kg))));
+        ks = std::min(ks, 65535);
+    }
+    const int kblock = ((tiles + ks - 1) / ks) * T1;          // k per grid row y, a multiple of T1
+    ks = (int)(((long long)k + kblock - 1) / kblock);
+    const int kchunk = (((kblock / T1) + kg - 1) / kg) * T1;   // k per group, a multiple of T1
+    if (ks > 1) {
+        const int rc = scale(m, N, beta, C, ldc, stream);
+        if (rc != 0)
+            return rc;
+    }
+    kernel<<<dim3((unsigned)blocks, (unsigned)ks), T1 * kg, smem, stream>>>(m, k, alpha, A, lda, B, ldb, beta,
+                                                                          C, ldc, kchunk, kblock);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
@@ -362,32 +490,19 @@ int launch_ism2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int
         const long long wave = (long long)dev.sms * dev.threads_per_sm;
         tcf = (int)std::max(1LL, (long long)m / (4 * std::max(wave, 1LL)));
     }
+    static int max_block = 0;
+    if (max_block == 0) {
+        cudaFuncAttributes attr;
+        if (cudaFuncGetAttributes(&attr, ism2_kernel<S, N, TA, TB, T1, T2, T2P, T3, OPT, Scalar>) != cudaSuccess)
+            return GEMMGEN_LAUNCH_FAILED;
+        max_block = attr.maxThreadsPerBlock;
+    }
+    if (max_block < T1)
+        return GEMMGEN_LAUNCH_FAILED;   // registers allow fewer threads than t1 (never for t1 <= 256)
     long long blocks = ((long long)m + (long long)T1 * tcf - 1) / ((long long)T1 * tcf);
     blocks = std::max(1LL, std::min(blocks, MAX_GRID));
     ism2_kernel<S, N, TA, TB, T1, T2, T2P, T3, OPT, Scalar>
         <<<(unsigned)blocks, T1, 0, stream>>>(m, k, alpha, A, lda, B, ldb, beta, C, ldc);
-    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
-}
-
-// C = beta·C for k = 0 or alpha = 0 (beta = 0 writes zeros and reads nothing).
-template <typename S, typename Scalar>
-__global__ void scale_kernel(int m, int n, Scalar beta, S* C, int ldc)
-{
-    using R = typename ComputeOf<S>::type;
-    const long long total = (long long)m * n;
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
-         e += (long long)gridDim.x * blockDim.x) {
-        S* c = C + e % m + (e / m) * (long long)ldc;
-        store_c(c, is_zero(beta) ? zero<R>() : mul(R(beta), load_c(c)));
-    }
-}
-
-template <typename S, typename Scalar>
-int scale(int m, int n, Scalar beta, S* C, int ldc, cudaStream_t stream)
-{
-    const long long wanted = ((long long)m * n + 255) / 256;
-    const unsigned blocks = (unsigned)(wanted < (1LL << 20) ? wanted : (1LL << 20));
-    scale_kernel<S><<<blocks, 256, 0, stream>>>(m, n, beta, C, ldc);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

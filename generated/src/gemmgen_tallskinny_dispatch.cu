@@ -327,6 +327,10 @@ extern "C" int ism2_s_n8_t128x8x16_opt1(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n8_t128x8x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n8_t128x8x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n8_t128x8x8_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n9_t128x9x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n9_t128x9x16_opt2(char, char, int, int, float, const float*, int,
@@ -344,6 +348,8 @@ extern "C" int tsm2_s_n14_t128x14x2(char, char, int, int, float, const float*, i
 extern "C" int tsm2_s_n15_t128x15x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n16_t128x16x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n16_t256x16x8_r2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n17_t128x17x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -375,6 +381,8 @@ extern "C" int tsm2_s_n29_t128x29x4(char, char, int, int, float, const float*, i
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n2_t128x2x1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n2_t256x2x16(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n30_t128x30x4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n31_t128x31x4(char, char, int, int, float, const float*, int,
@@ -385,6 +393,8 @@ extern "C" int tsm2_s_n3_t128x3x2(char, char, int, int, float, const float*, int
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n4_t128x4x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n4_t256x4x8(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n5_t128x5x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n6_t128x6x2(char, char, int, int, float, const float*, int,
@@ -392,6 +402,8 @@ extern "C" int tsm2_s_n6_t128x6x2(char, char, int, int, float, const float*, int
 extern "C" int tsm2_s_n7_t128x7x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n8_t128x8x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n8_t256x8x16(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n9_t128x9x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -407,93 +419,97 @@ extern "C" int ism2_d_n12_t128x12x16_opt1(char, char, int, int, double, const do
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n13_t128x13x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n13_t128x13x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n14_t128x14x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n14_t128x14x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n15_t128x15x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n15_t128x15x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n16_t128x16x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n16_t128x16x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n16_t128x16x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n16_t128x16x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n17_t128x17x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n17_t128x17x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n18_t128x18x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n18_t128x18x4_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n19_t128x19x4_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n19_t128x19x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n1_t128x1x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n1_t128x1x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n20_t128x20x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n20_t128x20x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n21_t128x21x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n21_t128x21x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n21_t128x21x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n21_t128x21x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n22_t128x22x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n22_t128x22x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n22_t128x22x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n22_t128x22x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n23_t128x23x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n23_t128x23x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n23_t128x23x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n23_t128x23x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n24_t128x24x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n24_t128x24x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n24_t128x24x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n24_t128x24x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n25_t128x25x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n25_t128x25x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n25_t128x25x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n25_t128x25x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n26_t128x26x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n26_t128x26x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n26_t128x26x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n26_t128x26x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n27_t128x27x16_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n27_t128x27x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n27_t128x27x16_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n27_t128x27x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n28_t128x28x8_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n28_t128x28x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n28_t128x28x8_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n28_t128x28x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n29_t128x29x8_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n29_t128x29x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n29_t128x29x8_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n29_t128x29x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n2_t128x2x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n2_t128x2x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n30_t128x30x8_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n30_t128x30x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n30_t128x30x8_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n30_t128x30x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n31_t128x31x8_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n31_t128x31x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n31_t128x31x8_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n31_t128x31x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n32_t128x32x8_opt1(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n32_t128x32x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n32_t128x32x8_opt2(char, char, int, int, double, const double*, int,
+extern "C" int ism2_d_n32_t128x32x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n3_t128x3x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -519,6 +535,10 @@ extern "C" int ism2_d_n8_t128x8x16_opt1(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n8_t128x8x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n8_t128x8x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n8_t128x8x8_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n9_t128x9x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n9_t128x9x16_opt2(char, char, int, int, double, const double*, int,
@@ -536,6 +556,8 @@ extern "C" int tsm2_d_n14_t128x14x2(char, char, int, int, double, const double*,
 extern "C" int tsm2_d_n15_t128x15x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n16_t128x16x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n16_t128x16x8_r2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n17_t128x17x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -567,6 +589,8 @@ extern "C" int tsm2_d_n29_t128x29x4(char, char, int, int, double, const double*,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n2_t128x2x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n2_t256x2x8(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n30_t128x30x4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n31_t128x31x4(char, char, int, int, double, const double*, int,
@@ -577,6 +601,8 @@ extern "C" int tsm2_d_n3_t128x3x1(char, char, int, int, double, const double*, i
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n4_t128x4x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n4_t256x4x4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n5_t128x5x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n6_t128x6x1(char, char, int, int, double, const double*, int,
@@ -584,6 +610,8 @@ extern "C" int tsm2_d_n6_t128x6x1(char, char, int, int, double, const double*, i
 extern "C" int tsm2_d_n7_t128x7x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n8_t128x8x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n8_t128x8x8_r2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n9_t128x9x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -715,10 +743,16 @@ const TsEntry<float, float> ts_s[] = {
     {2, 75, "tsm2_s_n2_t128x2x1", tsm2_s_n2_t128x2x1,
      {"ism2_s_n2_t128x2x16_opt1", "ism2_s_n2_t128x2x16_opt2"}, {ism2_s_n2_t128x2x16_opt1, ism2_s_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {2, 90, "tsm2_s_n2_t256x2x16", tsm2_s_n2_t256x2x16,
+     {"ism2_s_n2_t128x2x16_opt1", "ism2_s_n2_t128x2x16_opt2"}, {ism2_s_n2_t128x2x16_opt1, ism2_s_n2_t128x2x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_s_n3_t128x3x2", tsm2_s_n3_t128x3x2,
      {"ism2_s_n3_t128x3x16_opt1", "ism2_s_n3_t128x3x16_opt2"}, {ism2_s_n3_t128x3x16_opt1, ism2_s_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_s_n4_t128x4x2", tsm2_s_n4_t128x4x2,
+     {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {4, 90, "tsm2_s_n4_t256x4x8", tsm2_s_n4_t256x4x8,
      {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_s_n5_t128x5x2", tsm2_s_n5_t128x5x2,
@@ -733,6 +767,9 @@ const TsEntry<float, float> ts_s[] = {
     {8, 75, "tsm2_s_n8_t128x8x2", tsm2_s_n8_t128x8x2,
      {"ism2_s_n8_t128x8x16_opt1", "ism2_s_n8_t128x8x16_opt2"}, {ism2_s_n8_t128x8x16_opt1, ism2_s_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {8, 90, "tsm2_s_n8_t256x8x16", tsm2_s_n8_t256x8x16,
+     {"ism2_s_n8_t128x8x8_opt1", "ism2_s_n8_t128x8x8_opt2"}, {ism2_s_n8_t128x8x8_opt1, ism2_s_n8_t128x8x8_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {9, 75, "tsm2_s_n9_t128x9x2", tsm2_s_n9_t128x9x2,
      {"ism2_s_n9_t128x9x16_opt1", "ism2_s_n9_t128x9x16_opt2"}, {ism2_s_n9_t128x9x16_opt1, ism2_s_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -757,6 +794,9 @@ const TsEntry<float, float> ts_s[] = {
     {16, 75, "tsm2_s_n16_t128x16x2", tsm2_s_n16_t128x16x2,
      {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {16, 90, "tsm2_s_n16_t256x16x8_r2", tsm2_s_n16_t256x16x8_r2,
+     {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {17, 75, "tsm2_s_n17_t128x17x2", tsm2_s_n17_t128x17x2,
      {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -815,10 +855,16 @@ const TsEntry<double, double> ts_d[] = {
     {2, 75, "tsm2_d_n2_t128x2x1", tsm2_d_n2_t128x2x1,
      {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {2, 90, "tsm2_d_n2_t256x2x8", tsm2_d_n2_t256x2x8,
+     {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_d_n3_t128x3x1", tsm2_d_n3_t128x3x1,
      {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_d_n4_t128x4x1", tsm2_d_n4_t128x4x1,
+     {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {4, 90, "tsm2_d_n4_t256x4x4", tsm2_d_n4_t256x4x4,
      {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_d_n5_t128x5x1", tsm2_d_n5_t128x5x1,
@@ -833,6 +879,9 @@ const TsEntry<double, double> ts_d[] = {
     {8, 75, "tsm2_d_n8_t128x8x2", tsm2_d_n8_t128x8x2,
      {"ism2_d_n8_t128x8x16_opt1", "ism2_d_n8_t128x8x16_opt2"}, {ism2_d_n8_t128x8x16_opt1, ism2_d_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {8, 90, "tsm2_d_n8_t128x8x8_r2", tsm2_d_n8_t128x8x8_r2,
+     {"ism2_d_n8_t128x8x8_opt1", "ism2_d_n8_t128x8x8_opt2"}, {ism2_d_n8_t128x8x8_opt1, ism2_d_n8_t128x8x8_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {9, 75, "tsm2_d_n9_t128x9x2", tsm2_d_n9_t128x9x2,
      {"ism2_d_n9_t128x9x16_opt1", "ism2_d_n9_t128x9x16_opt2"}, {ism2_d_n9_t128x9x16_opt1, ism2_d_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -846,64 +895,67 @@ const TsEntry<double, double> ts_d[] = {
      {"ism2_d_n12_t128x12x16_opt1", "ism2_d_n12_t128x12x16_opt2"}, {ism2_d_n12_t128x12x16_opt1, ism2_d_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {13, 75, "tsm2_d_n13_t128x13x2", tsm2_d_n13_t128x13x2,
-     {"ism2_d_n13_t128x13x16_opt1", "ism2_d_n13_t128x13x16_opt2"}, {ism2_d_n13_t128x13x16_opt1, ism2_d_n13_t128x13x16_opt2},
+     {"ism2_d_n13_t128x13x8_opt1", "ism2_d_n13_t128x13x8_opt2"}, {ism2_d_n13_t128x13x8_opt1, ism2_d_n13_t128x13x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {14, 75, "tsm2_d_n14_t128x14x2", tsm2_d_n14_t128x14x2,
-     {"ism2_d_n14_t128x14x16_opt1", "ism2_d_n14_t128x14x16_opt2"}, {ism2_d_n14_t128x14x16_opt1, ism2_d_n14_t128x14x16_opt2},
+     {"ism2_d_n14_t128x14x8_opt1", "ism2_d_n14_t128x14x8_opt2"}, {ism2_d_n14_t128x14x8_opt1, ism2_d_n14_t128x14x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {15, 75, "tsm2_d_n15_t128x15x2", tsm2_d_n15_t128x15x2,
-     {"ism2_d_n15_t128x15x16_opt1", "ism2_d_n15_t128x15x16_opt2"}, {ism2_d_n15_t128x15x16_opt1, ism2_d_n15_t128x15x16_opt2},
+     {"ism2_d_n15_t128x15x8_opt1", "ism2_d_n15_t128x15x8_opt2"}, {ism2_d_n15_t128x15x8_opt1, ism2_d_n15_t128x15x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {16, 75, "tsm2_d_n16_t128x16x2", tsm2_d_n16_t128x16x2,
-     {"ism2_d_n16_t128x16x16_opt1", "ism2_d_n16_t128x16x16_opt2"}, {ism2_d_n16_t128x16x16_opt1, ism2_d_n16_t128x16x16_opt2},
+     {"ism2_d_n16_t128x16x8_opt1", "ism2_d_n16_t128x16x8_opt2"}, {ism2_d_n16_t128x16x8_opt1, ism2_d_n16_t128x16x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {16, 90, "tsm2_d_n16_t128x16x8_r2", tsm2_d_n16_t128x16x8_r2,
+     {"ism2_d_n16_t128x16x16_opt1", "ism2_d_n16_t128x16x16_opt2"}, {ism2_d_n16_t128x16x16_opt1, ism2_d_n16_t128x16x16_opt2},
+     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {17, 75, "tsm2_d_n17_t128x17x2", tsm2_d_n17_t128x17x2,
-     {"ism2_d_n17_t128x17x16_opt1", "ism2_d_n17_t128x17x16_opt2"}, {ism2_d_n17_t128x17x16_opt1, ism2_d_n17_t128x17x16_opt2},
+     {"ism2_d_n17_t128x17x8_opt1", "ism2_d_n17_t128x17x8_opt2"}, {ism2_d_n17_t128x17x8_opt1, ism2_d_n17_t128x17x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {18, 75, "tsm2_d_n18_t128x18x2", tsm2_d_n18_t128x18x2,
-     {"ism2_d_n18_t128x18x16_opt1", "ism2_d_n18_t128x18x16_opt2"}, {ism2_d_n18_t128x18x16_opt1, ism2_d_n18_t128x18x16_opt2},
+     {"ism2_d_n18_t128x18x4_opt1", "ism2_d_n18_t128x18x4_opt2"}, {ism2_d_n18_t128x18x4_opt1, ism2_d_n18_t128x18x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {19, 75, "tsm2_d_n19_t128x19x2", tsm2_d_n19_t128x19x2,
-     {"ism2_d_n19_t128x19x16_opt1", "ism2_d_n19_t128x19x16_opt2"}, {ism2_d_n19_t128x19x16_opt1, ism2_d_n19_t128x19x16_opt2},
+     {"ism2_d_n19_t128x19x4_opt1", "ism2_d_n19_t128x19x4_opt2"}, {ism2_d_n19_t128x19x4_opt1, ism2_d_n19_t128x19x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {20, 75, "tsm2_d_n20_t128x20x2", tsm2_d_n20_t128x20x2,
-     {"ism2_d_n20_t128x20x16_opt1", "ism2_d_n20_t128x20x16_opt2"}, {ism2_d_n20_t128x20x16_opt1, ism2_d_n20_t128x20x16_opt2},
+     {"ism2_d_n20_t128x20x4_opt1", "ism2_d_n20_t128x20x4_opt2"}, {ism2_d_n20_t128x20x4_opt1, ism2_d_n20_t128x20x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {21, 75, "tsm2_d_n21_t128x21x2", tsm2_d_n21_t128x21x2,
-     {"ism2_d_n21_t128x21x16_opt1", "ism2_d_n21_t128x21x16_opt2"}, {ism2_d_n21_t128x21x16_opt1, ism2_d_n21_t128x21x16_opt2},
+     {"ism2_d_n21_t128x21x2_opt1", "ism2_d_n21_t128x21x2_opt2"}, {ism2_d_n21_t128x21x2_opt1, ism2_d_n21_t128x21x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_d_n22_t128x22x2", tsm2_d_n22_t128x22x2,
-     {"ism2_d_n22_t128x22x16_opt1", "ism2_d_n22_t128x22x16_opt2"}, {ism2_d_n22_t128x22x16_opt1, ism2_d_n22_t128x22x16_opt2},
+     {"ism2_d_n22_t128x22x2_opt1", "ism2_d_n22_t128x22x2_opt2"}, {ism2_d_n22_t128x22x2_opt1, ism2_d_n22_t128x22x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_d_n23_t128x23x2", tsm2_d_n23_t128x23x2,
-     {"ism2_d_n23_t128x23x16_opt1", "ism2_d_n23_t128x23x16_opt2"}, {ism2_d_n23_t128x23x16_opt1, ism2_d_n23_t128x23x16_opt2},
+     {"ism2_d_n23_t128x23x2_opt1", "ism2_d_n23_t128x23x2_opt2"}, {ism2_d_n23_t128x23x2_opt1, ism2_d_n23_t128x23x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_d_n24_t128x24x2", tsm2_d_n24_t128x24x2,
-     {"ism2_d_n24_t128x24x16_opt1", "ism2_d_n24_t128x24x16_opt2"}, {ism2_d_n24_t128x24x16_opt1, ism2_d_n24_t128x24x16_opt2},
+     {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_d_n25_t128x25x2", tsm2_d_n25_t128x25x2,
-     {"ism2_d_n25_t128x25x16_opt1", "ism2_d_n25_t128x25x16_opt2"}, {ism2_d_n25_t128x25x16_opt1, ism2_d_n25_t128x25x16_opt2},
+     {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_d_n26_t128x26x2", tsm2_d_n26_t128x26x2,
-     {"ism2_d_n26_t128x26x16_opt1", "ism2_d_n26_t128x26x16_opt2"}, {ism2_d_n26_t128x26x16_opt1, ism2_d_n26_t128x26x16_opt2},
+     {"ism2_d_n26_t128x26x2_opt1", "ism2_d_n26_t128x26x2_opt2"}, {ism2_d_n26_t128x26x2_opt1, ism2_d_n26_t128x26x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_d_n27_t128x27x2", tsm2_d_n27_t128x27x2,
-     {"ism2_d_n27_t128x27x16_opt1", "ism2_d_n27_t128x27x16_opt2"}, {ism2_d_n27_t128x27x16_opt1, ism2_d_n27_t128x27x16_opt2},
+     {"ism2_d_n27_t128x27x2_opt1", "ism2_d_n27_t128x27x2_opt2"}, {ism2_d_n27_t128x27x2_opt1, ism2_d_n27_t128x27x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_d_n28_t128x28x2", tsm2_d_n28_t128x28x2,
-     {"ism2_d_n28_t128x28x8_opt1", "ism2_d_n28_t128x28x8_opt2"}, {ism2_d_n28_t128x28x8_opt1, ism2_d_n28_t128x28x8_opt2},
+     {"ism2_d_n28_t128x28x2_opt1", "ism2_d_n28_t128x28x2_opt2"}, {ism2_d_n28_t128x28x2_opt1, ism2_d_n28_t128x28x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_d_n29_t128x29x4", tsm2_d_n29_t128x29x4,
-     {"ism2_d_n29_t128x29x8_opt1", "ism2_d_n29_t128x29x8_opt2"}, {ism2_d_n29_t128x29x8_opt1, ism2_d_n29_t128x29x8_opt2},
+     {"ism2_d_n29_t128x29x4_opt1", "ism2_d_n29_t128x29x4_opt2"}, {ism2_d_n29_t128x29x4_opt1, ism2_d_n29_t128x29x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_d_n30_t128x30x4", tsm2_d_n30_t128x30x4,
-     {"ism2_d_n30_t128x30x8_opt1", "ism2_d_n30_t128x30x8_opt2"}, {ism2_d_n30_t128x30x8_opt1, ism2_d_n30_t128x30x8_opt2},
+     {"ism2_d_n30_t128x30x4_opt1", "ism2_d_n30_t128x30x4_opt2"}, {ism2_d_n30_t128x30x4_opt1, ism2_d_n30_t128x30x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_d_n31_t128x31x4", tsm2_d_n31_t128x31x4,
-     {"ism2_d_n31_t128x31x8_opt1", "ism2_d_n31_t128x31x8_opt2"}, {ism2_d_n31_t128x31x8_opt1, ism2_d_n31_t128x31x8_opt2},
+     {"ism2_d_n31_t128x31x4_opt1", "ism2_d_n31_t128x31x4_opt2"}, {ism2_d_n31_t128x31x4_opt1, ism2_d_n31_t128x31x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_d_n32_t128x32x4", tsm2_d_n32_t128x32x4,
-     {"ism2_d_n32_t128x32x8_opt1", "ism2_d_n32_t128x32x8_opt2"}, {ism2_d_n32_t128x32x8_opt1, ism2_d_n32_t128x32x8_opt2},
+     {"ism2_d_n32_t128x32x4_opt1", "ism2_d_n32_t128x32x4_opt2"}, {ism2_d_n32_t128x32x4_opt1, ism2_d_n32_t128x32x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };

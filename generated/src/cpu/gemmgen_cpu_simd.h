@@ -19,6 +19,13 @@
 #include "gemmgen_cpu_internal.h"
 
 #if defined(GEMMGEN_CPU_ISA_AVX2)
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialized variable that
+// -Wuninitialized flags at every inlined use (GCC bug 105593, fixed in GCC 13).  The pragma
+// covers this kernel translation unit only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #if defined(__clang__)
 #define GEMMGEN_CPU_TARGET_BEGIN \
@@ -35,6 +42,13 @@
 #define GEMMGEN_CPU_BITS 256
 #endif
 #if defined(GEMMGEN_CPU_ISA_AVX512)
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialized variable that
+// -Wuninitialized flags at every inlined use (GCC bug 105593, fixed in GCC 13).  The pragma
+// covers this kernel translation unit only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #if defined(__clang__)
 #define GEMMGEN_CPU_TARGET_BEGIN \
@@ -95,7 +109,20 @@ GEMMGEN_INLINE __m256d set1(double x, width) { return _mm256_set1_pd(x); }
 GEMMGEN_INLINE __m256d load(const double* p, width) { return _mm256_loadu_pd(p); }
 GEMMGEN_INLINE __m256d load_n(const double* p, int n, width) { return _mm256_maskload_pd(p, mask64(n)); }
 GEMMGEN_INLINE void store(double* p, __m256d v) { _mm256_storeu_pd(p, v); }
-GEMMGEN_INLINE void store_n(double* p, __m256d v, int n) { _mm256_maskstore_pd(p, mask64(n), v); }
+// Partial stores in 128/64/32-bit pieces, not vmaskmov: a masked store is microcoded and costs
+// tens of cycles on AMD Zen, where it made N = 2 and 3 several times slower.  n is a compile-time
+// constant after inlining, so only the needed pieces remain.
+GEMMGEN_INLINE void store_n(double* p, __m256d v, int n)
+{
+    const __m128d lo = _mm256_castpd256_pd128(v);
+    if (n >= 2) {
+        _mm_storeu_pd(p, lo);
+        if (n == 3)
+            _mm_store_sd(p + 2, _mm256_extractf128_pd(v, 1));
+    } else {
+        _mm_store_sd(p, lo);
+    }
+}
 GEMMGEN_INLINE __m256d fmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
 GEMMGEN_INLINE __m256d mul(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
 GEMMGEN_INLINE __m256d swap_pairs(__m256d v) { return _mm256_permute_pd(v, 0x5); }
@@ -104,7 +131,24 @@ GEMMGEN_INLINE __m256 set1(float x, width) { return _mm256_set1_ps(x); }
 GEMMGEN_INLINE __m256 load(const float* p, width) { return _mm256_loadu_ps(p); }
 GEMMGEN_INLINE __m256 load_n(const float* p, int n, width) { return _mm256_maskload_ps(p, mask32(n)); }
 GEMMGEN_INLINE void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-GEMMGEN_INLINE void store_n(float* p, __m256 v, int n) { _mm256_maskstore_ps(p, mask32(n), v); }
+GEMMGEN_INLINE void store_n(float* p, __m256 v, int n)
+{
+    __m128 part = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(p, part);
+        part = _mm256_extractf128_ps(v, 1);
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
+        part = _mm_movehl_ps(part, part);
+        p += 2;
+        n -= 2;
+    }
+    if (n >= 1)
+        _mm_store_ss(p, part);
+}
 GEMMGEN_INLINE __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 GEMMGEN_INLINE __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 GEMMGEN_INLINE __m256 swap_pairs(__m256 v) { return _mm256_permute_ps(v, 0xB1); }
@@ -258,14 +302,16 @@ template <class T, bool CPLX>
 struct Epilogue {
     vec<T> alpha, alpha_swapped, beta, beta_swapped, sign;
     bool beta_zero;
+    T conj_b;   // −1 when op(B) = B^H: multiplies Im(b) as it is broadcast
 
-    Epilogue(const T* a, const T* b, bool b0)
+    Epilogue(const T* a, const T* b, bool b0, bool conjugate_b)
         : alpha(set1(a[0], width{})),
           alpha_swapped(set_alternating<T>(CPLX ? -a[CPLX] : T(0), CPLX ? a[CPLX] : T(0))),
           beta(set1(b0 ? T(0) : b[0], width{})),
           beta_swapped(set_alternating<T>(CPLX && !b0 ? -b[CPLX] : T(0), CPLX && !b0 ? b[CPLX] : T(0))),
           sign(set_alternating<T>(T(-1), T(1))),
-          beta_zero(b0)
+          beta_zero(b0),
+          conj_b(conjugate_b ? T(-1) : T(1))
     {
     }
 
@@ -273,15 +319,17 @@ struct Epilogue {
     {
         return CPLX ? fmadd(swap_pairs(x), im_swapped, mul(x, re)) : mul(x, re);
     }
-    // alpha·acc + beta·C for one vector of C (C read only when beta ≠ 0).
+    // alpha·acc + beta·C for one vector of C (C read only when beta ≠ 0).  Real data: one fused
+    // alpha·acc + (beta·C), so the epilogue adds two roundings to the product's, not three (the
+    // k = 1 products sit right at DESIGN.md's bound 2·k·u).
     GEMMGEN_INLINE vec<T> apply(vec<T> acc, const T* c, int n) const
     {
-        vec<T> out = scale(acc, alpha, alpha_swapped);
-        if (!beta_zero) {
-            const vec<T> old = n == lanes<T>() ? load(c, width{}) : load_n(c, n, width{});
-            out = CPLX ? fmadd(old, beta, fmadd(swap_pairs(old), beta_swapped, out)) : fmadd(old, beta, out);
-        }
-        return out;
+        if (beta_zero)
+            return scale(acc, alpha, alpha_swapped);
+        const vec<T> old = n == lanes<T>() ? load(c, width{}) : load_n(c, n, width{});
+        if (!CPLX)
+            return fmadd(acc, alpha, mul(old, beta));
+        return fmadd(old, beta, fmadd(swap_pairs(old), beta_swapped, scale(acc, alpha, alpha_swapped)));
     }
 };
 
@@ -289,13 +337,14 @@ struct Epilogue {
 // op(A)(rows, :)·op(B)(:, cols) in registers; each vector of op(A) loaded per k step is reused NR
 // times, each broadcast element of op(B) MR times; C is touched once, in the epilogue.
 //   a: op(A) at the tile's first row, columns lda elements apart (contiguous rows);
-//   b: op(B) at the tile's first column (TB says how it is stored); c: C at the tile's corner.
-// LAST: rows held by the last vector (lanes when full).  A_PADDED: a is the packed buffer whose
-// rows are padded to whole vectors, so no masked load is needed.  Complex: two accumulators per
-// vector, acc_re += a·Re(b) and acc_im += a·Im(b), combined once at the end:
-// a·b = acc_re + (−1, +1)·swap(acc_im).
-template <class T, bool CPLX, int MR, int NR, int LAST, int K, bool A_PADDED, char TB>
-inline void tile(const T* a, long long lda, const T* b, long long ldb, T* c, long long ldc,
+//   b: op(B) at the tile's first column, op(B)(l, j) at b[l·b_l + j·b_j] (N: 1, ldb; T/C: ldb, 1);
+//   c: C at the tile's corner.
+// LAST: rows held by the last vector (lanes when full), read and written with masks.  Complex:
+// two accumulators per vector, acc_re += a·Re(b) and acc_im += a·Im(b), combined once at the end:
+// a·b = acc_re + (−1, +1)·swap(acc_im).  The transposes are run-time strides, not template
+// parameters: one instantiation per kernel keeps the emitted set quick to compile.
+template <class T, bool CPLX, int MR, int NR, int LAST, int K>
+inline void tile(const T* a, long long lda, const T* b, long long b_l, long long b_j, T* c, long long ldc,
                  const Epilogue<T, CPLX>& e)
 {
     constexpr int CW = CPLX ? 2 : 1;             // reals per element
@@ -311,15 +360,15 @@ inline void tile(const T* a, long long lda, const T* b, long long ldb, T* c, lon
         V av[MR];
         GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
             const T* p = a + (r * W + l * lda * CW);
-            av[r] = (r == MR - 1 && LAST_REALS < W && !A_PADDED) ? load_n(p, LAST_REALS, width{}) : load(p, width{});
+            av[r] = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, width{}) : load(p, width{});
         }
         GEMMGEN_UNROLL for (int j = 0; j < NR; ++j) {
-            const T* q = b + (TB == 'N' ? l + j * ldb : j + l * ldb) * CW;
+            const T* q = b + (l * b_l + j * b_j) * CW;
             const V re = set1(q[0], width{});
             GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
                 acc[0][r][j] = fmadd(av[r], re, acc[0][r][j]);
             if (CPLX) {
-                const V im = set1(TB == 'C' ? -q[CPLX] : q[CPLX], width{});
+                const V im = set1(q[CPLX] * e.conj_b, width{});
                 GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
                     acc[CPLX][r][j] = fmadd(av[r], im, acc[CPLX][r][j]);
             }
@@ -339,84 +388,48 @@ inline void tile(const T* a, long long lda, const T* b, long long ldb, T* c, lon
     }
 }
 
-// op(A) = A^T or A^H into buf (MP rows, zero padding rows stay untouched), lda in elements.
+// op(A) = A^T or A^H into buf (MP rows; the padding rows stay zero), lda in elements.
 template <class T, bool CPLX, int M, int K, int MP>
 GEMMGEN_INLINE void pack_transposed(const T* a, long long lda, bool conjugate, T* buf)
 {
     constexpr int CW = CPLX ? 2 : 1;
+    const T sign = conjugate ? T(-1) : T(1);
     for (int i = 0; i < M; ++i) {
         const T* col = a + i * lda * CW;     // column i of A is row i of op(A)
         GEMMGEN_UNROLL for (int l = 0; l < K; ++l) {
             buf[(l * MP + i) * CW] = col[l * CW];
             if (CPLX)
-                buf[(l * MP + i) * CW + CPLX] = conjugate ? -col[l * CW + CPLX] : col[l * CW + CPLX];
+                buf[(l * MP + i) * CW + CPLX] = sign * col[l * CW + CPLX];
         }
     }
 }
 
-template <int V>
-using int_c = std::integral_constant<int, V>;
-template <char V>
-using char_c = std::integral_constant<char, V>;
-
-// The batch entries [begin, end) with one transpose combination; `product` is the variant's
-// unrolled tile list.  AMODE: 0 op(A) = A, 1 A^T, 2 A^H.
-template <class T, bool CPLX, int M, int K, int MP, int AMODE, char TB, class Product>
-void batch_loop(const Args& args, long long begin, long long end, Product product)
+// The batch entries [begin, end); `product` is the variant's unrolled tile list.  op(A) = A is
+// read in place, A^T and A^H are packed first (one buffer per call, on the stack).
+template <class T, bool CPLX, int M, int K, int MP, class Product>
+void run(const Args& args, long long begin, long long end, Product product)
 {
     constexpr int CW = CPLX ? 2 : 1;
-    const Epilogue<T, CPLX> e(static_cast<const T*>(args.alpha), static_cast<const T*>(args.beta), args.beta_zero);
-    alignas(64) T packed[AMODE != 0 ? K * MP * CW : 1];
-    if (AMODE != 0)
+    const Epilogue<T, CPLX> e(static_cast<const T*>(args.alpha), static_cast<const T*>(args.beta), args.beta_zero,
+                              args.transb == 'C');
+    const long long b_l = args.transb == 'N' ? 1 : args.ldb;
+    const long long b_j = args.transb == 'N' ? args.ldb : 1;
+    const bool packs = args.transa != 'N';
+    alignas(64) T packed[K * MP * CW];
+    if (packs)
         for (T& x : packed) x = T(0);   // the padding rows are read by whole-vector loads
     for (long long i = begin; i < end; ++i) {
         const T* a = args.a_array ? static_cast<const T*>(args.a_array[i]) : static_cast<const T*>(args.a) + i * args.stride_a * CW;
         const T* b = args.b_array ? static_cast<const T*>(args.b_array[i]) : static_cast<const T*>(args.b) + i * args.stride_b * CW;
         T* c = args.c_array ? static_cast<T*>(args.c_array[i]) : static_cast<T*>(args.c) + i * args.stride_c * CW;
-        if (AMODE != 0) {
-            pack_transposed<T, CPLX, M, K, MP>(a, args.lda, AMODE == 2, packed);
-            product(int_c<AMODE>{}, char_c<TB>{}, packed, MP, b, args.ldb, c, args.ldc, e);
-        } else {
-            product(int_c<AMODE>{}, char_c<TB>{}, a, args.lda, b, args.ldb, c, args.ldc, e);
+        long long lda = args.lda;
+        if (packs) {
+            pack_transposed<T, CPLX, M, K, MP>(a, lda, args.transa == 'C', packed);
+            a = packed;
+            lda = MP;
         }
+        product(a, lda, b, b_l, b_j, c, args.ldc, e);
     }
-}
-
-// One instantiation of the batch loop per transpose combination the precision has.
-template <class T, bool CPLX, int M, int K, int MP, class Product>
-void run_modes(std::false_type, int amode, int bmode, const Args& args, long long begin, long long end, Product p)
-{
-    switch (amode * 2 + bmode) {
-    case 0: batch_loop<T, CPLX, M, K, MP, 0, 'N'>(args, begin, end, p); break;
-    case 1: batch_loop<T, CPLX, M, K, MP, 0, 'T'>(args, begin, end, p); break;
-    case 2: batch_loop<T, CPLX, M, K, MP, 1, 'N'>(args, begin, end, p); break;
-    default: batch_loop<T, CPLX, M, K, MP, 1, 'T'>(args, begin, end, p); break;
-    }
-}
-
-template <class T, bool CPLX, int M, int K, int MP, class Product>
-void run_modes(std::true_type, int amode, int bmode, const Args& args, long long begin, long long end, Product p)
-{
-    switch (amode * 3 + bmode) {
-    case 0: batch_loop<T, CPLX, M, K, MP, 0, 'N'>(args, begin, end, p); break;
-    case 1: batch_loop<T, CPLX, M, K, MP, 0, 'T'>(args, begin, end, p); break;
-    case 2: batch_loop<T, CPLX, M, K, MP, 0, 'C'>(args, begin, end, p); break;
-    case 3: batch_loop<T, CPLX, M, K, MP, 1, 'N'>(args, begin, end, p); break;
-    case 4: batch_loop<T, CPLX, M, K, MP, 1, 'T'>(args, begin, end, p); break;
-    case 5: batch_loop<T, CPLX, M, K, MP, 1, 'C'>(args, begin, end, p); break;
-    case 6: batch_loop<T, CPLX, M, K, MP, 2, 'N'>(args, begin, end, p); break;
-    case 7: batch_loop<T, CPLX, M, K, MP, 2, 'T'>(args, begin, end, p); break;
-    default: batch_loop<T, CPLX, M, K, MP, 2, 'C'>(args, begin, end, p); break;
-    }
-}
-
-GEMMGEN_INLINE int trans_mode(char t) { return t == 'N' ? 0 : t == 'T' ? 1 : 2; }
-
-template <class T, bool CPLX, int M, int K, int MP, class Product>
-void run(const Args& args, long long begin, long long end, Product product)
-{
-    run_modes<T, CPLX, M, K, MP>(std::integral_constant<bool, CPLX>{}, trans_mode(args.transa),
-                                 trans_mode(args.transb), args, begin, end, product);
 }
 
 }  // namespace GEMMGEN_CPU_ISA

@@ -16,75 +16,71 @@ typedef float real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (0 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (16 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (16 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (16 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (16 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (0 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (16 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (16 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (0 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (16 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (16 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 26 * ldb : 26) * CW, ldb, c + (0 + 26 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 26 * ldb : 26) * CW, ldb, c + (16 + 26 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 8, 30, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (0 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 6, 30, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (16 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 8, 30>(
+            a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 6, 30>(
+            a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e);
     }
 };
 

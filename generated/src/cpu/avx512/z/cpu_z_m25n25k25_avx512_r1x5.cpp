@@ -16,85 +16,81 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 25, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (0 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (4 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (8 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (12 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (16 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (20 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 25, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (24 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (4 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (8 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (12 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (16 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (20 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 25, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (24 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (0 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (4 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (8 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (12 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (16 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (20 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 25, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (24 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (4 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (8 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (12 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (16 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 4, 25, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (20 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 25, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (24 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 25>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 25>(
+            a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 25>(
+            a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 25>(
+            a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 4, 25>(
+            a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 25>(
+            a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,139 +16,135 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 1 * ldb : 1) * CW, ldb, c + (0 + 1 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 1 * ldb : 1) * CW, ldb, c + (16 + 1 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (0 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (16 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 3 * ldb : 3) * CW, ldb, c + (0 + 3 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 3 * ldb : 3) * CW, ldb, c + (16 + 3 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (16 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (0 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (16 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (16 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (0 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (16 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 9 * ldb : 9) * CW, ldb, c + (0 + 9 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 9 * ldb : 9) * CW, ldb, c + (16 + 9 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (16 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 11 * ldb : 11) * CW, ldb, c + (0 + 11 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 11 * ldb : 11) * CW, ldb, c + (16 + 11 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 13 * ldb : 13) * CW, ldb, c + (0 + 13 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 13 * ldb : 13) * CW, ldb, c + (16 + 13 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (0 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (16 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 17 * ldb : 17) * CW, ldb, c + (0 + 17 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 17 * ldb : 17) * CW, ldb, c + (16 + 17 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (0 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (16 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 19 * ldb : 19) * CW, ldb, c + (0 + 19 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 19 * ldb : 19) * CW, ldb, c + (16 + 19 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (16 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (0 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (16 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (0 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (16 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 23 * ldb : 23) * CW, ldb, c + (0 + 23 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 23 * ldb : 23) * CW, ldb, c + (16 + 23 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (16 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 25 * ldb : 25) * CW, ldb, c + (0 + 25 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 25 * ldb : 25) * CW, ldb, c + (16 + 25 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 26 * ldb : 26) * CW, ldb, c + (0 + 26 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 26 * ldb : 26) * CW, ldb, c + (16 + 26 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 27 * ldb : 27) * CW, ldb, c + (0 + 27 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 27 * ldb : 27) * CW, ldb, c + (16 + 27 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (0 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (16 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 29 * ldb : 29) * CW, ldb, c + (0 + 29 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 29 * ldb : 29) * CW, ldb, c + (16 + 29 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 30 * ldb : 30) * CW, ldb, c + (0 + 30 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 4, 1, 3, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 30 * ldb : 30) * CW, ldb, c + (16 + 30 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (16 + 1 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (16 + 13 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (16 + 17 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (16 + 19 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (16 + 23 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (0 + 29 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (16 + 29 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 4, 31>(
+            a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 4, 1, 3, 31>(
+            a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,69 +16,65 @@ typedef float real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (2 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (4 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (6 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (8 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (10 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (12 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (14 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (16 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (2 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (4 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (6 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (8 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (10 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (14 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 2, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 2, 18>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
     }
 };
 

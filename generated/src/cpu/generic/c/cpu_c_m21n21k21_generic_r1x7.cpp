@@ -16,81 +16,77 @@ typedef float real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (18 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 21, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (0 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (2 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (4 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (6 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (8 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (10 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (12 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (14 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (16 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (18 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 21, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (20 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (2 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (4 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (6 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (8 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (10 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (12 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (14 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 2, 21, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (18 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 21, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (20 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 21>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 2 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (2 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 4 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (4 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 6 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (6 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 14 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (14 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 18 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (18 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 21>(
+            a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 2, 21>(
+            a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 21>(
+            a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,271 +16,267 @@ typedef float real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (18 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (22 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (26 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (28 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (30 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (2 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (4 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (6 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (8 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (10 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (12 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (14 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (16 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (18 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (20 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (22 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (24 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (26 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (28 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (30 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (2 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (4 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (6 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (8 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (10 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (12 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (14 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (18 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (20 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (22 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (24 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (26 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (28 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (30 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (2 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (4 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (6 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (8 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (10 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (14 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (18 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (20 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (22 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (24 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (26 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (28 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (30 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (2 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (4 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (6 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (8 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (10 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (12 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (14 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (18 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (20 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (22 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (24 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (26 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (28 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (30 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (2 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (4 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (6 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (8 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (10 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (12 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (14 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (16 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (18 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (20 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (22 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (24 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (26 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (28 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (30 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (2 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (4 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (6 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (8 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (10 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (12 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (14 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (16 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (18 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (20 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (22 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (24 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (26 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (28 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (30 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (0 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (2 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (4 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (6 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (8 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (10 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (12 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (14 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (16 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (18 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (20 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (22 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (24 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (26 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (28 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 2, 32, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (30 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (30 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (26 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (30 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (26 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (30 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (26 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (30 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (26 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (30 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (26 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (30 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (26 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (30 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 2 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (2 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 10 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (10 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 14 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (14 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 22 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (22 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 26 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (26 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 2, 32>(
+            a + 30 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (30 + 28 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,63 +16,59 @@ typedef float real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (12 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (24 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (12 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (24 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (24 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (12 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (24 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (12 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (24 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 4, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (12 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (24 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (0 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (12 + 28 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 3, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 28 * ldb : 28) * CW, ldb, c + (24 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 4, 4, 31>(
+            a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 3, 31>(
+            a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 31>(
+            a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 31>(
+            a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 3, 3, 31>(
+            a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e);
     }
 };
 

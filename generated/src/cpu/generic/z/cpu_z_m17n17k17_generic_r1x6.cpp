@@ -16,117 +16,113 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (1 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (3 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (5 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (7 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (9 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (11 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (13 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (15 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (1 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (2 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (3 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (4 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (5 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (6 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (7 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (8 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (9 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (10 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (11 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (12 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (13 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (14 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (15 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 17, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (16 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (1 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (2 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (3 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (4 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (5 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (6 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (7 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (8 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (9 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (10 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (11 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (13 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (14 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (15 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 17, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 1 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (1 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 7 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (7 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 11 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (11 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 13 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (13 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 1 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (1 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 3 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (3 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 5 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (5 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 7 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (7 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 9 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (9 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 11 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (11 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 13 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (13 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 17>(
+            a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 1 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (1 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 3 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (3 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 5 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (5 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 7 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (7 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 9 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (9 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 11 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (11 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 13 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (13 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 17>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,177 +16,173 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (0 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (2 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (4 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (6 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (8 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (10 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (12 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (14 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (16 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (2 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (4 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (6 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (8 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (10 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (12 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (14 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (16 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (2 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (4 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (6 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (8 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (10 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (12 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (14 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (16 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (2 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (4 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (6 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (8 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (10 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (12 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (14 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (2 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (4 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (6 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (8 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (10 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (12 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (14 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (16 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (2 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (4 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (6 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (8 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (10 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (14 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (2 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (4 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (6 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (8 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (10 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (12 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (14 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (2 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (4 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (6 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (8 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (10 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (12 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (14 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 2, 1, 18, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 2, 1, 18>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
     }
 };
 

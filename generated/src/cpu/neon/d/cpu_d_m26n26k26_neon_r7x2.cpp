@@ -16,67 +16,63 @@ typedef double real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (0 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 2 * ldb : 2) * CW, ldb, c + (14 + 2 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (14 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (14 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (14 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (14 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (14 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (14 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (14 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (0 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (14 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (14 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (0 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 22 * ldb : 22) * CW, ldb, c + (14 + 22 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 7, 2, 2, 26, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 6, 2, 2, 26, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (14 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 7, 2, 2, 26>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 6, 2, 2, 26>(
+            a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e);
     }
 };
 

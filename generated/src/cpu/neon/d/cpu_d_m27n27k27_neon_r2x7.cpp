@@ -16,71 +16,67 @@ typedef double real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (0 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (4 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (8 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (12 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (16 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (20 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (24 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (4 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (8 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (12 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 2, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (20 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (24 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (0 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (4 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (8 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (12 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (16 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 2, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (20 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 6, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (24 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 1, 27>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 4 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (4 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 1, 27>(
+            a + 24 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (24 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 2, 27>(
+            a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 1, 27>(
+            a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 2, 27>(
+            a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 6, 1, 27>(
+            a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e);
     }
 };
 

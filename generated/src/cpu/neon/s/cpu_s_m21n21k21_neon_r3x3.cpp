@@ -16,43 +16,39 @@ typedef float real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 3 * ldb : 3) * CW, ldb, c + (0 + 3 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 3 * ldb : 3) * CW, ldb, c + (12 + 3 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (0 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 6 * ldb : 6) * CW, ldb, c + (12 + 6 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 9 * ldb : 9) * CW, ldb, c + (0 + 9 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 9 * ldb : 9) * CW, ldb, c + (12 + 9 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (12 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (0 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (12 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 4, 21, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (0 + 18 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 3, 3, 1, 21, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 18 * ldb : 18) * CW, ldb, c + (12 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 4, 21>(
+            a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 3, 3, 1, 21>(
+            a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e);
     }
 };
 

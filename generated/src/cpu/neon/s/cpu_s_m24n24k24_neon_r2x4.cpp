@@ -16,51 +16,47 @@ typedef float real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (8 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (16 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (8 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (0 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (8 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 12 * ldb : 12) * CW, ldb, c + (16 + 12 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (8 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (0 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (8 + 20 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 4, 4, 24, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 20 * ldb : 20) * CW, ldb, c + (16 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 4, 4, 24>(
+            a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e);
     }
 };
 

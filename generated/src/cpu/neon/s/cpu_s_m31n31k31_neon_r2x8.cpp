@@ -16,47 +16,43 @@ typedef float real;
 constexpr bool CPLX = false;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (8 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (24 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (8 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 4, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 8, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (24 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 4, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 4, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (8 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 4, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (16 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 2, 7, 3, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (24 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 3, 31>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 3, 31>(
+            a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 4, 31>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 8, 3, 31>(
+            a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 4, 31>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 4, 31>(
+            a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 4, 31>(
+            a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 2, 7, 3, 31>(
+            a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,167 +16,163 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (1 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (3 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (5 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (7 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (9 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (11 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (13 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (15 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (17 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (18 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (0 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (1 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (2 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (3 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (4 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (5 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (6 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (7 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (8 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (9 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (10 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (11 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (12 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (13 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (14 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (15 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (16 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (17 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 5 * ldb : 5) * CW, ldb, c + (18 + 5 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (0 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (1 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (2 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (3 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (4 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (5 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (6 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (7 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (8 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (9 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (10 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (11 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (12 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (13 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (14 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (15 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (16 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (17 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 5, 1, 19, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 10 * ldb : 10) * CW, ldb, c + (18 + 10 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (0 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (1 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (2 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (3 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (4 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (5 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (6 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (7 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (8 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (9 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (10 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (11 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (12 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (13 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (14 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (15 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (16 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (17 + 15 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 19, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 15 * ldb : 15) * CW, ldb, c + (18 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 1 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (1 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 7 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (7 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 11 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (11 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 13 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (13 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 17 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (17 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 1 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (1 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 2 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (2 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 3 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (3 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 5 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (5 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 7 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (7 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 9 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (9 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 11 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (11 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 13 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (13 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 14 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (14 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 15 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (15 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 17 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (17 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 18 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (18 + 5 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 1 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (1 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 3 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (3 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 5 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (5 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 7 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (7 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 9 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (9 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 11 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (11 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 13 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (13 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 15 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (15 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 17 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (17 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 5, 1, 19>(
+            a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 1 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (1 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 2 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (2 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 3 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (3 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 5 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (5 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 7 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (7 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 9 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (9 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 11 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (11 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 13 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (13 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 14 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (14 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 17 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (17 + 15 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 19>(
+            a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e);
     }
 };
 

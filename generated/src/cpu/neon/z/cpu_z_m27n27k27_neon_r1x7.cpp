@@ -16,231 +16,227 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (1 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (3 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (5 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (7 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (9 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (11 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (13 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (15 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (17 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (18 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (19 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (21 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (22 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (23 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (25 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (26 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (0 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (1 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (2 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (3 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (4 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (5 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (6 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (7 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (8 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (9 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (10 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (11 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (12 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (13 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (14 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (15 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (16 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (17 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (18 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (19 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (20 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (21 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (22 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (23 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (24 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (25 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 7 * ldb : 7) * CW, ldb, c + (26 + 7 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (0 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (1 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (2 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (3 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (4 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (5 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (6 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (7 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (8 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (9 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (10 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (11 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (12 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (13 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (14 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (15 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (16 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (17 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (18 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (19 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (20 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (21 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (22 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (23 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (24 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (25 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 27, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 14 * ldb : 14) * CW, ldb, c + (26 + 14 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (0 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (1 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (2 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (3 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (4 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (5 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (6 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (7 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (8 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (9 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (10 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (11 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (12 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (13 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (14 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (15 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (16 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (17 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (18 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (19 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (20 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (21 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (22 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (23 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (24 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (25 + 21 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 6, 1, 27, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 21 * ldb : 21) * CW, ldb, c + (26 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 1 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (1 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 7 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (7 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 11 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (11 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 13 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (13 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 17 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (17 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 19 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (19 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 21 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (21 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 23 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (23 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 25 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (25 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 1 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (1 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 2 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (2 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 3 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (3 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 4 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (4 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 5 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (5 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 6 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (6 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 7 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (7 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 9 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (9 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 11 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (11 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 13 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (13 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 14 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (14 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 15 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (15 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 17 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (17 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 18 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (18 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 19 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (19 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 21 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (21 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 22 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (22 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 23 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (23 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 24 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (24 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 25 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (25 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 26 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (26 + 7 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 1 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (1 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 3 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (3 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 5 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (5 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 7 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (7 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 9 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (9 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 11 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (11 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 13 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (13 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 15 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (15 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 17 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (17 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 19 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (19 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 21 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (21 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 23 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (23 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 25 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (25 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 27>(
+            a + 26 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (26 + 14 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 1 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (1 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 2 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (2 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 3 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (3 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 5 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (5 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 6 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (6 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 7 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (7 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 9 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (9 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 10 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (10 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 11 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (11 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 13 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (13 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 14 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (14 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 15 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (15 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 17 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (17 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 18 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (18 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 19 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (19 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 21 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (21 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 22 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (22 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 23 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (23 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 25 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (25 + 21 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 6, 1, 27>(
+            a + 26 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (26 + 21 * ldc) * CW, ldc, e);
     }
 };
 

@@ -16,263 +16,259 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (1 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (3 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (5 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (7 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (8 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (9 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (10 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (11 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (12 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (13 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (14 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (15 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (16 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (17 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (18 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (19 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (20 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (21 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (22 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (23 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (24 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (25 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (26 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 27 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (27 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (28 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 29 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (29 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (30 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (0 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (1 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (2 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (3 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (4 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (5 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (6 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (7 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (8 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (9 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (10 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (11 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (12 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (13 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (14 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (15 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (16 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (17 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (18 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (19 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (20 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (21 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (22 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (23 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (24 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (25 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (26 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 27 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (27 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (28 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 29 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (29 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 8 * ldb : 8) * CW, ldb, c + (30 + 8 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (0 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (1 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (2 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (3 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (4 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (5 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (6 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (7 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (8 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (9 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (10 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (11 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (12 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (13 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (14 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (15 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (16 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (17 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (18 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (19 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (20 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (21 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (22 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (23 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (24 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (25 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (26 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 27 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (27 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (28 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 29 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (29 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 8, 1, 31, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 16 * ldb : 16) * CW, ldb, c + (30 + 16 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (0 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (1 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (2 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (3 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (4 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (5 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (6 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (7 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 8 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (8 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 9 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (9 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 10 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (10 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 11 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (11 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 12 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (12 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 13 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (13 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 14 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (14 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 15 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (15 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 16 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (16 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 17 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (17 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 18 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (18 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 19 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (19 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 20 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (20 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 21 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (21 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 22 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (22 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 23 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (23 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 24 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (24 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 25 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (25 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 26 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (26 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 27 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (27 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 28 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (28 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 29 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (29 + 24 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 7, 1, 31, PADDED, OPB>(
-            a + 30 * CW, lda, b + (OPB == 'N' ? 24 * ldb : 24) * CW, ldb, c + (30 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 1 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (1 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 7 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (7 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 11 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (11 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 13 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (13 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 17 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (17 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 19 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (19 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 21 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (21 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 23 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (23 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 25 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (25 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 27 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (27 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 29 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (29 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 30 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (30 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 1 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (1 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 3 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (3 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 5 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (5 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 7 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (7 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 9 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (9 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 11 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (11 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 13 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (13 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 15 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (15 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 17 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (17 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 19 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (19 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 21 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (21 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 23 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (23 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 25 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (25 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 26 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (26 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 27 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (27 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 29 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (29 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 30 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (30 + 8 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 1 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (1 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 3 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (3 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 5 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (5 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 7 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (7 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 9 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (9 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 11 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (11 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 13 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (13 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 15 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (15 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 17 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (17 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 19 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (19 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 21 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (21 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 23 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (23 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 25 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (25 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 26 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (26 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 27 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (27 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 29 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (29 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 8, 1, 31>(
+            a + 30 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (30 + 16 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 1 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (1 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 3 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (3 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 5 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (5 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 7 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (7 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 9 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (9 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 11 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (11 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 13 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (13 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 15 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (15 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 17 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (17 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 19 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (19 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 21 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (21 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 23 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (23 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 25 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (25 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 26 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (26 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 27 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (27 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 29 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (29 + 24 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 7, 1, 31>(
+            a + 30 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (30 + 24 * ldc) * CW, ldc, e);
     }
 };
 

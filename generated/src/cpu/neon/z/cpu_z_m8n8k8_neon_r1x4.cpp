@@ -16,47 +16,43 @@ typedef double real;
 constexpr bool CPLX = true;
 constexpr int CW = CPLX ? 2 : 1;
 
-// The whole product, tile after tile (columns outer, rows inner); a, b, c and the leading
-// dimensions as in tile().
+// The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
 struct Product {
-    template <class AMode, class TB>
-    GEMMGEN_INLINE void operator()(AMode, TB, const real* a, long long lda, const real* b, long long ldb,
+    GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const Epilogue<real, CPLX>& e) const
     {
-        constexpr bool PADDED = AMode::value != 0;
-        constexpr char OPB = TB::value;
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (0 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (1 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (2 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (3 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (4 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (5 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (6 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 0 * ldb : 0) * CW, ldb, c + (7 + 0 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 0 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (0 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 1 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (1 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 2 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (2 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 3 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (3 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 4 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (4 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 5 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (5 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 6 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (6 + 4 * ldc) * CW, ldc, e);
-        tile<real, CPLX, 1, 4, 1, 8, PADDED, OPB>(
-            a + 7 * CW, lda, b + (OPB == 'N' ? 4 * ldb : 4) * CW, ldb, c + (7 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 1 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (1 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 7 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (7 + 0 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 1 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (1 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 3 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (3 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 5 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (5 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e);
+        tile<real, CPLX, 1, 4, 1, 8>(
+            a + 7 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (7 + 4 * ldc) * CW, ldc, e);
     }
 };
 
