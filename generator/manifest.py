@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import cpu, small, tsm2
 from .arch import ARCHS, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
-from .spec import SpecError
+from .spec import SpecError, parse_ranges
 from .tuning import load_table
 
 Shape = tuple[int, int, int]
@@ -20,24 +20,7 @@ Shape = tuple[int, int, int]
 
 def parse_sizes(text: str) -> tuple[int, ...]:
     """'1-32', '2,4,8' or '1-8,16' -> sorted sizes; each must be in 1..32."""
-    sizes: set[int] = set()
-    for token in (t.strip() for t in text.split(",")):
-        if not token:
-            continue
-        try:
-            if "-" in token:
-                lo, hi = (int(x) for x in token.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                sizes.update(range(lo, hi + 1))
-            else:
-                sizes.add(int(token))
-        except ValueError:
-            raise ValueError(f"bad size range {token!r}; write sizes like 1-32 or 2,4,8") from None
-    bad = sorted(s for s in sizes if not 1 <= s <= small.MAX_SIZE)
-    if bad:
-        raise ValueError(f"size {bad[0]} is outside 1..{small.MAX_SIZE}")
-    return tuple(sorted(sizes))
+    return parse_ranges(text, 1, small.MAX_SIZE, "size", "1-32 or 2,4,8")
 
 
 def parse_shapes(text: str) -> tuple[Shape, ...]:

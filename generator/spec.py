@@ -18,3 +18,26 @@ def require(condition: bool, rule: str, message: str) -> None:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def parse_ranges(text: str, low: int, high: int, noun: str, example: str) -> tuple[int, ...]:
+    """'1-32', '2,4,8' or '1-8,16' -> the sorted distinct integers, each in low..high.  Errors name
+    the `noun` ("size", "tall-skinny n") and show an `example` of the syntax."""
+    values: set[int] = set()
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        try:
+            if "-" in token:
+                lo, hi = (int(x) for x in token.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                values.update(range(lo, hi + 1))
+            else:
+                values.add(int(token))
+        except ValueError:
+            raise ValueError(f"bad {noun} range {token!r}; write e.g. {example}") from None
+    bad = sorted(v for v in values if not low <= v <= high)
+    if bad:
+        raise ValueError(f"{noun} {bad[0]} is outside {low}..{high}")
+    return tuple(sorted(values))

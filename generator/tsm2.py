@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .arch import ARCHS
 from .precision import PRECISIONS
-from .spec import SpecError, ceil_div, require
+from .spec import SpecError, ceil_div, parse_ranges, require
 
 PRECISIONS_TS = ("h", "s", "d")      # real precisions; h = fp16 storage, fp32 accumulation
 DEFAULT_NS = tuple(range(1, 33))
@@ -401,24 +401,7 @@ def parse_spec(name: str):
 
 def parse_ns(text: str) -> tuple[int, ...]:
     """'1-32' or '2,4,8,16' or '40' -> sorted n values in 1..MAX_N."""
-    ns: set[int] = set()
-    for token in (t.strip() for t in text.split(",")):
-        if not token:
-            continue
-        try:
-            if "-" in token:
-                lo, hi = (int(x) for x in token.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                ns.update(range(lo, hi + 1))
-            else:
-                ns.add(int(token))
-        except ValueError:
-            raise ValueError(f"bad n range {token!r}; write e.g. 1-32 or 2,4,8,16") from None
-    bad = sorted(v for v in ns if not 1 <= v <= MAX_N)
-    if bad:
-        raise ValueError(f"tall-skinny n={bad[0]} is outside 1..{MAX_N}")
-    return tuple(sorted(ns))
+    return parse_ranges(text, 1, MAX_N, "tall-skinny n", "1-32 or 2,4,8,16")
 
 
 _ = ARCHS  # the specs are arch-independent (48 KB dynamic shared memory fits every listed arch)
