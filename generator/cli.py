@@ -121,8 +121,9 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
 @click.option("--cpu-report", type=click.Path(path_type=Path), default=None,
               help="Write the CPU check results as JSON here.")
 def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report):
-    """Compile everything emitted (no spills or local memory allowed) and, where a GPU is present,
-    check every kernel in every precision and transpose against NumPy."""
+    """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
+    every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
+    on every ISA this machine runs."""
     from harness.run_check import run_check
 
     status = run_check(gen_dir, build_dir, arch, jobs, report, quick)

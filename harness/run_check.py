@@ -66,7 +66,7 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         click.echo(f"  local memory: {r.source} {r.arch} stack {r.stack_bytes} B, spills "
                    f"{r.spill_stores}/{r.spill_loads} B")
     if not has_gpu:
-        click.echo("no GPU present: nothing ran (compile-only check)")
+        click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")
         return 1 if local else 0
 
     from . import check_small
