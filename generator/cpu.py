@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from .precision import PRECISIONS
-from .spec import SpecError, ceil_div, require
+from .spec import Spec, SpecError, ceil_div, require
 
 MAX_SIZE = 32
 CPU_PRECISIONS = ("s", "d", "c", "z")
@@ -71,7 +71,7 @@ class Tile:
 
 
 @dataclass(frozen=True, order=True)
-class CpuSpec:
+class CpuSpec(Spec):
     precision: str
     m: int
     n: int
@@ -139,7 +139,7 @@ class CpuSpec:
         return tuple(out)
 
     # ---- rules ---------------------------------------------------------------------------------
-    def validate(self) -> "CpuSpec":
+    def validate(self, arch: str | None = None) -> "CpuSpec":   # arch: GPU only; the ISA is in the spec
         require(self.precision in CPU_PRECISIONS, "precision",
                 f"{self.precision!r} has no CPU kernels; choose from {', '.join(CPU_PRECISIONS)}")
         require(self.isa in ISAS, "isa", f"unknown ISA {self.isa!r}; choose from {', '.join(ISAS)}")
@@ -155,13 +155,6 @@ class CpuSpec:
                 f"a {self.mr}x{self.nr} tile needs {self.registers_needed} SIMD registers "
                 f"(accumulators + mr loads of A + 1 broadcast of B); {self.isa} has {budget}")
         return self
-
-    def is_valid(self) -> bool:
-        try:
-            self.validate()
-        except SpecError:
-            return False
-        return True
 
 
 # ---- choosing variants ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .arch import ARCHS
 from .precision import PRECISIONS
-from .spec import SpecError, ceil_div, require
+from .spec import Spec, SpecError, ceil_div, require
 
 MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
@@ -29,7 +29,7 @@ _NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba
 
 
 @dataclass(frozen=True, order=True)
-class SmallSpec:
+class SmallSpec(Spec):
     precision: str
     m: int
     n: int
@@ -122,13 +122,6 @@ class SmallSpec:
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
         return self
-
-    def is_valid(self, arch: str | None = None) -> bool:
-        try:
-            self.validate(arch)
-        except SpecError:
-            return False
-        return True
 
 
 # ---- choosing variants ----------------------------------------------------------------------------

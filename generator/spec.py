@@ -11,6 +11,20 @@ class SpecError(ValueError):
         self.rule = rule
 
 
+class Spec:
+    """Base of every kernel spec: subclasses define validate(arch=None), which raises SpecError."""
+
+    def validate(self, arch: str | None = None):
+        raise NotImplementedError
+
+    def is_valid(self, arch: str | None = None) -> bool:
+        try:
+            self.validate(arch)
+        except SpecError:
+            return False
+        return True
+
+
 def require(condition: bool, rule: str, message: str) -> None:
     if not condition:
         raise SpecError(rule, message)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .arch import ARCHS
 from .precision import PRECISIONS
-from .spec import SpecError, ceil_div, parse_ranges, require
+from .spec import Spec, SpecError, ceil_div, parse_ranges, require
 
 PRECISIONS_TS = ("h", "s", "d")      # real precisions; h = fp16 storage, fp32 accumulation
 DEFAULT_NS = tuple(range(1, 33))
@@ -63,7 +63,7 @@ def register_estimate(precision: str, t2: int, t3: int, setup: int = 24, rows: i
 
 
 @dataclass(frozen=True, order=True)
-class Tsm2Spec:
+class Tsm2Spec(Spec):
     precision: str
     n: int
     t1: int     # threads per group = rows of C per block = rows of a B tile
@@ -110,16 +110,9 @@ class Tsm2Spec:
                 f"one group needs {self.smem_per_group} bytes (> {SMEM_LIMIT})")
         return self
 
-    def is_valid(self, arch: str | None = None) -> bool:
-        try:
-            self.validate(arch)
-        except SpecError:
-            return False
-        return True
-
 
 @dataclass(frozen=True, order=True)
-class Ism2Spec:
+class Ism2Spec(Spec):
     precision: str
     n: int
     t1: int     # threads per block = rows of a B tile
@@ -158,13 +151,6 @@ class Ism2Spec:
         _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
         require(self.opt in (1, 2), "opt", f"opt={self.opt}: ISM2 has optimizations 1 and 2 (§5.2)")
         return self
-
-    def is_valid(self, arch: str | None = None) -> bool:
-        try:
-            self.validate(arch)
-        except SpecError:
-            return False
-        return True
 
 
 def _common_rules(precision: str, n: int, t1: int, t2: int, t3: int) -> None:

@@ -12,7 +12,7 @@ from generator.manifest import Selection
 
 from .api import GemmgenLibrary
 from .run_check import build_set, device_arch
-from .timing import copy_bandwidth, median_time_ms
+from .timing import copy_bandwidth, headless_pyplot, median_time_ms
 from .toolchain import gpu_available
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
@@ -155,11 +155,8 @@ def markdown_table(payload: dict, only: str | None = None) -> str:
 
 
 def plot(payload: dict, path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = headless_pyplot()
+    if plt is None:
         return
     precs = sorted({r["precision"] for r in payload["rows"]}, key=["h", "hc", "s", "d", "c", "z"].index)
     fig, axes = plt.subplots(2, (len(precs) + 1) // 2, figsize=(4.5 * ((len(precs) + 1) // 2), 7),

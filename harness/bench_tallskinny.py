@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from .timing import copy_bandwidth
+from .timing import copy_bandwidth, headless_pyplot
 from .workload_tallskinny import TsWorkload, bytes_moved, flops
 
 TSM2_SIZES = (10240, 15360, 20480, 25600, 30720)
@@ -125,11 +125,8 @@ def markdown_table(payload: dict) -> str:
 
 
 def plot(payload: dict, path: Path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = headless_pyplot()
+    if plt is None:
         return
     precs = sorted({r["precision"] for r in payload["rows"]}, key="hsd".index)
     fig, axes = plt.subplots(len(precs), 2, figsize=(11, 4 * len(precs)), squeeze=False)

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from . import cpu_build
+from .timing import headless_pyplot
 from .cpu_tune import cpu_model
 
 HERE = Path(__file__).resolve().parent
@@ -157,11 +158,8 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
 
 
 def _plot(rows, precisions, sizes, path: Path, machine: dict) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = headless_pyplot()
+    if plt is None:
         click.echo("matplotlib missing: no plot (pip install matplotlib)")
         return
     fig, axes = plt.subplots(1, len(precisions), figsize=(4.5 * len(precisions), 3.8), squeeze=False)

@@ -80,3 +80,15 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     best_ms = min(median_time_ms(memcpy, launches_per_graph=5, repeats=10),
                   median_time_ms(copy_kernel, launches_per_graph=5, repeats=10))
     return 2 * nbytes / (best_ms * 1e-3)
+
+
+def headless_pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed), or None where matplotlib is not
+    installed: the benchmarks then write their JSON and tables without a plot."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
