@@ -159,6 +159,42 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
     sys.exit(run_tune(selection, results, build_dir, megabytes, write_table, jobs))
 
 
+@tune.command("wmma")
+@click.option("--precisions", default="h,hc", show_default=True, help="Subset of h,hc.")
+@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_wmma_results.jsonl"),
+              show_default=True, help="Append-only results file (survives interruption).")
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune_wmma"), show_default=True)
+@click.option("--budget-s", type=float, default=1e9, help="Stop measuring after this many seconds (resume later).")
+@click.option("--table-only", is_flag=True,
+              help="Only write the wmma section of generator/tuning/<arch>.json from the results, after "
+                   "compiling its kernels with every transpose for the default architectures (nvcc, no GPU).")
+@click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
+@click.option("--max-tuples", type=int, default=12, show_default=True,
+              help="wmma tuples per precision kept in the table (greedy cover of the sizes).")
+@click.option("--jobs", "-j", type=int, default=0)
+def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, jobs):
+    """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1) and the
+    small-family cut-off, on square sizes and rank-16 updates up to 256."""
+    from generator import wmma
+    from harness import wmma_tune
+
+    precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
+    bad = [p for p in precs if p not in wmma.PRECISIONS_WMMA]
+    if bad or not precs:
+        raise click.ClickException(f"the wmma family covers h and hc, not {','.join(bad) or 'nothing'}")
+    if table_only:
+        rows = wmma_tune.load_results(results)
+        devices = sorted({r["device"] for r in rows if r.get("arch") == table_arch})
+        if not devices:
+            raise click.ClickException(f"{results} holds no {table_arch} results")
+        refused = wmma_tune.verify_table(results, table_arch, devices[-1], build_dir, jobs, max_tuples)
+        click.echo(f"compiled the table's kernels with every transpose for the default architectures: "
+                   f"{refused} refused for local memory")
+        click.echo(f"wrote generator/tuning/{table_arch}.json")
+        return
+    sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples))
+
+
 @tune.command("tsm2")
 @click.option("--precisions", default="s,d", show_default=True, help="Subset of h,s,d.")
 @click.option("--tsm2-n", default="2,4,8,16", show_default=True, help="n values for the TSM2 sweep.")
@@ -249,6 +285,43 @@ def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, kilobytes, reps
         raise click.ClickException(f"unknown ISA {isa!r}; choose from {', '.join(cpu.ISAS)}")
     precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
     sys.exit(run_tune(precs, selection.all_shapes, isa, results, build_dir, kilobytes, reps, write_table, jobs))
+
+
+@bench.command("wmma")
+@click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/bench"), show_default=True)
+@click.option("--precisions", default="h,hc", show_default=True, help="Subset of h,hc.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
+@click.option("--jobs", "-j", type=int, default=0)
+def bench_wmma(gen_dir, build_dir, precisions, out_dir, jobs):
+    """The wmma family (and the h/hc dispatch) against cuBLAS: square sizes and rank-16 updates,
+    batch 1000/100/10 and data ≫ L2, tiny sizes with batch 10,000; hc against planar cuBLAS."""
+    from generator import wmma
+    from harness.api import GemmgenLibrary
+    from harness.bench_wmma import run_bench
+    from harness.run_check import build_set, device_arch
+    from harness.timing import copy_bandwidth
+    from harness.toolchain import gpu_available
+
+    precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
+    if not precs or any(p not in wmma.PRECISIONS_WMMA for p in precs):
+        raise click.ClickException(f"--precisions must be a subset of h,hc, not {precisions!r}")
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen bench needs CuPy and a CUDA device")
+    listing = json.loads((gen_dir / "manifest.json").read_text())
+    arch, device = device_arch()
+    cc = int(arch[3:])
+    ranges = [r for r in listing.get("wmma", {}).get("dispatch", []) if r["from_cc"] <= cc]
+
+    def general_name(prec, kind, m, n, k):
+        size = wmma.size_key(kind, m, n, k)
+        fits = [r for r in ranges if r["precision"] == prec and r["kind"] == kind and r["lo"] <= size
+                and (r["hi"] == 0 or size <= r["hi"])]
+        return max(fits, key=lambda r: r["from_cc"])["kernel"] if fits else None
+
+    lib = GemmgenLibrary(build_set(gen_dir, build_dir, (arch,), jobs).library)
+    run_bench(lib, device, arch, copy_bandwidth(), precs, out_dir,
+              f"gemmgen bench wmma --precisions {','.join(precs)}", general_name)
 
 
 @bench.command("cpu")

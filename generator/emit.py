@@ -11,7 +11,7 @@ from .arch import ARCHS
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
-from . import tsm2
+from . import tsm2, wmma
 from .small import MAX_SIZE
 
 
@@ -28,8 +28,10 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tsm2.DEFA
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", **common),
         "src/gemmgen_small.cuh": render("small/gemmgen_small.cuh.j2", **common),
         "src/gemmgen_tallskinny.cuh": render("tsm2/gemmgen_tallskinny.cuh.j2", **common),
+        "src/gemmgen_wmma.cuh": render("wmma/gemmgen_wmma.cuh.j2", skew=wmma.SKEW, **common),
         "include/gemmgen.h": render("gemmgen.h.j2", precisions=precisions, archs=archs,
                                     small_precisions=small_precisions, small_max_size=MAX_SIZE,
+                                    wmma_precisions=[p for p in small_precisions if p in wmma.PRECISIONS_WMMA],
                                     tallskinny_precisions=ts_precisions,
                                     tallskinny_ns=_ranges(tallskinny_ns), **common),
     }
@@ -71,7 +73,9 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     if spec.family in ("tsm2", "ism2"):
         return tallskinny_source(spec, command, trans_pairs)
     p = PRECISIONS[spec.precision]
-    return render("small/small_variant.cu.j2", spec=spec, p=p,
+    template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
+                "wmmatiny": "wmma/wmma_tiny_variant.cu.j2"}[spec.family]
+    return render(template, spec=spec, p=p,
                   trans_pairs=p.trans_pairs if trans_pairs is None else trans_pairs,
                   banner=banner(command), version=__version__)
 
@@ -86,6 +90,9 @@ def plan(manifest: Manifest) -> dict[str, str]:
                           manifest.selection.tallskinny_ns)
     for spec in kernels:
         files[kernel_source_path(spec)] = kernel_source(spec, command)
+    wmma_kernels = manifest.wmma_kernels
+    for spec in wmma_kernels:
+        files[kernel_source_path(spec)] = kernel_source(spec, command)
     ts_kernels = manifest.tallskinny_kernels
     for spec in ts_kernels:
         files[kernel_source_path(spec)] = tallskinny_source(spec, command)
@@ -94,11 +101,13 @@ def plan(manifest: Manifest) -> dict[str, str]:
         kernels=ts_kernels, max_cuts=tsm2.MAX_TCF_CUTS,
         cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
+    ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
     files["src/gemmgen_dispatch.cu"] = render(
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
-        precision_of=PRECISIONS, **common)
+        wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
+        rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, **common)
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + ts_kernels]
+        "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
                                             + ["src/gemmgen_tallskinny_dispatch.cu"]),
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import cpu, small, tsm2
+from . import cpu, small, tsm2, wmma
 from .arch import ARCHS, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, parse_ranges
@@ -97,8 +97,9 @@ class DispatchEntry:
     n: int
     k: int
     cc: int
-    kernel: small.SmallSpec
+    kernel: small.SmallSpec | wmma.WmmaTinySpec
     source: str   # "tuned (device, time)" or "heuristic"
+    prefer_general: bool = False   # h/hc: the tuned general wmma kernel beats this one here
 
 
 @dataclass
@@ -108,13 +109,19 @@ class Manifest:
     notes: list[str] = field(default_factory=list)
     tallskinny: tuple[tsm2.TallSkinnyEntry, ...] = ()
     cpu_kernels: tuple[cpu.CpuSpec, ...] = ()   # one per CPU precision, shape and ISA
+    wmma_ranges: tuple[wmma.WmmaRange, ...] = ()   # the general Tensor Core kernel, any shape (h, hc)
+
+    @property
+    def wmma_kernels(self) -> tuple[wmma.WmmaSpec, ...]:
+        return tuple(sorted({r.kernel for r in self.wmma_ranges}, key=lambda s: s.name))
 
     @property
     def tallskinny_kernels(self) -> tuple:
         return tuple(sorted({k for e in self.tallskinny for k in e.kernels}, key=lambda s: s.name))
 
     @property
-    def kernels(self) -> tuple[small.SmallSpec, ...]:
+    def kernels(self) -> tuple:
+        """The fixed-shape kernels of the exact-shape table (small family and tiny wmma)."""
         return tuple(sorted({e.kernel for e in self.dispatch}, key=lambda s: s.name))
 
     def to_json(self) -> dict:
@@ -130,9 +137,17 @@ class Manifest:
             ],
             "dispatch": [
                 {"precision": e.precision, "m": e.m, "n": e.n, "k": e.k, "from_cc": e.cc,
-                 "kernel": e.kernel.name, "source": e.source}
+                 "kernel": e.kernel.name, "source": e.source, "prefer_general": e.prefer_general}
                 for e in self.dispatch
             ],
+            "wmma": {
+                "kernels": [{"name": s.name, "family": s.family, "precision": s.precision,
+                             "threads": s.threads, "smem_bytes": s.smem_bytes}
+                            for s in self.wmma_kernels],
+                "dispatch": [{"precision": r.precision, "kind": r.kind, "lo": r.lo, "hi": r.hi,
+                              "from_cc": r.cc, "kernel": r.kernel.name, "source": r.source}
+                             for r in self.wmma_ranges],
+            },
             "tallskinny": {
                 "n": list(self.selection.tallskinny_ns),
                 "kernels": [{"name": s.name, "family": s.family, "precision": s.precision, "n": s.n,
@@ -149,25 +164,42 @@ class Manifest:
         }
 
 
-def _tuned_small(arch: str) -> dict[tuple[str, int, int, int], dict]:
-    """The small-family rows for `arch`: its own table, or else the table of the nearest tuned
+def _tuned_section(arch: str, section: str) -> tuple[str | None, list[dict]]:
+    """A family's rows for `arch`: its own table, or else the table of the nearest tuned
     architecture (by compute capability, the newer on a tie).  Borrowed choices stay subject to
     `arch`'s own limits (validate), beat the untuned heuristic, and add no kernels to compile."""
-    tuned = [a for a in ARCHS if load_table(a).get("small")]
+    tuned = [a for a in ARCHS if load_table(a).get(section)]
     if not tuned:
-        return {}
+        return None, []
     source = arch if arch in tuned else min(
         tuned, key=lambda a: (abs(ARCHS[a].cc - ARCHS[arch].cc), -ARCHS[a].cc))
-    rows = load_table(source)["small"]
+    return source, load_table(source)[section]
+
+
+def _tuned_small(arch: str) -> dict[tuple[str, int, int, int], dict]:
+    source, rows = _tuned_section(arch, "small")
     return {(r["precision"], r["m"], r["n"], r["k"]): {**r, "arch": source} for r in rows}
+
+
+def _tuned_label(row: dict, source: str, arch: str) -> str:
+    label = f"tuned on {row.get('device', source)}"
+    return label + (f" ({source}; no {arch} table)" if source != arch else "")
 
 
 def build_manifest(selection: Selection) -> Manifest:
     notes: list[str] = []
     tuned = {arch: _tuned_small(arch) for arch in selection.archs}
+    wmma_rows = {}
+    for arch in selection.archs:
+        source, rows = _tuned_section(arch, "wmma")
+        wmma_rows[arch] = (source, {p: wmma.table_rows(rows, p) for p in wmma.PRECISIONS_WMMA})
     entries: list[DispatchEntry] = []
     for precision in selection.precisions:
-        for m, n, k in selection.all_shapes:
+        shapes = set(selection.all_shapes)
+        if selection.sizes and precision in wmma.PRECISIONS_WMMA:
+            for arch in selection.archs:
+                shapes |= wmma.tiny_shapes(wmma_rows[arch][1].get(precision))
+        for m, n, k in sorted(shapes):
             previous = None
             for arch in selection.archs:
                 row = tuned[arch].get((precision, m, n, k))
@@ -176,21 +208,45 @@ def build_manifest(selection: Selection) -> Manifest:
                     try:
                         spec = small.SmallSpec(precision, m, n, k, row["dim_m"], row["dim_n"],
                                                row["tba"]).validate(arch)
-                        source = f"tuned on {row.get('device', row['arch'])}"
-                        if row["arch"] != arch:
-                            source += f" ({row['arch']}; no {arch} table)"
+                        source = _tuned_label(row, row["arch"], arch)
                     except SpecError as err:
                         notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")
                 if spec is None:
                     spec = small.heuristic(precision, m, n, k).validate(arch)
-                if spec != previous:
-                    entries.append(DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source))
-                    previous = spec
+                # h/hc: the tuned cut-off between the small family, the tiny Tensor Core kernel
+                # and the general one.
+                prefer_general = False
+                choice = wmma.shape_choice(wmma_rows[arch][1].get(precision), m, n, k)
+                if choice is not None:
+                    if choice["choice"] == "wmmatiny":
+                        try:
+                            spec = wmma.WmmaTinySpec.parse(choice["kernel"]).validate(arch)
+                            source = _tuned_label(choice, wmma_rows[arch][0], arch)
+                        except SpecError as err:
+                            notes.append(f"{arch} wmma row for {precision} {m}x{n}x{k} refused: {err}")
+                    prefer_general = choice["choice"] == "wmma"
+                entry = DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source, prefer_general)
+                if previous is None or (spec, prefer_general) != (previous.kernel, previous.prefer_general):
+                    entries.append(entry)
+                    previous = entry
     tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
                                     load_table, notes)
     cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.all_shapes, selection.cpu_isas)
+    ranges: list[wmma.WmmaRange] = []
+    for precision in (p for p in selection.precisions if p in wmma.PRECISIONS_WMMA):
+        previous = None
+        for arch in selection.archs:
+            source, rows = wmma_rows[arch]
+            label = "tuned" + (f" ({source}; no {arch} table)" if source and source != arch else "")
+            mine = wmma.build_ranges(precision, arch, rows.get(precision), label, notes)
+            key = [(r.kind, r.lo, r.hi, r.kernel) for r in mine]
+            if key != previous:
+                ranges += mine
+                previous = key
     return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes + cpu_notes,
-                    tallskinny=tallskinny, cpu_kernels=tuple(cpu_kernels))
+                    tallskinny=tallskinny, cpu_kernels=tuple(cpu_kernels),
+                    wmma_ranges=tuple(sorted(ranges, key=lambda r: (PRECISION_ORDER.index(r.precision),
+                                                                     r.kind, r.lo, r.cc))))
 
 
 def _entry_key(e: DispatchEntry):

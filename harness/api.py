@@ -97,8 +97,9 @@ class GemmgenLibrary(TallSkinnyLibrary):
             g = getattr(self.lib, f"gemmgen_{key}gemm_batched")
             g.restype = _i
             g.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
-        self.lib.gemmgen_small_is_generated.restype = _i
-        self.lib.gemmgen_small_is_generated.argtypes = [ctypes.c_char_p, _i, _i, _i]
+        for query in (self.lib.gemmgen_small_is_generated, self.lib.gemmgen_is_generated):
+            query.restype = _i
+            query.argtypes = [ctypes.c_char_p, _i, _i, _i]
         self.lib.gemmgen_small_selected_kernel.restype = ctypes.c_char_p
         self.lib.gemmgen_small_selected_kernel.argtypes = [ctypes.c_char_p, _i, _i, _i]
         self.lib.gemmgen_kernel_count.restype = _i
@@ -118,11 +119,39 @@ class GemmgenLibrary(TallSkinnyLibrary):
                  scalar(prec, beta), C, ldc, batch, stream)
 
     def is_generated(self, prec: str, m: int, n: int, k: int) -> bool:
+        """Whether the batched entry points cover this shape (exact-shape or general kernel)."""
+        return bool(self.lib.gemmgen_is_generated(prec.encode(), m, n, k))
+
+    def small_is_generated(self, prec: str, m: int, n: int, k: int) -> bool:
         return bool(self.lib.gemmgen_small_is_generated(prec.encode(), m, n, k))
 
     def selected_kernel(self, prec: str, m: int, n: int, k: int) -> str | None:
         name = self.lib.gemmgen_small_selected_kernel(prec.encode(), m, n, k)
         return name.decode() if name else None
+
+    def variant_entry(self, name: str, interface: str):
+        """A kernel's own launcher, callable like `strided`/`array` without the precision:
+        (transa, transb, m, n, k, alpha, ...).  Fixed-shape kernels (small, tiny wmma) take no
+        m, n, k: the ones given must be the kernel's shape and are dropped."""
+        prec = name.split("_")[1]
+        s = _SCALAR[PRECISIONS[prec].scalar]
+        f = getattr(self.lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
+        f.restype = _i
+        takes_shape = name.startswith("wmma_")
+        shape = [_i, _i, _i] if takes_shape else []
+        if interface == "strided":
+            f.argtypes = [_c, _c, *shape, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+        else:
+            f.argtypes = [_c, _c, *shape, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+
+        beta_slot = 6 if interface == "strided" else 4   # after alpha: A, lda, [sA,] B, ldb, [sB,] beta
+
+        def call(transa, transb, m, n, k, alpha, *rest):
+            rest = list(rest)
+            rest[beta_slot] = scalar(prec, rest[beta_slot])
+            dims = (m, n, k) if takes_shape else ()
+            return f(transa.encode(), transb.encode(), *dims, scalar(prec, alpha), *rest, 0)
+        return call
 
     def kernel_names(self) -> list[str]:
         return [self.lib.gemmgen_kernel_name(i).decode() for i in range(self.lib.gemmgen_kernel_count())]

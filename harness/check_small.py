@@ -59,6 +59,7 @@ class Case:
     beta: complex = 0.0
     pad: int = 2          # extra rows of every leading dimension and gap between batch entries;
                           # 0 packs the batch (ld = rows, stride = matrix size)
+    kernel: str = ""      # call this variant's own launcher instead of the public entry point
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -145,20 +146,21 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     case = pr.case
     p = case.precision
     d_a, d_b, d_c = cp.asarray(pr.a), cp.asarray(pr.b), cp.asarray(pr.c)
+    target = lib.variant_entry(case.kernel, case.interface) if case.kernel else None
     if case.interface == "strided":
-        rc = lib.strided(p, case.transa, case.transb, case.m, case.n, case.k, case.alpha,
-                         d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb, pr.sb, case.beta,
-                         d_c.data.ptr, pr.ldc, pr.sc, case.batch)
+        args = (case.m, case.n, case.k, case.alpha, d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb,
+                pr.sb, case.beta, d_c.data.ptr, pr.ldc, pr.sc, case.batch)
+        rc = target(case.transa, case.transb, *args) if target else lib.strided(p, case.transa, case.transb, *args)
     else:
         elem = PRECISIONS[p].element_bytes
         idx = np.arange(case.batch, dtype=np.uint64)
         pa, pb, pc = (cp.asarray(np.uint64(buf.data.ptr) + idx * np.uint64(stride * elem))
                       for buf, stride in ((d_a, pr.sa), (d_b, pr.sb), (d_c, pr.sc)))
-        rc = lib.array(p, case.transa, case.transb, case.m, case.n, case.k, case.alpha,
-                       pa.data.ptr, pr.lda, pb.data.ptr, pr.ldb, case.beta, pc.data.ptr, pr.ldc,
-                       case.batch)
+        args = (case.m, case.n, case.k, case.alpha, pa.data.ptr, pr.lda, pb.data.ptr, pr.ldb, case.beta,
+                pc.data.ptr, pr.ldc, case.batch)
+        rc = target(case.transa, case.transb, *args) if target else lib.array(p, case.transa, case.transb, *args)
     cp.cuda.runtime.deviceSynchronize()
-    return verdict(pr, rc, cp.asnumpy(d_c))
+    return verdict(pr, rc, cp.asnumpy(d_c), note=case.kernel)
 
 
 def _scalars(rng: np.random.Generator, prec: str) -> tuple[complex, complex]:

@@ -84,6 +84,10 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
     rng = np.random.default_rng(20261122)
     cases = list(check_small.default_cases(shapes, rng, thorough=not quick))
     cases += list(check_small.edge_cases(list(shapes)))
+    if manifest.get("wmma", {}).get("kernels"):
+        from . import check_wmma
+
+        cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
         results = check_small.run_cases(lib, cases, progress=lambda d, t: bar.update(1))
     for prec in ("h", "s"):

@@ -35,11 +35,31 @@ def batch_for_megabytes(prec: str, m: int, n: int, k: int, megabytes: float) -> 
 
 @dataclass
 class Workload:
+    """`sets` copies of the batch side by side; each launch closure uses the next copy, so a CUDA
+    graph of several launches rotates through more data than L2 holds (DESIGN.md)."""
     prec: str
     m: int
     n: int
     k: int
     batch: int
+    sets: int = 1
+
+    def _rotating(self, build):
+        """A launch closure that builds each launch from the next set's (A, B, C) offsets."""
+        counter = [0]
+
+        def launch(stream_ptr: int) -> None:
+            i = counter[0] % self.sets
+            counter[0] += 1
+            build(i, stream_ptr)
+        return launch
+
+    def offsets(self, i: int) -> tuple[int, int, int]:
+        """Device pointers of set i's A, B and C."""
+        elem = PRECISIONS[self.prec].element_bytes
+        m, n, k, b = self.m, self.n, self.k, self.batch
+        return (self.A.data.ptr + i * b * m * k * elem, self.B.data.ptr + i * b * k * n * elem,
+                self.C.data.ptr + i * b * m * n * elem)
 
     def __post_init__(self):
         import cupy as cp
@@ -54,22 +74,24 @@ class Workload:
                 return real.astype(np.float32 if self.prec == "c" else np.float64).view(dtype)
             return cp.random.uniform(-1, 1, size=count * width).astype(dtype)
 
-        self.A = fill(self.batch * self.m * self.k)
-        self.B = fill(self.batch * self.k * self.n)
-        self.C = fill(self.batch * self.m * self.n)
+        self.A = fill(self.sets * self.batch * self.m * self.k)
+        self.B = fill(self.sets * self.batch * self.k * self.n)
+        self.C = fill(self.sets * self.batch * self.m * self.n)
 
     # packed layout: lda = m, ldb = k, ldc = m, strides = matrix sizes
-    def ours(self, function, alpha=1.0, beta=0.0):
+    def ours(self, function, alpha=1.0, beta=0.0, takes_shape=None):
         """A launch(stream_ptr) closure for a launcher `<kernel>_strided` or the public
-        gemmgen_?gemm_batched_strided (ctypes function and argument conversion from harness.api)."""
+        gemmgen_?gemm_batched_strided (ctypes function and argument conversion from harness.api).
+        Fixed-shape launchers (small, tiny wmma) take no m, n, k; the public entry points and the
+        general wmma launchers do (`takes_shape`, by default told from the name)."""
         from .api import scalar
 
         m, n, k = self.m, self.n, self.k
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
-        A, B, C = self.A.data.ptr, self.B.data.ptr, self.C.data.ptr
-        public = function.__name__.startswith("gemmgen_")
+        public = function.__name__.startswith(("gemmgen_", "wmma_")) if takes_shape is None else takes_shape
 
-        def launch(stream_ptr: int) -> None:
+        def launch(i: int, stream_ptr: int) -> None:
+            A, B, C = self.offsets(i)
             if public:
                 rc = function(b"N", b"N", m, n, k, a, A, m, m * k, B, k, k * n, b, C, m, m * n,
                               self.batch, stream_ptr)
@@ -78,7 +100,7 @@ class Workload:
                               stream_ptr)
             if rc != 0:
                 raise RuntimeError(f"{function.__name__} returned {rc}")
-        return launch
+        return self._rotating(launch)
 
     def ours_array(self, function, alpha=1.0, beta=0.0):
         """A launch(stream_ptr) closure for the pointer-array entry point gemmgen_?gemm_batched,
@@ -113,13 +135,14 @@ class Workload:
         t = _CUDA_TYPE[self.prec]
         m, n, k = self.m, self.n, self.k
 
-        def launch(stream_ptr: int) -> None:
+        def launch(i: int, stream_ptr: int) -> None:
+            A, B, C = self.offsets(i)
             cublas.setStream(handle, stream_ptr)
             cublas.gemmStridedBatchedEx(
-                handle, 0, 0, m, n, k, self._alpha.ctypes.data, self.A.data.ptr, t, m, m * k,
-                self.B.data.ptr, t, k, k * n, self._beta.ctypes.data, self.C.data.ptr, t, m, m * n,
+                handle, 0, 0, m, n, k, self._alpha.ctypes.data, A, t, m, m * k,
+                B, t, k, k * n, self._beta.ctypes.data, C, t, m, m * n,
                 self.batch, _COMPUTE[self.prec], -1)
-        return launch
+        return self._rotating(launch)
 
     def release(self):
         del self.A, self.B, self.C

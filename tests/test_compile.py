@@ -4,7 +4,7 @@ CUDA call, so they run here without a GPU)."""
 import pytest
 
 from generator.precision import PRECISION_ORDER
-from harness.api import NOT_GENERATED, GemmgenLibrary
+from harness.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
 
 pytestmark = pytest.mark.slow
 
@@ -66,8 +66,17 @@ def test_quick_returns_touch_nothing(lib):
 
 def test_shapes_outside_the_set_are_reported_without_a_device(lib):
     for prec in PRECISION_ORDER:
+        if prec in ("h", "hc"):   # the general Tensor Core kernel covers every shape
+            continue
         assert strided(lib, prec, m=3, n=5, k=7, lda=3, sA=21, ldb=7, sB=35, ldc=3, sC=15) == NOT_GENERATED
         assert array(lib, prec, m=33, n=33, k=33, lda=33, ldb=33, ldc=33) == NOT_GENERATED
+
+
+def test_h_and_hc_shapes_outside_the_exact_set_go_to_the_general_kernel(lib):
+    # Without a GPU the launch fails, which shows the call got past "not generated".
+    for prec in ("h", "hc"):
+        assert strided(lib, prec, m=3, n=5, k=7, lda=3, sA=21, ldb=7, sB=35, ldc=3, sC=15) == LAUNCH_FAILED
+        assert array(lib, prec, m=300, n=33, k=70, lda=300, ldb=70, ldc=300) == LAUNCH_FAILED
 
 
 def test_lowercase_and_conjugate_transposes_are_accepted(lib):
@@ -80,7 +89,13 @@ def test_what_was_generated_can_be_asked(lib):
     for prec in PRECISION_ORDER:
         for n in (1, 2, 17, 32):
             assert lib.is_generated(prec, n, n, n)
-        assert not lib.is_generated(prec, 33, 33, 33)
-        assert not lib.is_generated(prec, 3, 5, 7)   # not in the default set
+        # h and hc have the general Tensor Core kernel: any shape; the others only exact shapes.
+        general = prec in ("h", "hc")
+        assert lib.is_generated(prec, 33, 33, 33) == general
+        assert lib.is_generated(prec, 3, 5, 7) == general
+        assert not lib.small_is_generated(prec, 33, 33, 33)
+        assert not lib.small_is_generated(prec, 3, 5, 7)   # not in the default set
     names = lib.kernel_names()
-    assert len(names) == len(set(names)) and all(n.startswith("small_") for n in names)
+    assert len(names) == len(set(names))
+    assert all(n.split("_")[0] in ("small", "wmma", "wmmatiny") for n in names)
+    assert any(n.startswith("wmma_h_") for n in names) and any(n.startswith("wmma_hc_") for n in names)

@@ -1,0 +1,380 @@
+"""The wmma family: batched HGEMM (h) and interleaved half-complex HCGEMM (hc) on Tensor Cores
+through the WMMA API (batched-half-tensor-core-gemm.txt), for any M, N, K.
+
+Design, with the paper's sections:
+- §4.1 grid: a thread block computes one BLK_M×BLK_N block of C of one GEMM; the blocks of all
+  GEMMs of the batch are numbered along one grid dimension (so batches past 65,535 work).
+- §5.2 double-sided recursive blocking: blocks of A, B and C move between global memory and the
+  block as DIM_X×DIM_Y thread tiles; the Tensor Cores see them as TC_M×TC_N×TC_K pieces.
+- §5.3 two-stage loads: the next BLK_K slice of A and B is read into registers (zero-padded past
+  the matrix edge) while the Tensor Cores work on the current one in shared memory.
+- §5.4/§5.5 multi-warp round robin: the (BLK_M/TC_M)·(BLK_N/TC_N) Tensor Core tiles of C are dealt
+  to the warps in turn; a warp keeps ⌈tiles/warps⌉ accumulator fragments, and the last round is
+  guarded (the clean-up step).  hc splits real and imaginary parts into separate shared-memory
+  buffers when storing them (the interleaved data is never copied to a planar layout in global
+  memory) and does the four real products of a complex product.
+- §5.6 post-processing: accumulators go to shared memory, then each thread applies alpha and (only
+  when beta ≠ 0) beta·C while writing its DIM_X×DIM_Y tile of C.
+- §5.8 tuning parameters and rules: `WmmaSpec.validate` (each refusal names its rule).
+- §8.1 tiny sizes: `WmmaTinySpec` packs ⌊16/M⌋ GEMMs into one 16×16×16 Tensor Core operation
+  (A's stacked down the rows, B's across the columns; the diagonal blocks of the product are the
+  wanted GEMMs), fully unrolled for its shape like the small family.
+
+Shared-memory layout (why): op(A) is kept as BLK_M rows of BLK_K (k contiguous) and op(B) as BLK_N
+columns of BLK_K, each row padded by SKEW = 8 halves.  BLK_K + 8 is an odd multiple of 8, so every
+fragment pointer is 32-byte aligned (a WMMA requirement) whatever TC_M and TC_N are, and the rows
+of one ldmatrix fall in different banks.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .arch import ARCHS
+from .spec import Spec, SpecError, ceil_div, require
+
+PRECISIONS_WMMA = ("h", "hc")
+TC_SHAPES = ((16, 16, 16), (32, 8, 16), (8, 32, 16))   # the WMMA fp16 shapes (§3)
+ACCUMULATORS = ("f32", "f16")
+SKEW = 8            # halves of padding per shared-memory row (see the module docstring)
+MAX_THREADS = 512
+REGISTER_BUDGET = 168   # estimated 32-bit registers per thread above which ptxas starts to spill
+TINY_TC = 16        # the tiny variant uses the 16x16x16 shape
+
+_NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\d+)x(\d+)_w(\d+)_(f32|f16)$")
+_TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class WmmaSpec(Spec):
+    precision: str
+    tc_m: int
+    tc_n: int
+    tc_k: int
+    blk_m: int
+    blk_n: int
+    blk_k: int
+    dim_x: int
+    dim_y: int
+    warps: int
+    acc: str = "f32"
+
+    family = "wmma"
+
+    @property
+    def name(self) -> str:
+        return (f"wmma_{self.precision}_tc{self.tc_m}x{self.tc_n}x{self.tc_k}"
+                f"_blk{self.blk_m}x{self.blk_n}x{self.blk_k}_dim{self.dim_x}x{self.dim_y}"
+                f"_w{self.warps}_{self.acc}")
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaSpec":
+        match = _NAME.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a wmma kernel name "
+                                    "(wmma_<h|hc>_tc<M>x<N>x<K>_blk<M>x<N>x<K>_dim<X>x<Y>_w<W>_<f32|f16>)")
+        prec, *numbers, acc = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers), acc)
+        spec.validate()
+        return spec
+
+    # ---- derived quantities ------------------------------------------------------------------
+    @property
+    def parts(self) -> int:
+        """Real buffers per operand: 2 for hc (real and imaginary split, §5.3)."""
+        return 2 if self.precision == "hc" else 1
+
+    @property
+    def threads(self) -> int:
+        return self.dim_x * self.dim_y
+
+    @property
+    def tc_tiles(self) -> int:
+        """TC_BLOCKS of §5.5: Tensor Core tiles of C per thread block."""
+        return (self.blk_m // self.tc_m) * (self.blk_n // self.tc_n)
+
+    @property
+    def fragments(self) -> int:
+        """NFRAG of §5.5: accumulator fragments each warp keeps."""
+        return ceil_div(self.tc_tiles, self.warps)
+
+    @property
+    def smem_ld(self) -> int:
+        return self.blk_k + SKEW
+
+    @property
+    def input_smem_bytes(self) -> int:
+        return (self.blk_m + self.blk_n) * self.smem_ld * 2 * self.parts
+
+    @property
+    def acc_bytes(self) -> int:
+        return 4 if self.acc == "f32" else 2
+
+    @property
+    def output_smem_bytes(self) -> int:
+        """Post-processing staging of C: one TC_M×TC_N tile after another (tile-major), so every
+        store_matrix_sync pointer is aligned."""
+        return self.blk_m * self.blk_n * self.acc_bytes * self.parts
+
+    @property
+    def smem_bytes(self) -> int:
+        # The staging of C reuses the input buffers once the main loop is over.
+        return max(self.input_smem_bytes, self.output_smem_bytes)
+
+    @property
+    def register_estimate(self) -> int:
+        """32-bit registers per thread: the prefetch buffers of A and B (one register per element;
+        a __half2 is one), the accumulators, one A and one B fragment, and ~40 for addresses."""
+        prefetch = (self.blk_m + self.blk_n) * self.blk_k // self.threads
+        acc = self.fragments * self.tc_m * self.tc_n // 32 * self.acc_bytes // 4 * self.parts
+        frags = (self.tc_m + self.tc_n) * self.tc_k // 32 // 2 * (2 if self.parts == 2 else 1)
+        return prefetch + max(acc, 1) + frags + 40
+
+    # ---- rules (§5.8 and the architecture) ----------------------------------------------------
+    def validate(self, arch: str | None = None) -> "WmmaSpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the wmma family covers h and hc, not {self.precision!r}")
+        tc = (self.tc_m, self.tc_n, self.tc_k)
+        require(tc in TC_SHAPES, "tensor core shape",
+                f"TC {tc[0]}x{tc[1]}x{tc[2]} is not a WMMA fp16 shape "
+                f"({', '.join('x'.join(map(str, s)) for s in TC_SHAPES)})")
+        require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
+        for dim, blk, t in (("M", self.blk_m, self.tc_m), ("N", self.blk_n, self.tc_n),
+                            ("K", self.blk_k, self.tc_k)):
+            require(blk > 0 and blk % t == 0, "TC divides BLK",
+                    f"TC_{dim}={t} must divide BLK_{dim}={blk}")
+        for name, d in (("DIM_X", self.dim_x), ("DIM_Y", self.dim_y)):
+            for dim, blk in (("M", self.blk_m), ("N", self.blk_n), ("K", self.blk_k)):
+                require(d > 0 and blk % d == 0, "DIM divides BLK",
+                        f"{name}={d} must divide BLK_{dim}={blk} (blocks are read and written in "
+                        "DIM_X×DIM_Y tiles)")
+        require(self.threads % 32 == 0, "full warps",
+                f"DIM_X·DIM_Y = {self.threads} is not a multiple of 32")
+        require(self.warps * 32 == self.threads, "warps match threads",
+                f"{self.warps} warps need DIM_X·DIM_Y = {self.warps * 32}, not {self.threads}")
+        require(self.threads <= MAX_THREADS, "threads per block",
+                f"{self.threads} threads exceed {MAX_THREADS}")
+        require(self.warps <= self.tc_tiles, "no idle warps",
+                f"{self.warps} warps for {self.tc_tiles} Tensor Core tiles of C leave "
+                f"{self.warps - self.tc_tiles} warps without work (§5.4)")
+        require(self.register_estimate <= REGISTER_BUDGET, "registers",
+                f"about {self.register_estimate} registers per thread (prefetch of "
+                f"{(self.blk_m + self.blk_n) * self.blk_k // self.threads} elements, "
+                f"{self.fragments} accumulator fragments) exceed {REGISTER_BUDGET}")
+        for a in ([arch] if arch else list(ARCHS)):
+            limit = ARCHS[a].static_smem_per_block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        return self
+
+
+@dataclass(frozen=True, order=True)
+class WmmaTinySpec(Spec):
+    """§8.1: several GEMMs of one shape (M, N, K ≤ 16) per 16×16×16 Tensor Core operation."""
+    precision: str
+    m: int
+    n: int
+    k: int
+    warps: int
+
+    family = "wmmatiny"
+
+    @property
+    def name(self) -> str:
+        return f"wmmatiny_{self.precision}_m{self.m}n{self.n}k{self.k}_w{self.warps}"
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaTinySpec":
+        match = _TINY.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a tiny wmma kernel name "
+                                    "(wmmatiny_<h|hc>_m<M>n<N>k<K>_w<W>)")
+        prec, *numbers = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers))
+        spec.validate()
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def parts(self) -> int:
+        return 2 if self.precision == "hc" else 1
+
+    @property
+    def per_op(self) -> int:
+        """GEMMs packed into one Tensor Core operation (Fig. 16)."""
+        return min(TINY_TC // self.m, TINY_TC // self.n)
+
+    @property
+    def gemms_per_block(self) -> int:
+        return self.per_op * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def tc_utilization(self) -> float:
+        """Fig. 17: the fraction of a 16×16×16 operation's multiply-adds that are wanted."""
+        return self.per_op * self.m * self.n * self.k / TINY_TC ** 3
+
+    @property
+    def smem_bytes(self) -> int:
+        # Per warp: the A and B tiles (their zero padding must survive, so the fp32 staging of
+        # the product does not reuse them).
+        inputs = 2 * TINY_TC * (TINY_TC + SKEW) * 2 * self.parts
+        staging = TINY_TC * TINY_TC * 4 * self.parts
+        return self.warps * (inputs + staging)
+
+    def validate(self, arch: str | None = None) -> "WmmaTinySpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the wmma family covers h and hc, not {self.precision!r}")
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= TINY_TC, "size",
+                    f"{dim}={value} is outside 1..{TINY_TC} (one 16x16x16 Tensor Core operation)")
+        require(1 <= self.warps <= 16, "warps", f"warps={self.warps} must be in 1..16")
+        for a in ([arch] if arch else list(ARCHS)):
+            limit = ARCHS[a].static_smem_per_block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        return self
+
+
+def parse_name(name: str):
+    return (WmmaTinySpec if name.startswith("wmmatiny_") else WmmaSpec).parse(name)
+
+
+# ---- the sweep space as data ------------------------------------------------------------------------
+SWEEP_BLK_MN = (16, 32, 48, 64, 96, 128)
+SWEEP_BLK_K = (16, 32, 64)
+SWEEP_THREADS = (32, 64, 128, 256)
+# DIM_X below 8 reads fewer than 16 bytes of a column per warp row: never faster, so not swept
+# (the spec still accepts it).
+SWEEP_DIM_X = (8, 16, 32, 64, 128, 256)
+SWEEP_TINY_WARPS = (1, 2, 4, 8)
+
+
+def sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
+    """Every eligible tuple: the three Tensor Core shapes, BLK_M/BLK_N from SWEEP_BLK_MN, BLK_K
+    from SWEEP_BLK_K, 1..8 warps in every DIM_X×DIM_Y regrouping with DIM_X ≥ 8, fp32 and fp16
+    accumulators, filtered by the rules of WmmaSpec.validate."""
+    out = []
+    for tc_m, tc_n, tc_k in TC_SHAPES:
+        for blk_m in SWEEP_BLK_MN:
+            for blk_n in SWEEP_BLK_MN:
+                for blk_k in SWEEP_BLK_K:
+                    for threads in SWEEP_THREADS:
+                        for dim_x in SWEEP_DIM_X:
+                            if threads % dim_x:
+                                continue
+                            for acc in ACCUMULATORS:
+                                spec = WmmaSpec(precision, tc_m, tc_n, tc_k, blk_m, blk_n, blk_k,
+                                                dim_x, threads // dim_x, threads // 32, acc)
+                                if spec.is_valid(arch):
+                                    out.append(spec)
+    return sorted(out)
+
+
+def tiny_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[WmmaTinySpec]:
+    return [s for w in SWEEP_TINY_WARPS
+            if (s := WmmaTinySpec(precision, m, n, k, w)).is_valid(arch)]
+
+
+def heuristic(precision: str, size: int) -> WmmaSpec:
+    """The untuned choice for problems of about `size` (used where no table exists): the paper's
+    Fig. 7 setting scaled down for small sizes, fp32 accumulation."""
+    if size <= 16:
+        spec = WmmaSpec(precision, 16, 16, 16, 16, 16, 16, 8, 4, 1)
+    elif size <= 32:
+        spec = WmmaSpec(precision, 16, 16, 16, 32, 32, 32, 16, 8, 4)
+    else:
+        spec = WmmaSpec(precision, 16, 16, 16, 64, 64, 32, 16, 8, 4)
+    return spec.validate()
+
+
+# ---- dispatch: which tuple serves which problems -------------------------------------------------
+KINDS = ("square", "rank")   # tuned on M = N = K, and on M = N with K = 16 (rank-16 updates)
+RANK_K_MAX = 16              # k at or below this uses the rank-update rows
+
+
+@dataclass(frozen=True, order=True)
+class WmmaRange:
+    """From compute capability `cc` up, `kernel` serves problems of this kind whose size (max(m, n)
+    for rank updates, max(m, n, k) otherwise) is in lo..hi (hi = 0: no upper end)."""
+    precision: str
+    kind: str
+    lo: int
+    hi: int
+    cc: int
+    kernel: WmmaSpec
+    source: str
+
+
+def size_key(kind: str, m: int, n: int, k: int) -> int:
+    return max(m, n) if kind == "rank" else max(m, n, k)
+
+
+def ranges_from_rows(precision: str, kind: str, cc: int, rows: dict[int, WmmaSpec], source: str
+                     ) -> list[WmmaRange]:
+    """Compress size -> tuple rows (tuned at some sizes) into contiguous ranges: a size between
+    two tuned sizes takes the tuple of the next tuned size up; past the last, the last tuple."""
+    out: list[WmmaRange] = []
+    sizes = sorted(rows)
+    lo = 1
+    for i, size in enumerate(sizes):
+        last = i + 1 == len(sizes)
+        if last or rows[sizes[i + 1]] != rows[size]:
+            out.append(WmmaRange(precision, kind, lo, 0 if last else size, cc, rows[size], source))
+            lo = size + 1
+    return out
+
+
+def table_rows(table_rows_: list[dict], precision: str) -> dict[tuple[str, int], dict]:
+    """(kind, size) -> row of the wmma section of a tuning table, for one precision."""
+    return {(r["kind"], r["size"]): r for r in table_rows_ if r["precision"] == precision}
+
+
+def build_ranges(precision: str, arch: str, rows: dict[tuple[str, int], dict] | None, source: str,
+                 notes: list) -> list[WmmaRange]:
+    """The general kernel's ranges for one precision and architecture: from the tuned rows (each
+    row's best wmma tuple, validated for `arch`), else the heuristic at 16, 32 and beyond."""
+    cc = ARCHS[arch].cc
+    out: list[WmmaRange] = []
+    for kind in KINDS:
+        chosen: dict[int, WmmaSpec] = {}
+        for (k, size), row in sorted((rows or {}).items()):
+            if k != kind:
+                continue
+            try:
+                chosen[size] = WmmaSpec.parse(row["wmma"]).validate(arch)
+            except SpecError as err:
+                notes.append(f"{arch} wmma row {precision} {kind} {size} refused: {err}")
+        label = source
+        if not chosen:
+            chosen = {16: heuristic(precision, 16), 32: heuristic(precision, 32), 64: heuristic(precision, 64)}
+            label = "heuristic"
+        out += ranges_from_rows(precision, kind, cc, chosen, label)
+    return out
+
+
+def tiny_shapes(rows: dict[tuple[str, int], dict] | None) -> set[tuple[int, int, int]]:
+    """Shapes where the tuned table chose the tiny kernel: they join the exact-shape table."""
+    out = set()
+    for (kind, size), row in (rows or {}).items():
+        if row["choice"] == "wmmatiny":
+            out.add((size, size, size) if kind == "square" else (size, size, RANK_K_MAX))
+    return out
+
+
+def shape_choice(rows: dict[tuple[str, int], dict] | None, m: int, n: int, k: int) -> dict | None:
+    """The tuned row deciding between the small family, the tiny kernel and the general kernel
+    for an exact shape (square sizes and rank-16 updates were tuned; other shapes: None)."""
+    if not rows:
+        return None
+    if m == n == k:
+        return rows.get(("square", m))
+    if m == n and k == RANK_K_MAX:
+        return rows.get(("rank", m))
+    return None

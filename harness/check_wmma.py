@@ -1,0 +1,84 @@
+"""NumPy checks of the wmma family (and of the exact-shape kernels the dispatch passes over), on
+top of the cases of harness.check_small.
+
+- Every general Tensor Core kernel of the set, called through its own launcher, on shapes that
+  are not multiples of any block (one block, several blocks with partial edges, 1×1×1), every
+  transpose pair (conjugation for hc), both batch interfaces, a packed batch, the bit-exact
+  integer case, beta = 0 over NaN, with leading dimensions larger than the matrices.
+- The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
+  ranges are exercised as a user reaches them.
+- The small-family kernels the tuned table passes over for the general kernel (prefer_general),
+  through their own launchers, so every emitted kernel is checked.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from generator import wmma
+from generator.precision import PRECISIONS
+
+from .check_small import Case, _scalars
+
+
+def kernel_shapes(spec: wmma.WmmaSpec) -> list[tuple[int, int, int]]:
+    return [(37, 45, 29), (2 * spec.blk_m + 3, spec.blk_n + 5, 2 * spec.blk_k + 1), (1, 1, 1)]
+
+
+def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: bool = True) -> Iterator[Case]:
+    big_batch_done = set()
+    for name in names:
+        spec = wmma.WmmaSpec.parse(name)
+        prec = spec.precision
+        pairs = PRECISIONS[prec].trans_pairs
+        for m, n, k in kernel_shapes(spec):
+            batch = lambda: int(rng.integers(1, 6))   # noqa: E731
+            for ta, tb in pairs if thorough else pairs[:: max(1, len(pairs) - 1)]:
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, "strided", batch(), "random", alpha, beta, kernel=name)
+            ta, tb = pairs[int(rng.integers(len(pairs)))]
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, m, n, k, ta, tb, "array", batch(), "random", alpha, beta, kernel=name)
+            yield Case(prec, m, n, k, ta, tb, "strided", batch(), "packed", alpha, beta, pad=0, kernel=name)
+            yield Case(prec, m, n, k, ta, tb, "strided", 3, "exact", 1.0, 1.0, kernel=name)
+            yield Case(prec, m, n, k, ta, tb, "strided", 3, "beta0-nan", alpha, 0.0, kernel=name)
+        if prec not in big_batch_done:   # more than 65,535 blocks in the grid, once per precision
+            big_batch_done.add(prec)
+            yield Case(prec, 3, 3, 3, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0, kernel=name)
+
+
+def range_cases(manifest: dict, rng: np.random.Generator) -> Iterator[Case]:
+    """Through the C API: each dispatch range of the general kernel at its ends."""
+    seen = set()
+    for r in manifest.get("wmma", {}).get("dispatch", []):
+        prec = r["precision"]
+        pairs = PRECISIONS[prec].trans_pairs
+        for size in {r["lo"], r["hi"] or r["lo"] + 40}:
+            shape = (size, size, size) if r["kind"] == "square" else (size, size, wmma.RANK_K_MAX)
+            if (prec, shape) in seen:
+                continue
+            seen.add((prec, shape))
+            ta, tb = pairs[int(rng.integers(len(pairs)))]
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, *shape, ta, tb, "strided", int(rng.integers(1, 4)), "random", alpha, beta)
+
+
+def passed_over_cases(manifest: dict, rng: np.random.Generator) -> Iterator[Case]:
+    """Exact-shape kernels the dispatch passes over for the general kernel, through their own
+    launchers (NN and the last transpose pair)."""
+    for e in manifest["dispatch"]:
+        if not e.get("prefer_general"):
+            continue
+        prec = e["precision"]
+        pairs = PRECISIONS[prec].trans_pairs
+        for ta, tb in (pairs[0], pairs[-1]):
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, e["m"], e["n"], e["k"], ta, tb, "strided", int(rng.integers(1, 40)), "random",
+                       alpha, beta, kernel=e["kernel"])
+
+
+def manifest_cases(manifest: dict, rng: np.random.Generator, thorough: bool = True) -> list[Case]:
+    names = [k["name"] for k in manifest.get("wmma", {}).get("kernels", [])]
+    return (list(general_kernel_cases(names, rng, thorough)) + list(range_cases(manifest, rng))
+            + list(passed_over_cases(manifest, rng)))

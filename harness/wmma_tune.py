@@ -1,0 +1,466 @@
+"""`gemmgen tune wmma`: the brute-force sweep of §5.8 on the GPU present, and the sm_XX table.
+
+Two stages keep thousands of tuples affordable on a 30-minute device budget:
+1. every eligible tuple (generator.wmma.sweep_space, both precisions) is compiled (NN launchers,
+   bundled a dozen per nvcc call), checked once against a float64 CuPy reference on an odd shape
+   with padded leading dimensions, and timed on a coarse grid of square sizes and rank-16
+   updates; a tuple is only timed where its blocks are not far larger than the problem;
+2. the best few tuples of the two nearest coarse points are timed at every size 1..64 and every
+   8th size up to 256, next to the small-family kernel of that shape (square N ≤ 32, as the
+   dispatch would pick it) and the §8.1 tiny-size kernels (N ≤ 16).
+Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
+goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
+table keeps, per precision, kind and size, the fastest family and tuple, with at most
+MAX_TUPLES wmma tuples per precision (a greedy choice minimising the summed slowdown), so
+the default set stays small enough to compile in CI.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import click
+import numpy as np
+
+from generator import small, wmma
+from generator.emit import kernel_source, kernel_source_path, support_files
+from generator.precision import PRECISIONS
+from generator.tuning import load_table, save_table
+
+from .api import _SCALAR
+from .build import build_library
+from .tune_small import append_result, load_results
+from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+
+STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
+STAGE2_SIZES = tuple(range(1, 65)) + tuple(range(72, 257, 8))
+STAGE2_TOP = 3          # tuples kept from each of the two nearest coarse points
+MAX_TUPLES = 12         # wmma tuples per precision in the table (and the default set)
+UNMEASURED = 3.0        # cost of a size where no chosen tuple was timed (the nearest size's decides)
+BUNDLE = 12             # variants per nvcc call in the sweep
+MEGABYTES = 64          # data per launch (≫ L2 would cost more device time; 64 MB is past L2)
+MIN_BATCH = 100
+
+_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+
+
+def shape_of(kind: str, size: int) -> tuple[int, int, int]:
+    return (size, size, size) if kind == "square" else (size, size, 16)
+
+
+def fits(spec: wmma.WmmaSpec, kind: str, size: int) -> bool:
+    """Time a tuple at a size only where its blocks are at most the next power of two above it."""
+    m, n, k = shape_of(kind, size)
+    cap = lambda d: max(16, 1 << math.ceil(math.log2(d)))   # noqa: E731
+    return spec.blk_m <= cap(m) and spec.blk_n <= cap(n) and spec.blk_k <= cap(k)
+
+
+def general_launcher(lib, name: str, prec: str):
+    f = getattr(lib, f"{name}_strided")
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    return f
+
+
+def shape_launcher(lib, name: str, prec: str):
+    f = getattr(lib, f"{name}_strided")
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    return f
+
+
+def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3) -> tuple[bool, float]:
+    """One NN launch with padded leading dimensions against a float64 CuPy reference; returns
+    (passed, largest DESIGN.md error over the batch)."""
+    import cupy as cp
+
+    from .api import scalar
+    from .reference import error_bound
+
+    rng = cp.random.RandomState(7)
+    width = 2 if prec == "hc" else 1
+    lda, ldb, ldc = m + 3, k + 2, m + 1
+
+    def make(rows, cols, ld):
+        vals = rng.uniform(0.25, 1.0, size=(batch, cols, ld, width)) * cp.where(
+            rng.uniform(size=(batch, cols, ld, width)) < 0.5, -1, 1)
+        return vals.astype(cp.float16)
+
+    A, B, C = make(m, k, lda), make(k, n, ldb), make(m, n, ldc)
+
+    def values(x, rows):   # (batch, cols, ld, width) -> complex128 (batch, rows, cols)
+        x = x[:, :, :rows, :].astype(cp.float64)
+        v = x[..., 0] + (1j * x[..., 1] if width == 2 else 0)
+        return cp.transpose(v, (0, 2, 1))
+
+    a, b, c0 = values(A, m), values(B, k), values(C, m)
+    alpha, beta = (1.0, 0.5) if width == 1 else (complex(0.75, -0.5), complex(0.5, 0.25))
+    args = (scalar(prec, alpha), A.data.ptr, lda, lda * k, B.data.ptr, ldb, ldb * n,
+            scalar(prec, beta), C.data.ptr, ldc, ldc * n, batch, 0)
+    rc = f(b"N", b"N", m, n, k, *args) if takes_shape else f(b"N", b"N", *args)
+    cp.cuda.runtime.deviceSynchronize()
+    if rc != 0:
+        return False, float("inf")
+    got = values(C, m)
+    alpha_r = complex(np.complex64(alpha)) if width == 2 else float(np.float32(alpha))
+    beta_r = complex(np.complex64(beta)) if width == 2 else float(np.float32(beta))
+    expected = alpha_r * (a @ b) + beta_r * c0
+    norm = lambda x: cp.sqrt(cp.sum(cp.abs(x) ** 2, axis=(1, 2)))   # noqa: E731
+    err = norm(got - expected) / (abs(alpha_r) * norm(a) * norm(b) + abs(beta_r) * norm(c0))
+    worst = float(cp.max(err))
+    return worst <= error_bound(prec, k), worst
+
+
+class _Workloads:
+    """The packed batch of the point being measured; kept while consecutive measurements share
+    the point (the sweep goes point by point), so each point allocates and fills once."""
+
+    def __init__(self):
+        self.key, self.work = None, None
+
+    def get(self, prec: str, kind: str, size: int) -> Workload:
+        if self.key != (prec, kind, size):
+            if self.work is not None:
+                self.work.release()
+            m, n, k = shape_of(kind, size)
+            self.work = Workload(prec, m, n, k, max(MIN_BATCH, batch_for_megabytes(prec, m, n, k, MEGABYTES)))
+            self.key = (prec, kind, size)
+        return self.work
+
+
+def _time(work: Workload, f, takes_shape: bool, reps: int) -> dict:
+    from .timing import median_time_ms
+
+    prec, m, n, k, batch = work.prec, work.m, work.n, work.k, work.batch
+    ms = median_time_ms(work.ours(f, 1.0, 0.0, takes_shape=takes_shape), launches_per_graph=3,
+                        repeats=reps, warmup=1)
+    return {"batch": batch, "time_us": ms * 1e3,
+            "tflops": flops(prec, m, n, k, batch) / (ms * 1e-3) / 1e12,
+            "bytes": bytes_moved(prec, m, n, k, batch, False)}
+
+
+def _write_sources(root: Path, specs, bundle: int) -> list[Path]:
+    """Variant sources (NN only) and the bundles that include them, one nvcc call per bundle."""
+    for rel, text in support_files("gemmgen tune wmma", ("sm_90",), ("h", "hc")).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    for spec in specs:
+        path = root / kernel_source_path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = kernel_source(spec, "gemmgen tune wmma", trans_pairs=(("N", "N"),))
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    bundles = []
+    (root / "src" / "bundles").mkdir(parents=True, exist_ok=True)
+    for i in range(0, len(specs), bundle):
+        lines = ['#include "gemmgen_wmma.cuh"', '#include "gemmgen_small.cuh"']
+        for j, spec in enumerate(specs[i:i + bundle]):
+            # Each variant keeps its file-local names in a namespace of its own.
+            lines += [f"namespace variant_{j} {{", f'#include "{kernel_source_path(spec)[4:]}"', "}"]
+        path = root / "src" / "bundles" / f"bundle_{i // bundle:04d}.cu"
+        text = "\n".join(lines) + "\n"
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+        bundles.append(path)
+    return bundles
+
+
+def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
+    """The small-family kernel the dispatch picks per h/hc square shape ≤ 32 (tuned table row)."""
+    rows = load_table(arch).get("small", [])
+    out = {}
+    for r in rows:
+        if r["precision"] in wmma.PRECISIONS_WMMA and r["m"] == r["n"] == r["k"]:
+            out[(r["precision"], r["m"])] = small.SmallSpec(r["precision"], r["m"], r["n"], r["k"],
+                                                           r["dim_m"], r["dim_n"], r["tba"])
+    for prec in wmma.PRECISIONS_WMMA:
+        for size in range(1, small.MAX_SIZE + 1):
+            out.setdefault((prec, size), small.heuristic(prec, size, size, size))
+    return out
+
+
+def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
+             max_tuples: int | None) -> int:
+    from .run_check import device_arch
+    from .timing import copy_bandwidth
+    from .toolchain import gpu_available
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+    start = time.time()
+    arch, device = device_arch()
+    base = {"arch": arch, "device": device}
+    done = {(r["name"], r.get("kind"), r.get("size"), r.get("stage")) for r in load_results(results_path)
+            if r.get("device") == device}
+    refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
+               and r["status"] != "ok"}
+    general = [s for p in precisions for s in wmma.sweep_space(p, arch)]
+    tiny = sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
+                   for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
+    smalls = _small_specs(arch)
+    small_specs = sorted({smalls[(p, s)] for p in precisions for s in range(1, 33)})
+    specs = general + tiny + small_specs
+    click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, "
+               f"{len(small_specs)} small kernels; {len(done)} results already in {results_path}")
+    root = build_dir / arch
+    bundles = _write_sources(root, specs, BUNDLE)
+    with click.progressbar(length=len(bundles), label="nvcc sweep", show_pos=True) as bar:
+        built = build_library(root, root / "build", (arch,), jobs or None, sources=bundles,
+                              tolerate_failures=True, library_name="libtune_wmma.so",
+                              progress=lambda d, t: bar.update(d - bar.pos))
+    failed_bundles = {Path(rel).stem for rel in built.failures}
+    by_bundle = {f"bundle_{i // BUNDLE:04d}": specs[i:i + BUNDLE] for i in range(0, len(specs), BUNDLE)}
+    spilled_bundles = {Path(r.source).stem for r in built.local_memory_kernels}
+    for stem, members in by_bundle.items():
+        for spec in members:
+            if spec.name in refused:
+                continue
+            if stem in failed_bundles:
+                status, reason = "compile-failed", built.failures[f"src/bundles/{stem}.cu"][-300:]
+            elif stem in spilled_bundles and _spills(spec, built, stem):
+                status, reason = "local-memory", "ptxas reported stack or spills"
+            else:
+                continue
+            append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
+                                         "stage": "build", "status": status, "reason": reason})
+            refused.add(spec.name)
+    click.echo(f"built {len(bundles) - len(failed_bundles)}/{len(bundles)} bundles in "
+               f"{time.time() - start:.0f} s; {len(refused)} variants refused so far")
+    lib = ctypes.CDLL(str(built.library))
+    bandwidth = copy_bandwidth()
+    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+
+    checked: dict[str, bool] = {}
+    workloads = _Workloads()
+
+    def launcher(spec):
+        takes_shape = spec.family == "wmma"
+        f = (general_launcher if takes_shape else shape_launcher)(lib, spec.name, spec.precision)
+        return f, takes_shape
+
+    def correct(spec) -> bool:
+        if spec.name in refused:
+            return False
+        if spec.name not in checked:
+            f, takes_shape = launcher(spec)
+            shape = (37, 45, 29) if takes_shape else spec.shape
+            try:
+                ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
+            except Exception as exc:   # a launch failure is a result
+                ok, err = False, float("nan")
+                append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
+                                             "stage": "check", "status": "launch-failed",
+                                             "reason": str(exc)[:300]})
+            else:
+                if not ok:
+                    append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
+                                                 "stage": "check", "status": "wrong-answer",
+                                                 "reason": f"relative error {err:.3g}"})
+            checked[spec.name] = ok
+            if not ok:
+                refused.add(spec.name)
+        return checked[spec.name]
+
+    def measure(spec, kind, size, stage, reps) -> dict | None:
+        key = (spec.name, kind, size, stage)
+        if key in done:
+            return None
+        if time.time() - start > budget_s:
+            raise TimeoutError
+        if not correct(spec):
+            return None
+        f, takes_shape = launcher(spec)
+        m, n, k = shape_of(kind, size)
+        row = {**base, "name": spec.name, "family": spec.family, "precision": spec.precision,
+               "kind": kind, "size": size, "m": m, "n": n, "k": k, "stage": stage}
+        try:
+            t = _time(workloads.get(spec.precision, kind, size), f, takes_shape, reps)
+        except Exception as exc:
+            row.update(status="launch-failed", reason=str(exc)[:300])
+        else:
+            row.update(status="ok", **t, floor_fraction=t["bytes"] / bandwidth / (t["time_us"] * 1e-6))
+        append_result(results_path, row)
+        done.add(key)
+        return row
+
+    # Check every variant once before timing anything: a broken template shows here, in seconds,
+    # instead of after the device budget is spent.
+    with click.progressbar(specs, label="NumPy-style check (CuPy float64)", show_pos=True) as bar:
+        verdicts = [correct(spec) for spec in bar]
+    wrong = sum(1 for ok in verdicts if not ok)
+    click.echo(f"{len(specs) - wrong} variants correct, {wrong} refused")
+    if wrong > len(specs) // 2:
+        raise click.ClickException("most variants are wrong or failed: stopping before timing")
+    try:
+        points = [(p, kind, size) for p in precisions for kind in wmma.KINDS for size in STAGE1[kind]]
+        with click.progressbar(points, label="stage 1 (coarse grid)", show_pos=True) as bar:
+            for prec, kind, size in bar:
+                for spec in general:
+                    if spec.precision == prec and fits(spec, kind, size):
+                        measure(spec, kind, size, "coarse", 3)
+        stage1 = _best_by_point(load_results(results_path), device, "coarse")
+        plan = []
+        for prec in precisions:
+            for kind in wmma.KINDS:
+                for size in STAGE2_SIZES:
+                    m, n, k = shape_of(kind, size)
+                    names = set()
+                    for coarse in _nearest(STAGE1[kind], size):
+                        names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
+                    cands = [wmma.WmmaSpec.parse(x) for x in sorted(names)]
+                    if kind == "square" and size <= small.MAX_SIZE:
+                        cands.append(smalls[(prec, size)])
+                    if size <= wmma.TINY_TC:
+                        cands += wmma.tiny_candidates(prec, m, n, k, arch)
+                    plan.extend((spec, kind, size) for spec in cands)
+        with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:
+            for spec, kind, size in bar:
+                measure(spec, kind, size, "fine", 5)
+    except TimeoutError:
+        click.echo(f"budget of {budget_s:.0f} s reached; results so far are in {results_path} "
+                   "(run again to resume)")
+        return 3
+    click.echo(f"sweep complete in {time.time() - start:.0f} s")
+    return 0
+
+
+def _spills(spec, built, stem) -> bool:
+    """Whether one of a bundle's kernels that spilled is this variant's (matched by the template
+    arguments in the mangled name; an unmatched spill refuses every member)."""
+    import re
+
+    spilled = [r.function for r in built.local_memory_kernels if Path(r.source).stem == stem]
+    if spec.family != "wmma":
+        return True
+    want = [spec.tc_m, spec.tc_n, spec.tc_k, spec.blk_m, spec.blk_n, spec.blk_k, spec.dim_x, spec.dim_y, spec.warps]
+    for fn in spilled:
+        ints = [int(x) for x in re.findall(r"Li(\d+)E", fn)]
+        if ints[:9] == want or not ints:
+            return True
+    return False
+
+
+def _nearest(grid, size):
+    """The coarse points on either side of `size` (one when it is outside the grid)."""
+    below = [g for g in grid if g <= size]
+    above = [g for g in grid if g >= size]
+    return sorted({below[-1] if below else grid[0], above[0] if above else grid[-1]})
+
+
+def _best_by_point(rows, device, stage) -> dict[tuple, list[dict]]:
+    refused = {r["name"] for r in rows if r.get("device") == device and r["status"] != "ok"}
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("device") == device and r.get("stage") == stage and r["status"] == "ok" \
+                and r["name"] not in refused:
+            out[(r["precision"], r["kind"], r["size"])].append(r)
+    for v in out.values():
+        v.sort(key=lambda r: r["time_us"])
+    return out
+
+
+def _cover(general: dict, best: dict, max_tuples: int) -> list[str]:
+    """Greedy choice of at most `max_tuples` tuples minimising Σ over the sizes of (time of the
+    fastest chosen tuple / best time), a size no chosen tuple was measured at costing UNMEASURED."""
+    names = sorted({n for g in general.values() for n in g})
+    current = {pt: UNMEASURED for pt in general if general[pt]}
+    chosen: list[str] = []
+    while len(chosen) < max_tuples and names:
+        def total(name):
+            return sum(min(cost, general[pt][name]["time_us"] / best[pt] if name in general[pt] else cost)
+                       for pt, cost in current.items())
+        pick = min(names, key=total)
+        if chosen and total(pick) >= sum(current.values()) - 1e-9:
+            break
+        chosen.append(pick)
+        names.remove(pick)
+        current = {pt: min(cost, general[pt][pick]["time_us"] / best[pt] if pick in general[pt] else cost)
+                   for pt, cost in current.items()}
+    return chosen
+
+
+def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: int = MAX_TUPLES) -> Path:
+    """The `wmma` section of generator/tuning/<arch>.json from the stage-2 results.
+
+    Per precision: `_cover` picks at most `max_tuples` wmma tuples; every size then uses the
+    fastest chosen one.  Where a small-family or tiny kernel of the shape beats it, the row says
+    so (`choice`), which is the tuned cut-off between the families."""
+    rows = _best_by_point(load_results(results_path), device, "fine")
+    table = load_table(arch)
+    out_rows = []
+    for prec in sorted({p for p, _, _ in rows}, key=list(PRECISIONS).index):
+        points = sorted((kind, size) for p, kind, size in rows if p == prec)
+        times = {pt: {r["name"]: r for r in rows[(prec, *pt)]} for pt in points}
+        general = {pt: {n: r for n, r in t.items() if r["family"] == "wmma"} for pt, t in times.items()}
+        best = {pt: min((r["time_us"] for r in g.values()), default=math.inf) for pt, g in general.items()}
+        chosen = _cover(general, best, max_tuples)
+        for pt in points:
+            kind, size = pt
+            mine = [general[pt][n] for n in chosen if n in general[pt]]
+            if not mine:   # no chosen tuple was measured here: the closest-size row decides later
+                continue
+            w = min(mine, key=lambda r: r["time_us"])
+            others = [r for r in times[pt].values() if r["family"] != "wmma"]
+            fastest = min(others + [w], key=lambda r: r["time_us"])
+            out_rows.append({
+                "precision": prec, "kind": kind, "size": size, "wmma": w["name"],
+                "wmma_time_us": round(w["time_us"], 3), "best_wmma_time_us": round(best[pt], 3),
+                "choice": fastest["family"], "kernel": fastest["name"],
+                "time_us": round(fastest["time_us"], 3),
+                "floor_fraction": round(fastest["floor_fraction"], 4), "batch": fastest["batch"],
+                "candidates_tried": len(times[pt]), "device": device})
+    table.update({"arch": arch, "device": device})
+    table.setdefault("commands", {})["wmma"] = (
+        f"gemmgen tune wmma (results: {results_path}); stage 2 batch: {MEGABYTES} MB of data, "
+        f"at least {MIN_BATCH} GEMMs")
+    table["wmma"] = out_rows
+    return save_table(arch, table)
+
+
+def verify_table(results_path: Path, arch: str, device: str, build_dir: Path, jobs: int,
+                 max_tuples: int = MAX_TUPLES, archs: tuple[str, ...] | None = None) -> int:
+    """The sweep compiles NN launchers for one architecture; a kernel in the table must also be
+    free of local memory with every transpose pair on every default architecture.  Write the
+    table, compile its kernels in full, record a refusal for each that spills, and repeat until
+    none does.  Needs nvcc only (no GPU).  Returns the number of refusals recorded."""
+    from generator.arch import DEFAULT_ARCHS
+
+    archs = archs or DEFAULT_ARCHS
+    refused = 0
+    while True:
+        write_tuning_table(results_path, arch, device, max_tuples)
+        rows = load_table(arch)["wmma"]
+        names = sorted({r["wmma"] for r in rows} | {r["kernel"] for r in rows if r["choice"] == "wmmatiny"})
+        specs = [wmma.parse_name(n) for n in names]
+        root = build_dir / "verify"
+        command = "gemmgen tune wmma (verify)"
+        for rel, text in support_files(command, archs, ("h", "hc")).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        sources = []
+        for spec in specs:
+            path = root / kernel_source_path(spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = kernel_source(spec, command)
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+            sources.append(path)
+        built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False)
+        spilling = {}
+        for r in built.local_memory_kernels:
+            spilling.setdefault(Path(r.source).stem, r)
+        if not spilling:
+            return refused
+        for name, r in sorted(spilling.items()):
+            append_result(results_path, {
+                "arch": arch, "device": device, "name": name, "precision": name.split("_")[1],
+                "stage": "verify", "status": "local-memory",
+                "reason": f"all-transposes build: {r.arch} stack {r.stack_bytes} B, "
+                          f"spills {r.spill_stores}/{r.spill_loads} B"})
+            refused += 1
