@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 LIBS = ("gemmgen", "libxsmm", "eigen", "openblas", "numpy")
 
 
-def build_driver(lib: Path, out: Path) -> Path:
+def build_driver(lib: Path, include: Path, out: Path) -> Path:
     """The C++ driver, compiled for AVX2+FMA (Eigen's and the loops' code; LIBXSMM JITs for the
     target LIBXSMM_TARGET names; gemmgen picks its own ISA at run time)."""
     exe = out / "cpu_bench"
@@ -36,7 +36,7 @@ def build_driver(lib: Path, out: Path) -> Path:
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libxsmm", "eigen3"], capture_output=True,
                            text=True).stdout.split()
     cmd = [cpu_build.NATIVE.cxx, "-std=c++14", "-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG",
-           f"-I{lib.parent.parent / 'include'}", str(HERE / "cpu_bench.cpp"), "-o", str(exe),
+           f"-I{include}", str(HERE / "cpu_bench.cpp"), "-o", str(exe),
            f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", "-l:" + lib.name, *flags, "-lopenblas", "-lpthread", "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -98,7 +98,7 @@ def _table(rows: list[dict], prec: str, threads: int, sizes) -> list[str]:
 def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa: str, reps: int,
               large_megabytes: int, out_dir: Path, command: str) -> int:
     build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])   # the tests' flags (-O2)
-    exe = build_driver(build.output, build_dir)
+    exe = build_driver(build.output, gen_dir / "include", build_dir)
     threads_all = os.cpu_count() or 1
     # LIBXSMM JITs for the ISA asked for (hsw = AVX2), so both sides use the same vector width.
     xsmm_target = {"avx2": "hsw", "avx512": "skx", "generic": "generic"}.get(isa, "hsw")
