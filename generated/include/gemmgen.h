@@ -24,6 +24,8 @@
 #define GEMMGEN_ARCHS "sm_75,sm_80,sm_90"
 #define GEMMGEN_SMALL_PRECISIONS "h,hc,s,d,c,z"
 #define GEMMGEN_SMALL_MAX_SIZE 32
+/* Precisions with the general Tensor Core (wmma) kernel: any m, n, k. */
+#define GEMMGEN_WMMA_PRECISIONS "h,hc"
 /* Tall-and-skinny (TSM2 / ISM2): precisions and the n values (columns of op(B) and C) emitted. */
 #define GEMMGEN_TALLSKINNY_PRECISIONS "h,s,d"
 #define GEMMGEN_TALLSKINNY_N "1-32"
@@ -32,12 +34,15 @@
 extern "C" {
 #endif
 
-/* 1 if a kernel of family "small" covers precision ("h", "hc", "s", "d", "c", "z") and m x n x k. */
+/* 1 if the batched entry points cover precision ("h", "hc", "s", "d", "c", "z") and m x n x k
+ * (an exact-shape kernel, or for h and hc the general Tensor Core kernel, which covers any shape). */
+int gemmgen_is_generated(const char* precision, int m, int n, int k);
+/* 1 if an exact-shape kernel (family "small", or the tiny Tensor Core kernel) covers m x n x k. */
 int gemmgen_small_is_generated(const char* precision, int m, int n, int k);
 /* The emitted kernels, by name (0 <= i < gemmgen_kernel_count()). */
 int gemmgen_kernel_count(void);
 const char* gemmgen_kernel_name(int i);
-/* The name of the kernel the dispatch would run on the current device, or NULL. */
+/* The name of the kernel the batched dispatch would run on the current device, or NULL. */
 const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
 /* 1 if the tall-and-skinny families cover precision and n (any m, k). */
 int gemmgen_tallskinny_is_generated(const char* precision, int n);

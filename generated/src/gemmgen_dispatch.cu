@@ -778,9 +778,174 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_strided(char, char, cuDoubleComplex, c
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m10n10k16_w2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m10n10k16_w2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m1n1k16_w4_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m1n1k16_w4_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m2n2k16_w1_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m2n2k16_w1_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m3n3k16_w2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m3n3k16_w2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m4n4k16_w1_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m4n4k16_w1_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m5n5k16_w1_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m5n5k16_w1_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m6n6k16_w1_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m6n6k16_w1_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m7n7k16_w2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m7n7k16_w2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_h_m8n8k16_w1_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_h_m8n8k16_w1_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m1n1k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m1n1k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m2n2k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m2n2k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m3n3k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m3n3k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m4n4k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m4n4k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m5n5k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m5n5k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m6n6k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m6n6k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m7n7k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m7n7k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m8n8k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmatiny_hc_m8n8k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 
 namespace {
 
+// A kernel for one exact shape (small family, or the tiny Tensor Core kernel of §8.1).
 template <typename S, typename Scalar>
 struct SmallEntry {
     int m, n, k;
@@ -790,221 +955,343 @@ struct SmallEntry {
                    Scalar, S*, int, long long, int, cudaStream_t);
     int (*array)(char, char, Scalar, const S* const*, int, const S* const*, int,
                  Scalar, S* const*, int, int, cudaStream_t);
+    int prefer_general; // the tuned general (wmma) kernel is faster for this shape
+};
+
+// The general Tensor Core kernel (h, hc): any shape; the tuned tuple depends on the kind of
+// problem (0: square-ish, 1: a rank-k update with k <= 16) and its size (max(m, n) for
+// rank updates, max(m, n, k) otherwise) in lo..hi (hi = 0: no upper end).
+template <typename S, typename Scalar>
+struct GeneralEntry {
+    int kind, lo, hi;
+    int cc;
+    const char* name;   // nullptr ends the table
+    int (*strided)(char, char, int, int, int, Scalar, const S*, int, long long, const S*, int, long long,
+                   Scalar, S*, int, long long, int, cudaStream_t);
+    int (*array)(char, char, int, int, int, Scalar, const S* const*, int, const S* const*, int,
+                 Scalar, S* const*, int, int, cudaStream_t);
 };
 
 const SmallEntry<__half, float> small_h[] = {
-    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba128", small_h_m1n1k1_dim1x1_tba128_strided, small_h_m1n1k1_dim1x1_tba128_array},
-    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba128", small_h_m2n2k2_dim1x1_tba128_strided, small_h_m2n2k2_dim1x1_tba128_array},
-    {3, 3, 3, 75, "small_h_m3n3k3_dim2x1_tba32", small_h_m3n3k3_dim2x1_tba32_strided, small_h_m3n3k3_dim2x1_tba32_array},
-    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba32", small_h_m4n4k4_dim2x2_tba32_strided, small_h_m4n4k4_dim2x2_tba32_array},
-    {5, 5, 5, 75, "small_h_m5n5k5_dim2x2_tba16", small_h_m5n5k5_dim2x2_tba16_strided, small_h_m5n5k5_dim2x2_tba16_array},
-    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16", small_h_m6n6k6_dim3x2_tba16_strided, small_h_m6n6k6_dim3x2_tba16_array},
-    {7, 7, 7, 75, "small_h_m7n7k7_dim4x4_tba8", small_h_m7n7k7_dim4x4_tba8_strided, small_h_m7n7k7_dim4x4_tba8_array},
-    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba8", small_h_m8n8k8_dim4x4_tba8_strided, small_h_m8n8k8_dim4x4_tba8_array},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba8", small_h_m9n9k9_dim3x5_tba8_strided, small_h_m9n9k9_dim3x5_tba8_array},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim4x4_tba4", small_h_m10n10k10_dim4x4_tba4_strided, small_h_m10n10k10_dim4x4_tba4_array},
-    {11, 11, 11, 75, "small_h_m11n11k11_dim4x4_tba8", small_h_m11n11k11_dim4x4_tba8_strided, small_h_m11n11k11_dim4x4_tba8_array},
-    {12, 12, 12, 75, "small_h_m12n12k12_dim4x4_tba8", small_h_m12n12k12_dim4x4_tba8_strided, small_h_m12n12k12_dim4x4_tba8_array},
-    {13, 13, 13, 75, "small_h_m13n13k13_dim5x7_tba8", small_h_m13n13k13_dim5x7_tba8_strided, small_h_m13n13k13_dim5x7_tba8_array},
-    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8", small_h_m14n14k14_dim7x5_tba8_strided, small_h_m14n14k14_dim7x5_tba8_array},
-    {15, 15, 15, 75, "small_h_m15n15k15_dim5x8_tba8", small_h_m15n15k15_dim5x8_tba8_strided, small_h_m15n15k15_dim5x8_tba8_array},
-    {16, 16, 16, 75, "small_h_m16n16k16_dim4x4_tba2", small_h_m16n16k16_dim4x4_tba2_strided, small_h_m16n16k16_dim4x4_tba2_array},
-    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8", small_h_m17n17k17_dim6x6_tba8_strided, small_h_m17n17k17_dim6x6_tba8_array},
-    {18, 18, 18, 75, "small_h_m18n18k18_dim6x5_tba4", small_h_m18n18k18_dim6x5_tba4_strided, small_h_m18n18k18_dim6x5_tba4_array},
-    {19, 19, 19, 75, "small_h_m19n19k19_dim7x7_tba8", small_h_m19n19k19_dim7x7_tba8_strided, small_h_m19n19k19_dim7x7_tba8_array},
-    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba2", small_h_m20n20k20_dim5x5_tba2_strided, small_h_m20n20k20_dim5x5_tba2_array},
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8", small_h_m21n21k21_dim7x7_tba8_strided, small_h_m21n21k21_dim7x7_tba8_array},
-    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2", small_h_m22n22k22_dim8x8_tba2_strided, small_h_m22n22k22_dim8x8_tba2_array},
-    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8", small_h_m23n23k23_dim8x8_tba8_strided, small_h_m23n23k23_dim8x8_tba8_array},
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2", small_h_m24n24k24_dim8x8_tba2_strided, small_h_m24n24k24_dim8x8_tba2_array},
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8", small_h_m25n25k25_dim7x7_tba8_strided, small_h_m25n25k25_dim7x7_tba8_array},
-    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array},
-    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8", small_h_m27n27k27_dim7x7_tba8_strided, small_h_m27n27k27_dim7x7_tba8_array},
-    {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1", small_h_m28n28k28_dim7x7_tba1_strided, small_h_m28n28k28_dim7x7_tba1_array},
-    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array},
-    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2", small_h_m30n30k30_dim8x10_tba2_strided, small_h_m30n30k30_dim8x10_tba2_array},
-    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array},
-    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1", small_h_m32n32k32_dim8x8_tba1_strided, small_h_m32n32k32_dim8x8_tba1_array},
+    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba128", small_h_m1n1k1_dim1x1_tba128_strided, small_h_m1n1k1_dim1x1_tba128_array, 0},
+    {1, 1, 16, 75, "wmmatiny_h_m1n1k16_w4", wmmatiny_h_m1n1k16_w4_strided, wmmatiny_h_m1n1k16_w4_array, 0},
+    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba128", small_h_m2n2k2_dim1x1_tba128_strided, small_h_m2n2k2_dim1x1_tba128_array, 0},
+    {2, 2, 16, 75, "wmmatiny_h_m2n2k16_w1", wmmatiny_h_m2n2k16_w1_strided, wmmatiny_h_m2n2k16_w1_array, 0},
+    {3, 3, 3, 75, "small_h_m3n3k3_dim2x1_tba32", small_h_m3n3k3_dim2x1_tba32_strided, small_h_m3n3k3_dim2x1_tba32_array, 0},
+    {3, 3, 16, 75, "wmmatiny_h_m3n3k16_w2", wmmatiny_h_m3n3k16_w2_strided, wmmatiny_h_m3n3k16_w2_array, 0},
+    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba32", small_h_m4n4k4_dim2x2_tba32_strided, small_h_m4n4k4_dim2x2_tba32_array, 0},
+    {4, 4, 16, 75, "wmmatiny_h_m4n4k16_w1", wmmatiny_h_m4n4k16_w1_strided, wmmatiny_h_m4n4k16_w1_array, 0},
+    {5, 5, 5, 75, "small_h_m5n5k5_dim2x2_tba16", small_h_m5n5k5_dim2x2_tba16_strided, small_h_m5n5k5_dim2x2_tba16_array, 0},
+    {5, 5, 16, 75, "wmmatiny_h_m5n5k16_w1", wmmatiny_h_m5n5k16_w1_strided, wmmatiny_h_m5n5k16_w1_array, 0},
+    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16", small_h_m6n6k6_dim3x2_tba16_strided, small_h_m6n6k6_dim3x2_tba16_array, 0},
+    {6, 6, 16, 75, "wmmatiny_h_m6n6k16_w1", wmmatiny_h_m6n6k16_w1_strided, wmmatiny_h_m6n6k16_w1_array, 0},
+    {7, 7, 7, 75, "small_h_m7n7k7_dim4x4_tba8", small_h_m7n7k7_dim4x4_tba8_strided, small_h_m7n7k7_dim4x4_tba8_array, 0},
+    {7, 7, 16, 75, "wmmatiny_h_m7n7k16_w2", wmmatiny_h_m7n7k16_w2_strided, wmmatiny_h_m7n7k16_w2_array, 0},
+    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba8", small_h_m8n8k8_dim4x4_tba8_strided, small_h_m8n8k8_dim4x4_tba8_array, 0},
+    {8, 8, 16, 75, "wmmatiny_h_m8n8k16_w1", wmmatiny_h_m8n8k16_w1_strided, wmmatiny_h_m8n8k16_w1_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba8", small_h_m9n9k9_dim3x5_tba8_strided, small_h_m9n9k9_dim3x5_tba8_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim4x4_tba4", small_h_m10n10k10_dim4x4_tba4_strided, small_h_m10n10k10_dim4x4_tba4_array, 0},
+    {10, 10, 16, 75, "wmmatiny_h_m10n10k16_w2", wmmatiny_h_m10n10k16_w2_strided, wmmatiny_h_m10n10k16_w2_array, 0},
+    {11, 11, 11, 75, "small_h_m11n11k11_dim4x4_tba8", small_h_m11n11k11_dim4x4_tba8_strided, small_h_m11n11k11_dim4x4_tba8_array, 0},
+    {12, 12, 12, 75, "small_h_m12n12k12_dim4x4_tba8", small_h_m12n12k12_dim4x4_tba8_strided, small_h_m12n12k12_dim4x4_tba8_array, 0},
+    {13, 13, 13, 75, "small_h_m13n13k13_dim5x7_tba8", small_h_m13n13k13_dim5x7_tba8_strided, small_h_m13n13k13_dim5x7_tba8_array, 0},
+    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8", small_h_m14n14k14_dim7x5_tba8_strided, small_h_m14n14k14_dim7x5_tba8_array, 0},
+    {15, 15, 15, 75, "small_h_m15n15k15_dim5x8_tba8", small_h_m15n15k15_dim5x8_tba8_strided, small_h_m15n15k15_dim5x8_tba8_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim4x4_tba2", small_h_m16n16k16_dim4x4_tba2_strided, small_h_m16n16k16_dim4x4_tba2_array, 0},
+    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8", small_h_m17n17k17_dim6x6_tba8_strided, small_h_m17n17k17_dim6x6_tba8_array, 0},
+    {18, 18, 18, 75, "small_h_m18n18k18_dim6x5_tba4", small_h_m18n18k18_dim6x5_tba4_strided, small_h_m18n18k18_dim6x5_tba4_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim7x7_tba8", small_h_m19n19k19_dim7x7_tba8_strided, small_h_m19n19k19_dim7x7_tba8_array, 0},
+    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba2", small_h_m20n20k20_dim5x5_tba2_strided, small_h_m20n20k20_dim5x5_tba2_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8", small_h_m21n21k21_dim7x7_tba8_strided, small_h_m21n21k21_dim7x7_tba8_array, 0},
+    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2", small_h_m22n22k22_dim8x8_tba2_strided, small_h_m22n22k22_dim8x8_tba2_array, 0},
+    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8", small_h_m23n23k23_dim8x8_tba8_strided, small_h_m23n23k23_dim8x8_tba8_array, 0},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2", small_h_m24n24k24_dim8x8_tba2_strided, small_h_m24n24k24_dim8x8_tba2_array, 0},
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8", small_h_m25n25k25_dim7x7_tba8_strided, small_h_m25n25k25_dim7x7_tba8_array, 1},
+    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
+    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8", small_h_m27n27k27_dim7x7_tba8_strided, small_h_m27n27k27_dim7x7_tba8_array, 1},
+    {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1", small_h_m28n28k28_dim7x7_tba1_strided, small_h_m28n28k28_dim7x7_tba1_array, 1},
+    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
+    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2", small_h_m30n30k30_dim8x10_tba2_strided, small_h_m30n30k30_dim8x10_tba2_array, 1},
+    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
+    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1", small_h_m32n32k32_dim8x8_tba1_strided, small_h_m32n32k32_dim8x8_tba1_array, 1},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<__half, float> general_h[] = {
+    {1, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 17, 28, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 29, 31, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16", wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_array},
+    {1, 32, 32, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 33, 49, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 50, 51, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
+    {1, 52, 53, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 54, 63, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
+    {1, 64, 64, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 65, 72, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
+    {1, 73, 80, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 81, 88, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
+    {1, 89, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {0, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_array},
+    {0, 17, 28, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 29, 32, 75, "wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32", wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_strided, wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_array},
+    {0, 33, 48, 75, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 49, 51, 75, "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array},
+    {0, 52, 64, 75, "wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16", wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_array},
+    {0, 65, 88, 75, "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array},
+    {0, 89, 128, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {0, 129, 160, 75, "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array},
+    {0, 161, 168, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {0, 169, 192, 75, "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array},
+    {0, 193, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
-    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba128", small_hc_m1n1k1_dim1x1_tba128_strided, small_hc_m1n1k1_dim1x1_tba128_array},
-    {2, 2, 2, 75, "small_hc_m2n2k2_dim1x1_tba64", small_hc_m2n2k2_dim1x1_tba64_strided, small_hc_m2n2k2_dim1x1_tba64_array},
-    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba64", small_hc_m3n3k3_dim1x1_tba64_strided, small_hc_m3n3k3_dim1x1_tba64_array},
-    {4, 4, 4, 75, "small_hc_m4n4k4_dim4x2_tba16", small_hc_m4n4k4_dim4x2_tba16_strided, small_hc_m4n4k4_dim4x2_tba16_array},
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x2_tba16", small_hc_m5n5k5_dim2x2_tba16_strided, small_hc_m5n5k5_dim2x2_tba16_array},
-    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8", small_hc_m6n6k6_dim2x2_tba8_strided, small_hc_m6n6k6_dim2x2_tba8_array},
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba4", small_hc_m7n7k7_dim4x4_tba4_strided, small_hc_m7n7k7_dim4x4_tba4_array},
-    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba4", small_hc_m8n8k8_dim4x4_tba4_strided, small_hc_m8n8k8_dim4x4_tba4_array},
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4", small_hc_m9n9k9_dim5x3_tba4_strided, small_hc_m9n9k9_dim5x3_tba4_array},
-    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8", small_hc_m10n10k10_dim5x5_tba8_strided, small_hc_m10n10k10_dim5x5_tba8_array},
-    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8", small_hc_m11n11k11_dim4x3_tba8_strided, small_hc_m11n11k11_dim4x3_tba8_array},
-    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x3_tba8", small_hc_m12n12k12_dim4x3_tba8_strided, small_hc_m12n12k12_dim4x3_tba8_array},
-    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4", small_hc_m13n13k13_dim4x4_tba4_strided, small_hc_m13n13k13_dim4x4_tba4_array},
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2", small_hc_m14n14k14_dim4x4_tba2_strided, small_hc_m14n14k14_dim4x4_tba2_array},
-    {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4", small_hc_m15n15k15_dim8x8_tba4_strided, small_hc_m15n15k15_dim8x8_tba4_array},
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba4", small_hc_m16n16k16_dim4x4_tba4_strided, small_hc_m16n16k16_dim4x4_tba4_array},
-    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8", small_hc_m17n17k17_dim6x6_tba8_strided, small_hc_m17n17k17_dim6x6_tba8_array},
-    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba2", small_hc_m18n18k18_dim6x5_tba2_strided, small_hc_m18n18k18_dim6x5_tba2_array},
-    {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4", small_hc_m19n19k19_dim7x10_tba4_strided, small_hc_m19n19k19_dim7x10_tba4_array},
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim10x10_tba2", small_hc_m20n20k20_dim10x10_tba2_strided, small_hc_m20n20k20_dim10x10_tba2_array},
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4", small_hc_m21n21k21_dim11x11_tba4_strided, small_hc_m21n21k21_dim11x11_tba4_array},
-    {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1", small_hc_m22n22k22_dim8x8_tba1_strided, small_hc_m22n22k22_dim8x8_tba1_array},
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim6x8_tba4", small_hc_m23n23k23_dim6x8_tba4_strided, small_hc_m23n23k23_dim6x8_tba4_array},
-    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x6_tba2", small_hc_m24n24k24_dim8x6_tba2_strided, small_hc_m24n24k24_dim8x6_tba2_array},
-    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4", small_hc_m25n25k25_dim7x9_tba4_strided, small_hc_m25n25k25_dim7x9_tba4_array},
-    {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1", small_hc_m26n26k26_dim7x9_tba1_strided, small_hc_m26n26k26_dim7x9_tba1_array},
-    {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array},
-    {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2", small_hc_m28n28k28_dim14x14_tba2_strided, small_hc_m28n28k28_dim14x14_tba2_array},
-    {29, 29, 29, 75, "small_hc_m29n29k29_dim10x15_tba1", small_hc_m29n29k29_dim10x15_tba1_strided, small_hc_m29n29k29_dim10x15_tba1_array},
-    {30, 30, 30, 75, "small_hc_m30n30k30_dim10x15_tba1", small_hc_m30n30k30_dim10x15_tba1_strided, small_hc_m30n30k30_dim10x15_tba1_array},
-    {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array},
-    {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba2", small_hc_m32n32k32_dim8x8_tba2_strided, small_hc_m32n32k32_dim8x8_tba2_array},
+    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba128", small_hc_m1n1k1_dim1x1_tba128_strided, small_hc_m1n1k1_dim1x1_tba128_array, 0},
+    {1, 1, 16, 75, "wmmatiny_hc_m1n1k16_w2", wmmatiny_hc_m1n1k16_w2_strided, wmmatiny_hc_m1n1k16_w2_array, 0},
+    {2, 2, 2, 75, "small_hc_m2n2k2_dim1x1_tba64", small_hc_m2n2k2_dim1x1_tba64_strided, small_hc_m2n2k2_dim1x1_tba64_array, 0},
+    {2, 2, 16, 75, "wmmatiny_hc_m2n2k16_w1", wmmatiny_hc_m2n2k16_w1_strided, wmmatiny_hc_m2n2k16_w1_array, 0},
+    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba64", small_hc_m3n3k3_dim1x1_tba64_strided, small_hc_m3n3k3_dim1x1_tba64_array, 0},
+    {3, 3, 16, 75, "wmmatiny_hc_m3n3k16_w2", wmmatiny_hc_m3n3k16_w2_strided, wmmatiny_hc_m3n3k16_w2_array, 0},
+    {4, 4, 4, 75, "small_hc_m4n4k4_dim4x2_tba16", small_hc_m4n4k4_dim4x2_tba16_strided, small_hc_m4n4k4_dim4x2_tba16_array, 0},
+    {4, 4, 16, 75, "wmmatiny_hc_m4n4k16_w1", wmmatiny_hc_m4n4k16_w1_strided, wmmatiny_hc_m4n4k16_w1_array, 0},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x2_tba16", small_hc_m5n5k5_dim2x2_tba16_strided, small_hc_m5n5k5_dim2x2_tba16_array, 0},
+    {5, 5, 16, 75, "wmmatiny_hc_m5n5k16_w2", wmmatiny_hc_m5n5k16_w2_strided, wmmatiny_hc_m5n5k16_w2_array, 0},
+    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8", small_hc_m6n6k6_dim2x2_tba8_strided, small_hc_m6n6k6_dim2x2_tba8_array, 0},
+    {6, 6, 16, 75, "wmmatiny_hc_m6n6k16_w1", wmmatiny_hc_m6n6k16_w1_strided, wmmatiny_hc_m6n6k16_w1_array, 0},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba4", small_hc_m7n7k7_dim4x4_tba4_strided, small_hc_m7n7k7_dim4x4_tba4_array, 0},
+    {7, 7, 16, 75, "wmmatiny_hc_m7n7k16_w1", wmmatiny_hc_m7n7k16_w1_strided, wmmatiny_hc_m7n7k16_w1_array, 0},
+    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba4", small_hc_m8n8k8_dim4x4_tba4_strided, small_hc_m8n8k8_dim4x4_tba4_array, 0},
+    {8, 8, 16, 75, "wmmatiny_hc_m8n8k16_w1", wmmatiny_hc_m8n8k16_w1_strided, wmmatiny_hc_m8n8k16_w1_array, 0},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4", small_hc_m9n9k9_dim5x3_tba4_strided, small_hc_m9n9k9_dim5x3_tba4_array, 0},
+    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8", small_hc_m10n10k10_dim5x5_tba8_strided, small_hc_m10n10k10_dim5x5_tba8_array, 0},
+    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8", small_hc_m11n11k11_dim4x3_tba8_strided, small_hc_m11n11k11_dim4x3_tba8_array, 0},
+    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x3_tba8", small_hc_m12n12k12_dim4x3_tba8_strided, small_hc_m12n12k12_dim4x3_tba8_array, 0},
+    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4", small_hc_m13n13k13_dim4x4_tba4_strided, small_hc_m13n13k13_dim4x4_tba4_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2", small_hc_m14n14k14_dim4x4_tba2_strided, small_hc_m14n14k14_dim4x4_tba2_array, 0},
+    {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4", small_hc_m15n15k15_dim8x8_tba4_strided, small_hc_m15n15k15_dim8x8_tba4_array, 1},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba4", small_hc_m16n16k16_dim4x4_tba4_strided, small_hc_m16n16k16_dim4x4_tba4_array, 1},
+    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8", small_hc_m17n17k17_dim6x6_tba8_strided, small_hc_m17n17k17_dim6x6_tba8_array, 0},
+    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba2", small_hc_m18n18k18_dim6x5_tba2_strided, small_hc_m18n18k18_dim6x5_tba2_array, 0},
+    {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4", small_hc_m19n19k19_dim7x10_tba4_strided, small_hc_m19n19k19_dim7x10_tba4_array, 0},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim10x10_tba2", small_hc_m20n20k20_dim10x10_tba2_strided, small_hc_m20n20k20_dim10x10_tba2_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4", small_hc_m21n21k21_dim11x11_tba4_strided, small_hc_m21n21k21_dim11x11_tba4_array, 1},
+    {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1", small_hc_m22n22k22_dim8x8_tba1_strided, small_hc_m22n22k22_dim8x8_tba1_array, 1},
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim6x8_tba4", small_hc_m23n23k23_dim6x8_tba4_strided, small_hc_m23n23k23_dim6x8_tba4_array, 1},
+    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x6_tba2", small_hc_m24n24k24_dim8x6_tba2_strided, small_hc_m24n24k24_dim8x6_tba2_array, 1},
+    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4", small_hc_m25n25k25_dim7x9_tba4_strided, small_hc_m25n25k25_dim7x9_tba4_array, 1},
+    {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1", small_hc_m26n26k26_dim7x9_tba1_strided, small_hc_m26n26k26_dim7x9_tba1_array, 1},
+    {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
+    {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2", small_hc_m28n28k28_dim14x14_tba2_strided, small_hc_m28n28k28_dim14x14_tba2_array, 1},
+    {29, 29, 29, 75, "small_hc_m29n29k29_dim10x15_tba1", small_hc_m29n29k29_dim10x15_tba1_strided, small_hc_m29n29k29_dim10x15_tba1_array, 1},
+    {30, 30, 30, 75, "small_hc_m30n30k30_dim10x15_tba1", small_hc_m30n30k30_dim10x15_tba1_strided, small_hc_m30n30k30_dim10x15_tba1_array, 1},
+    {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array, 1},
+    {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba2", small_hc_m32n32k32_dim8x8_tba2_strided, small_hc_m32n32k32_dim8x8_tba2_array, 1},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
+    {1, 1, 16, 75, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 17, 24, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 25, 25, 75, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 26, 28, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 29, 31, 75, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 32, 32, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 33, 40, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 41, 41, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 42, 42, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 43, 43, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 44, 45, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 46, 46, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 47, 58, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 59, 63, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 64, 160, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 161, 168, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 169, 216, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 217, 224, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 225, 232, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 233, 240, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 241, 0, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 1, 16, 75, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 17, 31, 75, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
+    {0, 32, 32, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array},
+    {0, 33, 33, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 34, 35, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 36, 36, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 37, 40, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 41, 44, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 45, 47, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 48, 48, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 49, 58, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 59, 59, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 60, 64, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 65, 96, 75, "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array},
+    {0, 97, 120, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 121, 128, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 129, 216, 75, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 217, 224, 75, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+    {0, 225, 248, 75, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 249, 0, 75, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<float, float> small_s[] = {
-    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128", small_s_m1n1k1_dim1x1_tba128_strided, small_s_m1n1k1_dim1x1_tba128_array},
-    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba64", small_s_m2n2k2_dim1x1_tba64_strided, small_s_m2n2k2_dim1x1_tba64_array},
-    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32", small_s_m3n3k3_dim1x1_tba32_strided, small_s_m3n3k3_dim1x1_tba32_array},
-    {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array},
-    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16", small_s_m5n5k5_dim2x3_tba16_strided, small_s_m5n5k5_dim2x3_tba16_array},
-    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba16", small_s_m6n6k6_dim2x2_tba16_strided, small_s_m6n6k6_dim2x2_tba16_array},
-    {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array},
-    {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array},
-    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba8", small_s_m9n9k9_dim5x3_tba8_strided, small_s_m9n9k9_dim5x3_tba8_array},
-    {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array},
-    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4", small_s_m11n11k11_dim4x4_tba4_strided, small_s_m11n11k11_dim4x4_tba4_array},
-    {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array},
-    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4", small_s_m13n13k13_dim4x4_tba4_strided, small_s_m13n13k13_dim4x4_tba4_array},
-    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2", small_s_m14n14k14_dim4x4_tba2_strided, small_s_m14n14k14_dim4x4_tba2_array},
-    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4", small_s_m15n15k15_dim8x8_tba4_strided, small_s_m15n15k15_dim8x8_tba4_array},
-    {16, 16, 16, 75, "small_s_m16n16k16_dim8x8_tba1", small_s_m16n16k16_dim8x8_tba1_strided, small_s_m16n16k16_dim8x8_tba1_array},
-    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4", small_s_m17n17k17_dim6x6_tba4_strided, small_s_m17n17k17_dim6x6_tba4_array},
-    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba2", small_s_m18n18k18_dim6x5_tba2_strided, small_s_m18n18k18_dim6x5_tba2_array},
-    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4", small_s_m19n19k19_dim5x7_tba4_strided, small_s_m19n19k19_dim5x7_tba4_array},
-    {20, 20, 20, 75, "small_s_m20n20k20_dim5x5_tba2", small_s_m20n20k20_dim5x5_tba2_strided, small_s_m20n20k20_dim5x5_tba2_array},
-    {21, 21, 21, 75, "small_s_m21n21k21_dim7x11_tba4", small_s_m21n21k21_dim7x11_tba4_strided, small_s_m21n21k21_dim7x11_tba4_array},
-    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1", small_s_m22n22k22_dim8x8_tba1_strided, small_s_m22n22k22_dim8x8_tba1_array},
-    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4", small_s_m23n23k23_dim8x6_tba4_strided, small_s_m23n23k23_dim8x6_tba4_array},
-    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array},
-    {25, 25, 25, 75, "small_s_m25n25k25_dim7x9_tba4", small_s_m25n25k25_dim7x9_tba4_strided, small_s_m25n25k25_dim7x9_tba4_array},
-    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1", small_s_m26n26k26_dim7x9_tba1_strided, small_s_m26n26k26_dim7x9_tba1_array},
-    {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4", small_s_m27n27k27_dim7x9_tba4_strided, small_s_m27n27k27_dim7x9_tba4_array},
-    {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1", small_s_m28n28k28_dim7x7_tba1_strided, small_s_m28n28k28_dim7x7_tba1_array},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array},
-    {30, 30, 30, 75, "small_s_m30n30k30_dim8x8_tba2", small_s_m30n30k30_dim8x8_tba2_strided, small_s_m30n30k30_dim8x8_tba2_array},
-    {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4", small_s_m31n31k31_dim11x8_tba4_strided, small_s_m31n31k31_dim11x8_tba4_array},
-    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array},
+    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128", small_s_m1n1k1_dim1x1_tba128_strided, small_s_m1n1k1_dim1x1_tba128_array, 0},
+    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba64", small_s_m2n2k2_dim1x1_tba64_strided, small_s_m2n2k2_dim1x1_tba64_array, 0},
+    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32", small_s_m3n3k3_dim1x1_tba32_strided, small_s_m3n3k3_dim1x1_tba32_array, 0},
+    {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array, 0},
+    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16", small_s_m5n5k5_dim2x3_tba16_strided, small_s_m5n5k5_dim2x3_tba16_array, 0},
+    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba16", small_s_m6n6k6_dim2x2_tba16_strided, small_s_m6n6k6_dim2x2_tba16_array, 0},
+    {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0},
+    {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0},
+    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba8", small_s_m9n9k9_dim5x3_tba8_strided, small_s_m9n9k9_dim5x3_tba8_array, 0},
+    {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0},
+    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4", small_s_m11n11k11_dim4x4_tba4_strided, small_s_m11n11k11_dim4x4_tba4_array, 0},
+    {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0},
+    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4", small_s_m13n13k13_dim4x4_tba4_strided, small_s_m13n13k13_dim4x4_tba4_array, 0},
+    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2", small_s_m14n14k14_dim4x4_tba2_strided, small_s_m14n14k14_dim4x4_tba2_array, 0},
+    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4", small_s_m15n15k15_dim8x8_tba4_strided, small_s_m15n15k15_dim8x8_tba4_array, 0},
+    {16, 16, 16, 75, "small_s_m16n16k16_dim8x8_tba1", small_s_m16n16k16_dim8x8_tba1_strided, small_s_m16n16k16_dim8x8_tba1_array, 0},
+    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4", small_s_m17n17k17_dim6x6_tba4_strided, small_s_m17n17k17_dim6x6_tba4_array, 0},
+    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba2", small_s_m18n18k18_dim6x5_tba2_strided, small_s_m18n18k18_dim6x5_tba2_array, 0},
+    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4", small_s_m19n19k19_dim5x7_tba4_strided, small_s_m19n19k19_dim5x7_tba4_array, 0},
+    {20, 20, 20, 75, "small_s_m20n20k20_dim5x5_tba2", small_s_m20n20k20_dim5x5_tba2_strided, small_s_m20n20k20_dim5x5_tba2_array, 0},
+    {21, 21, 21, 75, "small_s_m21n21k21_dim7x11_tba4", small_s_m21n21k21_dim7x11_tba4_strided, small_s_m21n21k21_dim7x11_tba4_array, 0},
+    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1", small_s_m22n22k22_dim8x8_tba1_strided, small_s_m22n22k22_dim8x8_tba1_array, 0},
+    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4", small_s_m23n23k23_dim8x6_tba4_strided, small_s_m23n23k23_dim8x6_tba4_array, 0},
+    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array, 0},
+    {25, 25, 25, 75, "small_s_m25n25k25_dim7x9_tba4", small_s_m25n25k25_dim7x9_tba4_strided, small_s_m25n25k25_dim7x9_tba4_array, 0},
+    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1", small_s_m26n26k26_dim7x9_tba1_strided, small_s_m26n26k26_dim7x9_tba1_array, 0},
+    {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4", small_s_m27n27k27_dim7x9_tba4_strided, small_s_m27n27k27_dim7x9_tba4_array, 0},
+    {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1", small_s_m28n28k28_dim7x7_tba1_strided, small_s_m28n28k28_dim7x7_tba1_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array, 0},
+    {30, 30, 30, 75, "small_s_m30n30k30_dim8x8_tba2", small_s_m30n30k30_dim8x8_tba2_strided, small_s_m30n30k30_dim8x8_tba2_array, 0},
+    {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4", small_s_m31n31k31_dim11x8_tba4_strided, small_s_m31n31k31_dim11x8_tba4_array, 0},
+    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<float, float> general_s[] = {
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<double, double> small_d[] = {
-    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128", small_d_m1n1k1_dim1x1_tba128_strided, small_d_m1n1k1_dim1x1_tba128_array},
-    {2, 2, 2, 75, "small_d_m2n2k2_dim1x2_tba64", small_d_m2n2k2_dim1x2_tba64_strided, small_d_m2n2k2_dim1x2_tba64_array},
-    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba32", small_d_m3n3k3_dim2x1_tba32_strided, small_d_m3n3k3_dim2x1_tba32_array},
-    {4, 4, 4, 75, "small_d_m4n4k4_dim4x2_tba16", small_d_m4n4k4_dim4x2_tba16_strided, small_d_m4n4k4_dim4x2_tba16_array},
-    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4", small_d_m5n5k5_dim5x3_tba4_strided, small_d_m5n5k5_dim5x3_tba4_array},
-    {6, 6, 6, 75, "small_d_m6n6k6_dim3x3_tba8", small_d_m6n6k6_dim3x3_tba8_strided, small_d_m6n6k6_dim3x3_tba8_array},
-    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2", small_d_m7n7k7_dim7x4_tba2_strided, small_d_m7n7k7_dim7x4_tba2_array},
-    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba2", small_d_m8n8k8_dim4x4_tba2_strided, small_d_m8n8k8_dim4x4_tba2_array},
-    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2", small_d_m9n9k9_dim9x5_tba2_strided, small_d_m9n9k9_dim9x5_tba2_array},
-    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2", small_d_m10n10k10_dim5x5_tba2_strided, small_d_m10n10k10_dim5x5_tba2_array},
-    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2", small_d_m11n11k11_dim4x4_tba2_strided, small_d_m11n11k11_dim4x4_tba2_array},
-    {12, 12, 12, 75, "small_d_m12n12k12_dim4x6_tba2", small_d_m12n12k12_dim4x6_tba2_strided, small_d_m12n12k12_dim4x6_tba2_array},
-    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba2", small_d_m13n13k13_dim4x4_tba2_strided, small_d_m13n13k13_dim4x4_tba2_array},
-    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2", small_d_m14n14k14_dim7x7_tba2_strided, small_d_m14n14k14_dim7x7_tba2_array},
-    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2", small_d_m15n15k15_dim4x4_tba2_strided, small_d_m15n15k15_dim4x4_tba2_array},
-    {16, 16, 16, 75, "small_d_m16n16k16_dim8x8_tba1", small_d_m16n16k16_dim8x8_tba1_strided, small_d_m16n16k16_dim8x8_tba1_array},
-    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2", small_d_m17n17k17_dim6x6_tba2_strided, small_d_m17n17k17_dim6x6_tba2_array},
-    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba2", small_d_m18n18k18_dim6x9_tba2_strided, small_d_m18n18k18_dim6x9_tba2_array},
-    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2", small_d_m19n19k19_dim5x5_tba2_strided, small_d_m19n19k19_dim5x5_tba2_array},
-    {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1", small_d_m20n20k20_dim10x10_tba1_strided, small_d_m20n20k20_dim10x10_tba1_array},
-    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2", small_d_m21n21k21_dim11x7_tba2_strided, small_d_m21n21k21_dim11x7_tba2_array},
-    {22, 22, 22, 75, "small_d_m22n22k22_dim11x11_tba1", small_d_m22n22k22_dim11x11_tba1_strided, small_d_m22n22k22_dim11x11_tba1_array},
-    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2", small_d_m23n23k23_dim8x8_tba2_strided, small_d_m23n23k23_dim8x8_tba2_array},
-    {24, 24, 24, 75, "small_d_m24n24k24_dim12x8_tba1", small_d_m24n24k24_dim12x8_tba1_strided, small_d_m24n24k24_dim12x8_tba1_array},
-    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2", small_d_m25n25k25_dim9x7_tba2_strided, small_d_m25n25k25_dim9x7_tba2_array},
-    {26, 26, 26, 75, "small_d_m26n26k26_dim13x13_tba1", small_d_m26n26k26_dim13x13_tba1_strided, small_d_m26n26k26_dim13x13_tba1_array},
-    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2", small_d_m27n27k27_dim14x9_tba2_strided, small_d_m27n27k27_dim14x9_tba2_array},
-    {28, 28, 28, 75, "small_d_m28n28k28_dim7x7_tba1", small_d_m28n28k28_dim7x7_tba1_strided, small_d_m28n28k28_dim7x7_tba1_array},
-    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2", small_d_m29n29k29_dim8x10_tba2_strided, small_d_m29n29k29_dim8x10_tba2_array},
-    {30, 30, 30, 75, "small_d_m30n30k30_dim10x15_tba1", small_d_m30n30k30_dim10x15_tba1_strided, small_d_m30n30k30_dim10x15_tba1_array},
-    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2", small_d_m31n31k31_dim8x8_tba2_strided, small_d_m31n31k31_dim8x8_tba2_array},
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array},
+    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128", small_d_m1n1k1_dim1x1_tba128_strided, small_d_m1n1k1_dim1x1_tba128_array, 0},
+    {2, 2, 2, 75, "small_d_m2n2k2_dim1x2_tba64", small_d_m2n2k2_dim1x2_tba64_strided, small_d_m2n2k2_dim1x2_tba64_array, 0},
+    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba32", small_d_m3n3k3_dim2x1_tba32_strided, small_d_m3n3k3_dim2x1_tba32_array, 0},
+    {4, 4, 4, 75, "small_d_m4n4k4_dim4x2_tba16", small_d_m4n4k4_dim4x2_tba16_strided, small_d_m4n4k4_dim4x2_tba16_array, 0},
+    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4", small_d_m5n5k5_dim5x3_tba4_strided, small_d_m5n5k5_dim5x3_tba4_array, 0},
+    {6, 6, 6, 75, "small_d_m6n6k6_dim3x3_tba8", small_d_m6n6k6_dim3x3_tba8_strided, small_d_m6n6k6_dim3x3_tba8_array, 0},
+    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2", small_d_m7n7k7_dim7x4_tba2_strided, small_d_m7n7k7_dim7x4_tba2_array, 0},
+    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba2", small_d_m8n8k8_dim4x4_tba2_strided, small_d_m8n8k8_dim4x4_tba2_array, 0},
+    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2", small_d_m9n9k9_dim9x5_tba2_strided, small_d_m9n9k9_dim9x5_tba2_array, 0},
+    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2", small_d_m10n10k10_dim5x5_tba2_strided, small_d_m10n10k10_dim5x5_tba2_array, 0},
+    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2", small_d_m11n11k11_dim4x4_tba2_strided, small_d_m11n11k11_dim4x4_tba2_array, 0},
+    {12, 12, 12, 75, "small_d_m12n12k12_dim4x6_tba2", small_d_m12n12k12_dim4x6_tba2_strided, small_d_m12n12k12_dim4x6_tba2_array, 0},
+    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba2", small_d_m13n13k13_dim4x4_tba2_strided, small_d_m13n13k13_dim4x4_tba2_array, 0},
+    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2", small_d_m14n14k14_dim7x7_tba2_strided, small_d_m14n14k14_dim7x7_tba2_array, 0},
+    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2", small_d_m15n15k15_dim4x4_tba2_strided, small_d_m15n15k15_dim4x4_tba2_array, 0},
+    {16, 16, 16, 75, "small_d_m16n16k16_dim8x8_tba1", small_d_m16n16k16_dim8x8_tba1_strided, small_d_m16n16k16_dim8x8_tba1_array, 0},
+    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2", small_d_m17n17k17_dim6x6_tba2_strided, small_d_m17n17k17_dim6x6_tba2_array, 0},
+    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba2", small_d_m18n18k18_dim6x9_tba2_strided, small_d_m18n18k18_dim6x9_tba2_array, 0},
+    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2", small_d_m19n19k19_dim5x5_tba2_strided, small_d_m19n19k19_dim5x5_tba2_array, 0},
+    {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1", small_d_m20n20k20_dim10x10_tba1_strided, small_d_m20n20k20_dim10x10_tba1_array, 0},
+    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2", small_d_m21n21k21_dim11x7_tba2_strided, small_d_m21n21k21_dim11x7_tba2_array, 0},
+    {22, 22, 22, 75, "small_d_m22n22k22_dim11x11_tba1", small_d_m22n22k22_dim11x11_tba1_strided, small_d_m22n22k22_dim11x11_tba1_array, 0},
+    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2", small_d_m23n23k23_dim8x8_tba2_strided, small_d_m23n23k23_dim8x8_tba2_array, 0},
+    {24, 24, 24, 75, "small_d_m24n24k24_dim12x8_tba1", small_d_m24n24k24_dim12x8_tba1_strided, small_d_m24n24k24_dim12x8_tba1_array, 0},
+    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2", small_d_m25n25k25_dim9x7_tba2_strided, small_d_m25n25k25_dim9x7_tba2_array, 0},
+    {26, 26, 26, 75, "small_d_m26n26k26_dim13x13_tba1", small_d_m26n26k26_dim13x13_tba1_strided, small_d_m26n26k26_dim13x13_tba1_array, 0},
+    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2", small_d_m27n27k27_dim14x9_tba2_strided, small_d_m27n27k27_dim14x9_tba2_array, 0},
+    {28, 28, 28, 75, "small_d_m28n28k28_dim7x7_tba1", small_d_m28n28k28_dim7x7_tba1_strided, small_d_m28n28k28_dim7x7_tba1_array, 0},
+    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2", small_d_m29n29k29_dim8x10_tba2_strided, small_d_m29n29k29_dim8x10_tba2_array, 0},
+    {30, 30, 30, 75, "small_d_m30n30k30_dim10x15_tba1", small_d_m30n30k30_dim10x15_tba1_strided, small_d_m30n30k30_dim10x15_tba1_array, 0},
+    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2", small_d_m31n31k31_dim8x8_tba2_strided, small_d_m31n31k31_dim8x8_tba2_array, 0},
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<double, double> general_d[] = {
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
-    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128", small_c_m1n1k1_dim1x1_tba128_strided, small_c_m1n1k1_dim1x1_tba128_array},
-    {2, 2, 2, 75, "small_c_m2n2k2_dim1x2_tba64", small_c_m2n2k2_dim1x2_tba64_strided, small_c_m2n2k2_dim1x2_tba64_array},
-    {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16", small_c_m3n3k3_dim3x2_tba16_strided, small_c_m3n3k3_dim3x2_tba16_array},
-    {4, 4, 4, 75, "small_c_m4n4k4_dim4x2_tba8", small_c_m4n4k4_dim4x2_tba8_strided, small_c_m4n4k4_dim4x2_tba8_array},
-    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4", small_c_m5n5k5_dim5x3_tba4_strided, small_c_m5n5k5_dim5x3_tba4_array},
-    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba8", small_c_m6n6k6_dim2x3_tba8_strided, small_c_m6n6k6_dim2x3_tba8_array},
-    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2", small_c_m7n7k7_dim4x7_tba2_strided, small_c_m7n7k7_dim4x7_tba2_array},
-    {8, 8, 8, 75, "small_c_m8n8k8_dim4x8_tba2", small_c_m8n8k8_dim4x8_tba2_strided, small_c_m8n8k8_dim4x8_tba2_array},
-    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2", small_c_m9n9k9_dim9x5_tba2_strided, small_c_m9n9k9_dim9x5_tba2_array},
-    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4", small_c_m10n10k10_dim5x5_tba4_strided, small_c_m10n10k10_dim5x5_tba4_array},
-    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2", small_c_m11n11k11_dim4x4_tba2_strided, small_c_m11n11k11_dim4x4_tba2_array},
-    {12, 12, 12, 75, "small_c_m12n12k12_dim4x3_tba8", small_c_m12n12k12_dim4x3_tba8_strided, small_c_m12n12k12_dim4x3_tba8_array},
-    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba2", small_c_m13n13k13_dim4x4_tba2_strided, small_c_m13n13k13_dim4x4_tba2_array},
-    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2", small_c_m14n14k14_dim7x7_tba2_strided, small_c_m14n14k14_dim7x7_tba2_array},
-    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2", small_c_m15n15k15_dim4x4_tba2_strided, small_c_m15n15k15_dim4x4_tba2_array},
-    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2", small_c_m16n16k16_dim8x8_tba2_strided, small_c_m16n16k16_dim8x8_tba2_array},
-    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2", small_c_m17n17k17_dim6x6_tba2_strided, small_c_m17n17k17_dim6x6_tba2_array},
-    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba4", small_c_m18n18k18_dim6x9_tba4_strided, small_c_m18n18k18_dim6x9_tba4_array},
-    {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2", small_c_m19n19k19_dim10x19_tba2_strided, small_c_m19n19k19_dim10x19_tba2_array},
-    {20, 20, 20, 75, "small_c_m20n20k20_dim5x5_tba2", small_c_m20n20k20_dim5x5_tba2_strided, small_c_m20n20k20_dim5x5_tba2_array},
-    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2", small_c_m21n21k21_dim11x7_tba2_strided, small_c_m21n21k21_dim11x7_tba2_array},
-    {22, 22, 22, 75, "small_c_m22n22k22_dim11x11_tba1", small_c_m22n22k22_dim11x11_tba1_strided, small_c_m22n22k22_dim11x11_tba1_array},
-    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2", small_c_m23n23k23_dim8x8_tba2_strided, small_c_m23n23k23_dim8x8_tba2_array},
-    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1", small_c_m24n24k24_dim8x12_tba1_strided, small_c_m24n24k24_dim8x12_tba1_array},
-    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba2", small_c_m25n25k25_dim9x7_tba2_strided, small_c_m25n25k25_dim9x7_tba2_array},
-    {26, 26, 26, 75, "small_c_m26n26k26_dim13x13_tba1", small_c_m26n26k26_dim13x13_tba1_strided, small_c_m26n26k26_dim13x13_tba1_array},
-    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba2", small_c_m27n27k27_dim9x7_tba2_strided, small_c_m27n27k27_dim9x7_tba2_array},
-    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba2", small_c_m28n28k28_dim14x14_tba2_strided, small_c_m28n28k28_dim14x14_tba2_array},
-    {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2", small_c_m29n29k29_dim8x10_tba2_strided, small_c_m29n29k29_dim8x10_tba2_array},
-    {30, 30, 30, 75, "small_c_m30n30k30_dim15x10_tba1", small_c_m30n30k30_dim15x10_tba1_strided, small_c_m30n30k30_dim15x10_tba1_array},
-    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2", small_c_m31n31k31_dim8x8_tba2_strided, small_c_m31n31k31_dim8x8_tba2_array},
-    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba1", small_c_m32n32k32_dim16x16_tba1_strided, small_c_m32n32k32_dim16x16_tba1_array},
+    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128", small_c_m1n1k1_dim1x1_tba128_strided, small_c_m1n1k1_dim1x1_tba128_array, 0},
+    {2, 2, 2, 75, "small_c_m2n2k2_dim1x2_tba64", small_c_m2n2k2_dim1x2_tba64_strided, small_c_m2n2k2_dim1x2_tba64_array, 0},
+    {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16", small_c_m3n3k3_dim3x2_tba16_strided, small_c_m3n3k3_dim3x2_tba16_array, 0},
+    {4, 4, 4, 75, "small_c_m4n4k4_dim4x2_tba8", small_c_m4n4k4_dim4x2_tba8_strided, small_c_m4n4k4_dim4x2_tba8_array, 0},
+    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4", small_c_m5n5k5_dim5x3_tba4_strided, small_c_m5n5k5_dim5x3_tba4_array, 0},
+    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba8", small_c_m6n6k6_dim2x3_tba8_strided, small_c_m6n6k6_dim2x3_tba8_array, 0},
+    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2", small_c_m7n7k7_dim4x7_tba2_strided, small_c_m7n7k7_dim4x7_tba2_array, 0},
+    {8, 8, 8, 75, "small_c_m8n8k8_dim4x8_tba2", small_c_m8n8k8_dim4x8_tba2_strided, small_c_m8n8k8_dim4x8_tba2_array, 0},
+    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2", small_c_m9n9k9_dim9x5_tba2_strided, small_c_m9n9k9_dim9x5_tba2_array, 0},
+    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4", small_c_m10n10k10_dim5x5_tba4_strided, small_c_m10n10k10_dim5x5_tba4_array, 0},
+    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2", small_c_m11n11k11_dim4x4_tba2_strided, small_c_m11n11k11_dim4x4_tba2_array, 0},
+    {12, 12, 12, 75, "small_c_m12n12k12_dim4x3_tba8", small_c_m12n12k12_dim4x3_tba8_strided, small_c_m12n12k12_dim4x3_tba8_array, 0},
+    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba2", small_c_m13n13k13_dim4x4_tba2_strided, small_c_m13n13k13_dim4x4_tba2_array, 0},
+    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2", small_c_m14n14k14_dim7x7_tba2_strided, small_c_m14n14k14_dim7x7_tba2_array, 0},
+    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2", small_c_m15n15k15_dim4x4_tba2_strided, small_c_m15n15k15_dim4x4_tba2_array, 0},
+    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2", small_c_m16n16k16_dim8x8_tba2_strided, small_c_m16n16k16_dim8x8_tba2_array, 0},
+    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2", small_c_m17n17k17_dim6x6_tba2_strided, small_c_m17n17k17_dim6x6_tba2_array, 0},
+    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba4", small_c_m18n18k18_dim6x9_tba4_strided, small_c_m18n18k18_dim6x9_tba4_array, 0},
+    {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2", small_c_m19n19k19_dim10x19_tba2_strided, small_c_m19n19k19_dim10x19_tba2_array, 0},
+    {20, 20, 20, 75, "small_c_m20n20k20_dim5x5_tba2", small_c_m20n20k20_dim5x5_tba2_strided, small_c_m20n20k20_dim5x5_tba2_array, 0},
+    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2", small_c_m21n21k21_dim11x7_tba2_strided, small_c_m21n21k21_dim11x7_tba2_array, 0},
+    {22, 22, 22, 75, "small_c_m22n22k22_dim11x11_tba1", small_c_m22n22k22_dim11x11_tba1_strided, small_c_m22n22k22_dim11x11_tba1_array, 0},
+    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2", small_c_m23n23k23_dim8x8_tba2_strided, small_c_m23n23k23_dim8x8_tba2_array, 0},
+    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1", small_c_m24n24k24_dim8x12_tba1_strided, small_c_m24n24k24_dim8x12_tba1_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba2", small_c_m25n25k25_dim9x7_tba2_strided, small_c_m25n25k25_dim9x7_tba2_array, 0},
+    {26, 26, 26, 75, "small_c_m26n26k26_dim13x13_tba1", small_c_m26n26k26_dim13x13_tba1_strided, small_c_m26n26k26_dim13x13_tba1_array, 0},
+    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba2", small_c_m27n27k27_dim9x7_tba2_strided, small_c_m27n27k27_dim9x7_tba2_array, 0},
+    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba2", small_c_m28n28k28_dim14x14_tba2_strided, small_c_m28n28k28_dim14x14_tba2_array, 0},
+    {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2", small_c_m29n29k29_dim8x10_tba2_strided, small_c_m29n29k29_dim8x10_tba2_array, 0},
+    {30, 30, 30, 75, "small_c_m30n30k30_dim15x10_tba1", small_c_m30n30k30_dim15x10_tba1_strided, small_c_m30n30k30_dim15x10_tba1_array, 0},
+    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2", small_c_m31n31k31_dim8x8_tba2_strided, small_c_m31n31k31_dim8x8_tba2_array, 0},
+    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba1", small_c_m32n32k32_dim16x16_tba1_strided, small_c_m32n32k32_dim16x16_tba1_array, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
-    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba256", small_z_m1n1k1_dim1x1_tba256_strided, small_z_m1n1k1_dim1x1_tba256_array},
-    {2, 2, 2, 75, "small_z_m2n2k2_dim2x1_tba256", small_z_m2n2k2_dim2x1_tba256_strided, small_z_m2n2k2_dim2x1_tba256_array},
-    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16", small_z_m3n3k3_dim3x3_tba16_strided, small_z_m3n3k3_dim3x3_tba16_array},
-    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8", small_z_m4n4k4_dim4x4_tba8_strided, small_z_m4n4k4_dim4x4_tba8_array},
-    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2", small_z_m5n5k5_dim5x5_tba2_strided, small_z_m5n5k5_dim5x5_tba2_array},
-    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba8", small_z_m6n6k6_dim6x3_tba8_strided, small_z_m6n6k6_dim6x3_tba8_array},
-    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1", small_z_m7n7k7_dim7x7_tba1_strided, small_z_m7n7k7_dim7x7_tba1_array},
-    {8, 8, 8, 75, "small_z_m8n8k8_dim8x8_tba2", small_z_m8n8k8_dim8x8_tba2_strided, small_z_m8n8k8_dim8x8_tba2_array},
-    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2", small_z_m9n9k9_dim5x9_tba2_strided, small_z_m9n9k9_dim5x9_tba2_array},
-    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1", small_z_m10n10k10_dim10x5_tba1_strided, small_z_m10n10k10_dim10x5_tba1_array},
-    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba1", small_z_m11n11k11_dim6x11_tba1_strided, small_z_m11n11k11_dim6x11_tba1_array},
-    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2", small_z_m12n12k12_dim12x6_tba2_strided, small_z_m12n12k12_dim12x6_tba2_array},
-    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1", small_z_m13n13k13_dim7x13_tba1_strided, small_z_m13n13k13_dim7x13_tba1_array},
-    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1", small_z_m14n14k14_dim14x7_tba1_strided, small_z_m14n14k14_dim14x7_tba1_array},
-    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1", small_z_m15n15k15_dim8x8_tba1_strided, small_z_m15n15k15_dim8x8_tba1_array},
-    {16, 16, 16, 75, "small_z_m16n16k16_dim8x8_tba1", small_z_m16n16k16_dim8x8_tba1_strided, small_z_m16n16k16_dim8x8_tba1_array},
-    {17, 17, 17, 75, "small_z_m17n17k17_dim17x9_tba1", small_z_m17n17k17_dim17x9_tba1_strided, small_z_m17n17k17_dim17x9_tba1_array},
-    {18, 18, 18, 75, "small_z_m18n18k18_dim18x9_tba1", small_z_m18n18k18_dim18x9_tba1_strided, small_z_m18n18k18_dim18x9_tba1_array},
-    {19, 19, 19, 75, "small_z_m19n19k19_dim19x10_tba1", small_z_m19n19k19_dim19x10_tba1_strided, small_z_m19n19k19_dim19x10_tba1_array},
-    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba1", small_z_m20n20k20_dim20x10_tba1_strided, small_z_m20n20k20_dim20x10_tba1_array},
-    {21, 21, 21, 75, "small_z_m21n21k21_dim21x11_tba1", small_z_m21n21k21_dim21x11_tba1_strided, small_z_m21n21k21_dim21x11_tba1_array},
-    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba1", small_z_m22n22k22_dim22x11_tba1_strided, small_z_m22n22k22_dim22x11_tba1_array},
-    {23, 23, 23, 75, "small_z_m23n23k23_dim23x12_tba1", small_z_m23n23k23_dim23x12_tba1_strided, small_z_m23n23k23_dim23x12_tba1_array},
-    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1", small_z_m24n24k24_dim24x12_tba1_strided, small_z_m24n24k24_dim24x12_tba1_array},
-    {25, 25, 25, 75, "small_z_m25n25k25_dim25x13_tba1", small_z_m25n25k25_dim25x13_tba1_strided, small_z_m25n25k25_dim25x13_tba1_array},
-    {26, 26, 26, 75, "small_z_m26n26k26_dim26x13_tba1", small_z_m26n26k26_dim26x13_tba1_strided, small_z_m26n26k26_dim26x13_tba1_array},
-    {27, 27, 27, 75, "small_z_m27n27k27_dim27x14_tba1", small_z_m27n27k27_dim27x14_tba1_strided, small_z_m27n27k27_dim27x14_tba1_array},
-    {28, 28, 28, 75, "small_z_m28n28k28_dim28x14_tba1", small_z_m28n28k28_dim28x14_tba1_strided, small_z_m28n28k28_dim28x14_tba1_array},
-    {29, 29, 29, 75, "small_z_m29n29k29_dim29x15_tba1", small_z_m29n29k29_dim29x15_tba1_strided, small_z_m29n29k29_dim29x15_tba1_array},
-    {30, 30, 30, 75, "small_z_m30n30k30_dim30x15_tba1", small_z_m30n30k30_dim30x15_tba1_strided, small_z_m30n30k30_dim30x15_tba1_array},
-    {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1", small_z_m31n31k31_dim16x16_tba1_strided, small_z_m31n31k31_dim16x16_tba1_array},
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1", small_z_m32n32k32_dim16x16_tba1_strided, small_z_m32n32k32_dim16x16_tba1_array},
+    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba256", small_z_m1n1k1_dim1x1_tba256_strided, small_z_m1n1k1_dim1x1_tba256_array, 0},
+    {2, 2, 2, 75, "small_z_m2n2k2_dim2x1_tba256", small_z_m2n2k2_dim2x1_tba256_strided, small_z_m2n2k2_dim2x1_tba256_array, 0},
+    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16", small_z_m3n3k3_dim3x3_tba16_strided, small_z_m3n3k3_dim3x3_tba16_array, 0},
+    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8", small_z_m4n4k4_dim4x4_tba8_strided, small_z_m4n4k4_dim4x4_tba8_array, 0},
+    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2", small_z_m5n5k5_dim5x5_tba2_strided, small_z_m5n5k5_dim5x5_tba2_array, 0},
+    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba8", small_z_m6n6k6_dim6x3_tba8_strided, small_z_m6n6k6_dim6x3_tba8_array, 0},
+    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1", small_z_m7n7k7_dim7x7_tba1_strided, small_z_m7n7k7_dim7x7_tba1_array, 0},
+    {8, 8, 8, 75, "small_z_m8n8k8_dim8x8_tba2", small_z_m8n8k8_dim8x8_tba2_strided, small_z_m8n8k8_dim8x8_tba2_array, 0},
+    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2", small_z_m9n9k9_dim5x9_tba2_strided, small_z_m9n9k9_dim5x9_tba2_array, 0},
+    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1", small_z_m10n10k10_dim10x5_tba1_strided, small_z_m10n10k10_dim10x5_tba1_array, 0},
+    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba1", small_z_m11n11k11_dim6x11_tba1_strided, small_z_m11n11k11_dim6x11_tba1_array, 0},
+    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2", small_z_m12n12k12_dim12x6_tba2_strided, small_z_m12n12k12_dim12x6_tba2_array, 0},
+    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1", small_z_m13n13k13_dim7x13_tba1_strided, small_z_m13n13k13_dim7x13_tba1_array, 0},
+    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1", small_z_m14n14k14_dim14x7_tba1_strided, small_z_m14n14k14_dim14x7_tba1_array, 0},
+    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1", small_z_m15n15k15_dim8x8_tba1_strided, small_z_m15n15k15_dim8x8_tba1_array, 0},
+    {16, 16, 16, 75, "small_z_m16n16k16_dim8x8_tba1", small_z_m16n16k16_dim8x8_tba1_strided, small_z_m16n16k16_dim8x8_tba1_array, 0},
+    {17, 17, 17, 75, "small_z_m17n17k17_dim17x9_tba1", small_z_m17n17k17_dim17x9_tba1_strided, small_z_m17n17k17_dim17x9_tba1_array, 0},
+    {18, 18, 18, 75, "small_z_m18n18k18_dim18x9_tba1", small_z_m18n18k18_dim18x9_tba1_strided, small_z_m18n18k18_dim18x9_tba1_array, 0},
+    {19, 19, 19, 75, "small_z_m19n19k19_dim19x10_tba1", small_z_m19n19k19_dim19x10_tba1_strided, small_z_m19n19k19_dim19x10_tba1_array, 0},
+    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba1", small_z_m20n20k20_dim20x10_tba1_strided, small_z_m20n20k20_dim20x10_tba1_array, 0},
+    {21, 21, 21, 75, "small_z_m21n21k21_dim21x11_tba1", small_z_m21n21k21_dim21x11_tba1_strided, small_z_m21n21k21_dim21x11_tba1_array, 0},
+    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba1", small_z_m22n22k22_dim22x11_tba1_strided, small_z_m22n22k22_dim22x11_tba1_array, 0},
+    {23, 23, 23, 75, "small_z_m23n23k23_dim23x12_tba1", small_z_m23n23k23_dim23x12_tba1_strided, small_z_m23n23k23_dim23x12_tba1_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1", small_z_m24n24k24_dim24x12_tba1_strided, small_z_m24n24k24_dim24x12_tba1_array, 0},
+    {25, 25, 25, 75, "small_z_m25n25k25_dim25x13_tba1", small_z_m25n25k25_dim25x13_tba1_strided, small_z_m25n25k25_dim25x13_tba1_array, 0},
+    {26, 26, 26, 75, "small_z_m26n26k26_dim26x13_tba1", small_z_m26n26k26_dim26x13_tba1_strided, small_z_m26n26k26_dim26x13_tba1_array, 0},
+    {27, 27, 27, 75, "small_z_m27n27k27_dim27x14_tba1", small_z_m27n27k27_dim27x14_tba1_strided, small_z_m27n27k27_dim27x14_tba1_array, 0},
+    {28, 28, 28, 75, "small_z_m28n28k28_dim28x14_tba1", small_z_m28n28k28_dim28x14_tba1_strided, small_z_m28n28k28_dim28x14_tba1_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim29x15_tba1", small_z_m29n29k29_dim29x15_tba1_strided, small_z_m29n29k29_dim29x15_tba1_array, 0},
+    {30, 30, 30, 75, "small_z_m30n30k30_dim30x15_tba1", small_z_m30n30k30_dim30x15_tba1_strided, small_z_m30n30k30_dim30x15_tba1_array, 0},
+    {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1", small_z_m31n31k31_dim16x16_tba1_strided, small_z_m31n31k31_dim16x16_tba1_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1", small_z_m32n32k32_dim16x16_tba1_strided, small_z_m32n32k32_dim16x16_tba1_array, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+};
+
+const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
@@ -1201,6 +1488,47 @@ const char* const kernel_names[] = {
     "small_z_m7n7k7_dim7x7_tba1",
     "small_z_m8n8k8_dim8x8_tba2",
     "small_z_m9n9k9_dim5x9_tba2",
+    "wmmatiny_h_m10n10k16_w2",
+    "wmmatiny_h_m1n1k16_w4",
+    "wmmatiny_h_m2n2k16_w1",
+    "wmmatiny_h_m3n3k16_w2",
+    "wmmatiny_h_m4n4k16_w1",
+    "wmmatiny_h_m5n5k16_w1",
+    "wmmatiny_h_m6n6k16_w1",
+    "wmmatiny_h_m7n7k16_w2",
+    "wmmatiny_h_m8n8k16_w1",
+    "wmmatiny_hc_m1n1k16_w2",
+    "wmmatiny_hc_m2n2k16_w1",
+    "wmmatiny_hc_m3n3k16_w2",
+    "wmmatiny_hc_m4n4k16_w1",
+    "wmmatiny_hc_m5n5k16_w2",
+    "wmmatiny_hc_m6n6k16_w1",
+    "wmmatiny_hc_m7n7k16_w1",
+    "wmmatiny_hc_m8n8k16_w1",
+    "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
+    "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16",
+    "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
+    "wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16",
+    "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16",
+    "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16",
+    "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16",
+    "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16",
+    "wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16",
+    "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16",
+    "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16",
+    "wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32",
+    "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
+    "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16",
+    "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16",
+    "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16",
+    "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16",
+    "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16",
+    "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16",
+    "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16",
+    "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16",
+    "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16",
+    "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16",
+    "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16",
     nullptr,
 };
 
@@ -1238,6 +1566,46 @@ const Entry* find_kernel(const Entry* table, int m, int n, int k, int cc)
             best = e;
     }
     return best ? best : lowest;
+}
+
+// The general entry for this problem, like find_kernel (nullptr when the table is empty).
+template <class Entry>
+const Entry* find_general(const Entry* table, int m, int n, int k, int cc)
+{
+    const int kind = k <= 16 ? 1 : 0;
+    int size = m > n ? m : n;
+    if (kind == 0 && k > size)
+        size = k;
+    const Entry* best = nullptr;
+    const Entry* lowest = nullptr;
+    for (const Entry* e = table; e->name; ++e) {
+        if (e->kind != kind || size < e->lo || (e->hi && size > e->hi))
+            continue;
+        if (!lowest || e->cc < lowest->cc)
+            lowest = e;
+        if (e->cc <= cc && (!best || e->cc > best->cc))
+            best = e;
+    }
+    return best ? best : lowest;
+}
+
+// Which kernel runs: the exact-shape entry unless the tuned general kernel is faster there (or
+// there is no exact entry).  Out: one of the two pointers set, or both null (not generated).
+template <typename S, typename Scalar>
+struct Choice {
+    const SmallEntry<S, Scalar>* exact;
+    const GeneralEntry<S, Scalar>* general;
+};
+
+template <typename S, typename Scalar>
+Choice<S, Scalar> choose(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general,
+                         int m, int n, int k, int cc)
+{
+    const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
+    const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc);
+    if (e && !(e->prefer_general && g))
+        return {e, nullptr};
+    return {nullptr, g};
 }
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
@@ -1286,7 +1654,7 @@ int first_failure(const Check (&checks)[L])
 }
 
 template <typename S, typename Scalar>
-int small_strided(const SmallEntry<S, Scalar>* table, char transa, char transb, int m, int n, int k,
+int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general, char transa, char transb, int m, int n, int k,
                   Scalar alpha, const S* A, int lda, long long strideA, const S* B, int ldb,
                   long long strideB, Scalar beta, S* C, int ldc, long long strideC, int batch,
                   cudaStream_t stream)
@@ -1313,17 +1681,20 @@ int small_strided(const SmallEntry<S, Scalar>* table, char transa, char transb, 
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::strided(A, strideA, B, strideB, C, strideC), m, n, ldc, beta,
                           batch, stream);
-    if (!find_kernel(table, m, n, k, 0))   // known without asking the device
+    if (!find_kernel(table, m, n, k, 0) && !find_general(general, m, n, k, 0))   // known without the device
         return GEMMGEN_NOT_GENERATED;
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
-    const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
-    return e->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc);
+    if (c.exact)
+        return c.exact->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
+    return c.general->strided(ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+                              batch, stream);
 }
 
 template <typename S, typename Scalar>
-int small_array(const SmallEntry<S, Scalar>* table, char transa, char transb, int m, int n, int k,
+int gemm_array(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general, char transa, char transb, int m, int n, int k,
                 Scalar alpha, const S* const* A, int lda, const S* const* B, int ldb, Scalar beta,
                 S* const* C, int ldc, int batch, cudaStream_t stream)
 {
@@ -1345,13 +1716,15 @@ int small_array(const SmallEntry<S, Scalar>* table, char transa, char transb, in
         return 0;
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::arrays(A, B, C), m, n, ldc, beta, batch, stream);
-    if (!find_kernel(table, m, n, k, 0))   // known without asking the device
+    if (!find_kernel(table, m, n, k, 0) && !find_general(general, m, n, k, 0))   // known without the device
         return GEMMGEN_NOT_GENERATED;
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
-    const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
-    return e->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc);
+    if (c.exact)
+        return c.exact->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
+    return c.general->array(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
 }
 
 }  // namespace
@@ -1381,37 +1754,56 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
         return nullptr;
     const int cc = device_cc();
     if (!std::strcmp(precision, "h")) {
-        const auto* e = find_kernel(small_h, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_h, general_h, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
-        const auto* e = find_kernel(small_hc, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_hc, general_hc, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "s")) {
-        const auto* e = find_kernel(small_s, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_s, general_s, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "d")) {
-        const auto* e = find_kernel(small_d, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_d, general_d, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "c")) {
-        const auto* e = find_kernel(small_c, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_c, general_c, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "z")) {
-        const auto* e = find_kernel(small_z, m, n, k, cc);
-        return e ? e->name : nullptr;
+        const auto c = choose(small_z, general_z, m, n, k, cc);
+        return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     return nullptr;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 192; }
+extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
+{
+    if (!precision)
+        return 0;
+    if (!std::strcmp(precision, "h"))
+        return find_kernel(small_h, m, n, k, 0) != nullptr || find_general(general_h, m, n, k, 0) != nullptr;
+    if (!std::strcmp(precision, "hc"))
+        return find_kernel(small_hc, m, n, k, 0) != nullptr || find_general(general_hc, m, n, k, 0) != nullptr;
+    if (!std::strcmp(precision, "s"))
+        return find_kernel(small_s, m, n, k, 0) != nullptr || find_general(general_s, m, n, k, 0) != nullptr;
+    if (!std::strcmp(precision, "d"))
+        return find_kernel(small_d, m, n, k, 0) != nullptr || find_general(general_d, m, n, k, 0) != nullptr;
+    if (!std::strcmp(precision, "c"))
+        return find_kernel(small_c, m, n, k, 0) != nullptr || find_general(general_c, m, n, k, 0) != nullptr;
+    if (!std::strcmp(precision, "z"))
+        return find_kernel(small_z, m, n, k, 0) != nullptr || find_general(general_z, m, n, k, 0) != nullptr;
+    return 0;
+}
+
+extern "C" int gemmgen_kernel_count(void) { return 233; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 192) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 233) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -1420,7 +1812,7 @@ extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, in
     float beta, __half* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_h, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_h, general_h, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1429,7 +1821,7 @@ extern "C" int gemmgen_hgemm_batched(char transa, char transb, int m, int n, int
     const __half* const* B, int ldb,
     float beta, __half* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_h, general_h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 
@@ -1439,7 +1831,7 @@ extern "C" int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, i
     cuFloatComplex beta, __half2* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_hc, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_hc, general_hc, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1448,7 +1840,7 @@ extern "C" int gemmgen_hcgemm_batched(char transa, char transb, int m, int n, in
     const __half2* const* B, int ldb,
     cuFloatComplex beta, __half2* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_hc, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_hc, general_hc, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 
@@ -1458,7 +1850,7 @@ extern "C" int gemmgen_sgemm_batched_strided(char transa, char transb, int m, in
     float beta, float* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_s, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_s, general_s, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1467,7 +1859,7 @@ extern "C" int gemmgen_sgemm_batched(char transa, char transb, int m, int n, int
     const float* const* B, int ldb,
     float beta, float* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_s, general_s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 
@@ -1477,7 +1869,7 @@ extern "C" int gemmgen_dgemm_batched_strided(char transa, char transb, int m, in
     double beta, double* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_d, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_d, general_d, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1486,7 +1878,7 @@ extern "C" int gemmgen_dgemm_batched(char transa, char transb, int m, int n, int
     const double* const* B, int ldb,
     double beta, double* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_d, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_d, general_d, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 
@@ -1496,7 +1888,7 @@ extern "C" int gemmgen_cgemm_batched_strided(char transa, char transb, int m, in
     cuFloatComplex beta, cuFloatComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_c, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_c, general_c, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1505,7 +1897,7 @@ extern "C" int gemmgen_cgemm_batched(char transa, char transb, int m, int n, int
     const cuFloatComplex* const* B, int ldb,
     cuFloatComplex beta, cuFloatComplex* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_c, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_c, general_c, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 
@@ -1515,7 +1907,7 @@ extern "C" int gemmgen_zgemm_batched_strided(char transa, char transb, int m, in
     cuDoubleComplex beta, cuDoubleComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return small_strided(small_z, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_z, general_z, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -1524,7 +1916,7 @@ extern "C" int gemmgen_zgemm_batched(char transa, char transb, int m, int n, int
     const cuDoubleComplex* const* B, int ldb,
     cuDoubleComplex beta, cuDoubleComplex* const* C, int ldc, int batch, cudaStream_t stream)
 {
-    return small_array(small_z, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+    return gemm_array(small_z, general_z, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
                        batch, stream);
 }
 

@@ -19,31 +19,43 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     constexpr bool COMPLEX = true;
     const char ta = gemmgen::normalize_trans(transa, COMPLEX);
     const char tb = gemmgen::normalize_trans(transb, COMPLEX);
-    switch (gemmgen::trans_code(ta, tb)) {    case gemmgen::trans_code('N', 'N'):
+    switch (gemmgen::trans_code(ta, tb)) {
+    case gemmgen::trans_code('N', 'N'):
         return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('N', 'T'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('N', 'T'):
         return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('N', 'C'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('N', 'C'):
         return gemmgen::launch_small<S, M, N, K, 'N', 'C', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('T', 'N'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('T', 'N'):
         return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('T', 'T'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('T', 'T'):
         return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('T', 'C'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('T', 'C'):
         return gemmgen::launch_small<S, M, N, K, 'T', 'C', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('C', 'N'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('C', 'N'):
         return gemmgen::launch_small<S, M, N, K, 'C', 'N', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('C', 'T'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('C', 'T'):
         return gemmgen::launch_small<S, M, N, K, 'C', 'T', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    case gemmgen::trans_code('C', 'C'):
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    case gemmgen::trans_code('C', 'C'):
         return gemmgen::launch_small<S, M, N, K, 'C', 'C', DIM_M, DIM_N, TBA>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);    default:
+            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
     }
 }
 
 }  // namespace
 
+// Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
+// so the dispatch table can hold either.
 extern "C" int small_c_m6n6k6_dim2x3_tba8_strided(
     char transa, char transb, Scalar alpha,
     const S* A, int lda, long long strideA, const S* B, int ldb, long long strideB,
