@@ -13,6 +13,9 @@ def median_time_ms(launch: Callable[[int], None], launches_per_graph: int = 10, 
     replayed `repeats` times between events."""
     import cupy as cp
 
+    # The inputs (and pointer arrays) were made on the legacy default stream, which a non-blocking
+    # stream does not wait for: without this, the first launches can read pointers not yet written.
+    cp.cuda.runtime.deviceSynchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     graph = None
     with stream:
