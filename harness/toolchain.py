@@ -12,16 +12,32 @@ class ToolchainError(RuntimeError):
     pass
 
 
-def _wheel_nvcc_candidates() -> list[Path]:
-    """nvcc as installed by the nvidia-cuda-nvcc wheel (cu12 layout nvidia/cuda_nvcc/bin, cu13
+def _wheel_candidates(tool: str = "nvcc") -> list[Path]:
+    """A CUDA tool as installed by NVIDIA's PyPI wheels (cu12 layout nvidia/cuda_<x>/bin, cu13
     layout nvidia/cu13/bin), in any site-packages of this interpreter."""
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + sys.path
     found = []
     for root in roots:
         base = Path(root) / "nvidia"
         if base.is_dir():
-            found.extend(sorted(base.glob("*/bin/nvcc")))
+            found.extend(sorted(base.glob(f"*/bin/{tool}")))
     return found
+
+
+def find_cuobjdump() -> Path:
+    """cuobjdump beside nvcc, on PATH, or from the nvidia-cuda-cuobjdump wheel (the dev extra)."""
+    candidates = []
+    try:
+        candidates.append(find_nvcc().parent / "cuobjdump")
+    except ToolchainError:
+        pass
+    if shutil.which("cuobjdump"):
+        candidates.append(Path(shutil.which("cuobjdump")))
+    candidates.extend(_wheel_candidates("cuobjdump"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise ToolchainError("cuobjdump not found; install it with: pip install -e '.[dev]'")
 
 
 def find_nvcc() -> Path:
@@ -35,7 +51,7 @@ def find_nvcc() -> Path:
     on_path = shutil.which("nvcc")
     if on_path:
         candidates.append(Path(on_path))
-    candidates.extend(_wheel_nvcc_candidates())
+    candidates.extend(_wheel_candidates())
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return c

@@ -1,0 +1,108 @@
+"""The wmma family without a GPU: §5.8's rules, names, the sweep space, the tuned table's dispatch
+ranges, and that the emitted kernels compile to Tensor Core instructions (cuobjdump on the SASS)."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from generator import wmma
+from generator.manifest import Selection, build_manifest
+from generator.spec import SpecError
+
+GOOD = wmma.WmmaSpec("h", 16, 16, 16, 32, 32, 32, 16, 8, 4)
+
+
+@pytest.mark.parametrize("change, rule", [
+    (dict(tc_m=8, tc_n=8), "tensor core shape"),
+    (dict(blk_m=24), "TC divides BLK"),
+    (dict(dim_x=12, dim_y=8, warps=3), "DIM divides BLK"),
+    (dict(dim_x=4, dim_y=4, warps=1), "full warps"),
+    (dict(warps=2), "warps match threads"),
+    (dict(blk_m=16, blk_n=16, dim_x=16, dim_y=16, warps=8), "no idle warps"),
+    (dict(acc="f64"), "accumulator"),
+    (dict(precision="s"), "precision"),
+    (dict(blk_m=128, blk_n=128, blk_k=64, dim_x=16, dim_y=2, warps=1), "registers"),
+])
+def test_rules_refuse_bad_tuples_naming_the_rule(change, rule):
+    fields = {f: getattr(GOOD, f) for f in GOOD.__dataclass_fields__}
+    fields.update(change)
+    with pytest.raises(SpecError) as err:
+        wmma.WmmaSpec(**fields).validate()
+    assert err.value.rule == rule
+
+
+def test_shared_memory_rule():
+    spec = wmma.WmmaSpec("hc", 16, 16, 16, 128, 128, 64, 32, 8, 8, "f32")
+    with pytest.raises(SpecError) as err:
+        spec.validate("sm_90")
+    assert err.value.rule in ("shared memory", "registers")
+
+
+def test_names_round_trip():
+    for spec in wmma.sweep_space("hc")[::97] + wmma.sweep_space("h")[::131]:
+        assert wmma.WmmaSpec.parse(spec.name) == spec
+    tiny = wmma.WmmaTinySpec("hc", 3, 5, 7, 2)
+    assert wmma.parse_name(tiny.name) == tiny
+    assert tiny.per_op == 3 and tiny.gemms_per_block == 6
+    with pytest.raises(SpecError):
+        wmma.WmmaSpec.parse("wmma_h_tc16x16x16_blk32x32x32_dim16x8_w4")   # accumulator missing
+    with pytest.raises(SpecError):
+        wmma.WmmaTinySpec("h", 17, 4, 4, 1).validate()
+
+
+def test_sweep_space_is_large_and_valid():
+    space = wmma.sweep_space("h")
+    assert len(space) > 1000
+    assert all(s.is_valid("sm_90") for s in space)
+    # the fragment pointers stay 32-byte aligned for every shape: rows of BLK_K + SKEW halves
+    assert all((s.smem_ld * 2) % 16 == 0 and (s.smem_ld // 8) % 2 == 1 for s in space)
+
+
+def test_ranges_cover_every_size_without_gaps():
+    rows = {16: GOOD, 40: wmma.heuristic("h", 64), 64: wmma.heuristic("h", 64)}
+    ranges = wmma.ranges_from_rows("h", "square", 90, rows, "t")
+    assert [(r.lo, r.hi) for r in ranges] == [(1, 16), (17, 0)]
+    covered = [next(r for r in ranges if r.lo <= s and (r.hi == 0 or s <= r.hi)) for s in range(1, 300)]
+    assert len(covered) == 299
+
+
+def test_default_manifest_dispatches_h_and_hc_to_every_family():
+    m = build_manifest(Selection())
+    families = {e.kernel.family for e in m.dispatch if e.precision in ("h", "hc")}
+    assert {"small", "wmmatiny"} <= families
+    assert any(e.prefer_general for e in m.dispatch)
+    assert {r.precision for r in m.wmma_ranges} == {"h", "hc"}
+    for prec in ("h", "hc"):
+        for kind in wmma.KINDS:
+            mine = sorted((r for r in m.wmma_ranges if r.precision == prec and r.kind == kind and r.cc == 75),
+                          key=lambda r: r.lo)
+            assert mine[0].lo == 1 and mine[-1].hi == 0
+            assert all(a.hi + 1 == b.lo for a, b in zip(mine, mine[1:]))
+    # no wmma when neither h nor hc is asked for
+    assert not build_manifest(Selection(precisions=("d",))).wmma_ranges
+
+
+def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
+    """Compile one emitted general kernel and one tiny kernel for sm_90 and read the SASS."""
+    from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
+
+    try:
+        nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
+    except ToolchainError as err:
+        pytest.fail(str(err))
+    generated = Path(__file__).resolve().parent.parent / "generated"
+    listing = json.loads((generated / "manifest.json").read_text())
+    general = listing["wmma"]["kernels"][0]["name"]
+    tiny = next(e["kernel"] for e in listing["dispatch"] if e["kernel"].startswith("wmmatiny_"))
+    for name in (general, tiny):
+        family = name.split("_")[0]
+        source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
+        obj = tmp_path / f"{name}.o"
+        subprocess.run([str(nvcc), "-std=c++14", "-O3", "-arch=sm_90", "-I", str(generated / "include"),
+                        "-I", str(generated / "src"), "-c", str(source), "-o", str(obj)],
+                       check=True, capture_output=True, env=nvcc_environment(nvcc))
+        # cuobjdump runs nvdisasm, which the wheels install beside it
+        sass = subprocess.run([str(cuobjdump), "-sass", str(obj)], check=True, capture_output=True,
+                              text=True, env=nvcc_environment(cuobjdump)).stdout
+        assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
