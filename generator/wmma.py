@@ -122,21 +122,10 @@ class WmmaSpec(Spec):
         return max(self.input_smem_bytes, self.output_smem_bytes)
 
     @property
-    def vec(self) -> int:
-        """Elements per 16-byte chunk, the unit of every global access."""
-        return 8 if self.precision == "h" else 4
-
-    def _chunks_per_thread(self, outer: int) -> int:
-        """16-byte chunks of one operand block a thread holds (the larger of its two storage
-        orientations): DIM_X chunks down a stored column times DIM_Y stored columns."""
-        return max(ceil_div(rows // self.vec, self.dim_x) * (cols // self.dim_y)
-                   for rows, cols in ((outer, self.blk_k), (self.blk_k, outer)))
-
-    @property
     def register_estimate(self) -> int:
-        """32-bit registers per thread: the prefetch chunks of A and B (four each), the
-        accumulators, one A and one B fragment, and ~40 for addresses and the epilogue."""
-        prefetch = 4 * (self._chunks_per_thread(self.blk_m) + self._chunks_per_thread(self.blk_n))
+        """32-bit registers per thread: the prefetch buffers of A and B (one register per element;
+        a __half2 is one), the accumulators, one A and one B fragment, and ~40 for addresses."""
+        prefetch = (self.blk_m + self.blk_n) * self.blk_k // self.threads
         acc = self.fragments * self.tc_m * self.tc_n // 32 * self.acc_bytes // 4 * self.parts
         frags = (self.tc_m + self.tc_n) * self.tc_k // 32 // 2 * (2 if self.parts == 2 else 1)
         return prefetch + max(acc, 1) + frags + 40
@@ -170,7 +159,7 @@ class WmmaSpec(Spec):
                 f"{self.warps - self.tc_tiles} warps without work (§5.4)")
         require(self.register_estimate <= REGISTER_BUDGET, "registers",
                 f"about {self.register_estimate} registers per thread (prefetch of "
-                f"{self._chunks_per_thread(self.blk_m) + self._chunks_per_thread(self.blk_n)} 16-byte chunks, "
+                f"{(self.blk_m + self.blk_n) * self.blk_k // self.threads} elements, "
                 f"{self.fragments} accumulator fragments) exceed {REGISTER_BUDGET}")
         for a in ([arch] if arch else list(ARCHS)):
             limit = ARCHS[a].static_smem_per_block
@@ -258,17 +247,18 @@ def parse_name(name: str):
 
 
 # ---- the sweep space as data ------------------------------------------------------------------------
-SWEEP_BLK_MN = (16, 32, 48, 64, 80, 96, 128)
+SWEEP_BLK_MN = (16, 32, 48, 64, 96, 128)
 SWEEP_BLK_K = (16, 32, 64)
 SWEEP_THREADS = (32, 64, 128, 256)
-# DIM_X counts 16-byte chunks down a column: beyond 16 (256 halves) no block has that many.
-SWEEP_DIM_X = (1, 2, 4, 8, 16)
+# DIM_X below 8 reads fewer than 16 bytes of a column per warp row: never faster, so not swept
+# (the spec still accepts it).
+SWEEP_DIM_X = (8, 16, 32, 64, 128, 256)
 SWEEP_TINY_WARPS = (1, 2, 4, 8)
 
 
 def sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
     """Every eligible tuple: the three Tensor Core shapes, BLK_M/BLK_N from SWEEP_BLK_MN, BLK_K
-    from SWEEP_BLK_K, 1..8 warps in every DIM_X×DIM_Y regrouping with DIM_X ≤ 16, fp32 and fp16
+    from SWEEP_BLK_K, 1..8 warps in every DIM_X×DIM_Y regrouping with DIM_X ≥ 8, fp32 and fp16
     accumulators, filtered by the rules of WmmaSpec.validate."""
     out = []
     for tc_m, tc_n, tc_k in TC_SHAPES:

@@ -5,8 +5,8 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
    bundled a dozen per nvcc call), checked once against a float64 CuPy reference on an odd shape
    with padded leading dimensions, and timed on a coarse grid of square sizes and rank-16
    updates; a tuple is only timed where its blocks are not far larger than the problem;
-2. the best few tuples of every coarse point are timed at every size 1..64 and every 8th size up
-   to 256 where their blocks fit, next to the small-family kernel of that shape (square N ≤ 32, as the
+2. the best few tuples of the two nearest coarse points are timed at every size 1..64 and every
+   8th size up to 256, next to the small-family kernel of that shape (square N ≤ 32, as the
    dispatch would pick it) and the §8.1 tiny-size kernels (N ≤ 16).
 Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
 goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
@@ -38,7 +38,7 @@ from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
 STAGE2_SIZES = tuple(range(1, 65)) + tuple(range(72, 257, 8))
-STAGE2_TOP = 3          # tuples kept from each coarse point for stage 2
+STAGE2_TOP = 3          # tuples kept from each of the two nearest coarse points
 MAX_TUPLES = 12         # wmma tuples per precision in the table (and the default set)
 UNMEASURED = 3.0        # cost of a size where no chosen tuple was timed (the nearest size's decides)
 BUNDLE = 12             # variants per nvcc call in the sweep
@@ -308,14 +308,12 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
         plan = []
         for prec in precisions:
             for kind in wmma.KINDS:
-                # the best few of every coarse point of this precision and kind, timed wherever
-                # their blocks fit (a size between coarse points may prefer another point's tuple)
-                names = sorted({r["name"] for coarse in STAGE1[kind]
-                                for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP]})
-                general_cands = [wmma.WmmaSpec.parse(x) for x in names]
                 for size in STAGE2_SIZES:
                     m, n, k = shape_of(kind, size)
-                    cands = [c for c in general_cands if fits(c, kind, size)]
+                    names = set()
+                    for coarse in _nearest(STAGE1[kind], size):
+                        names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
+                    cands = [wmma.WmmaSpec.parse(x) for x in sorted(names)]
                     if kind == "square" and size <= small.MAX_SIZE:
                         cands.append(smalls[(prec, size)])
                     if size <= wmma.TINY_TC:
@@ -346,6 +344,13 @@ def _spills(spec, built, stem) -> bool:
         if ints[:9] == want or not ints:
             return True
     return False
+
+
+def _nearest(grid, size):
+    """The coarse points on either side of `size` (one when it is outside the grid)."""
+    below = [g for g in grid if g <= size]
+    above = [g for g in grid if g >= size]
+    return sorted({below[-1] if below else grid[0], above[0] if above else grid[-1]})
 
 
 def _best_by_point(rows, device, stage) -> dict[tuple, list[dict]]:
