@@ -268,13 +268,13 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
 @click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_cpu_results.jsonl"),
               show_default=True, help="Append-only results file.")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune_cpu"), show_default=True)
-@click.option("--kilobytes", type=int, default=512, show_default=True,
-              help="Data per timed batch (inside L2: the register blocking is what is measured).")
+@click.option("--batch", type=int, default=10000, show_default=True,
+              help="Entries per timed call, as in `bench cpu` (large sizes then stream from memory).")
 @click.option("--reps", type=int, default=15, show_default=True)
 @click.option("--write-table/--no-write-table", default=True, show_default=True,
               help="Write generator/tuning/cpu_<isa>.json from the results.")
 @click.option("--jobs", "-j", type=int, default=0)
-def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, kilobytes, reps, write_table, jobs):
+def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, batch, reps, write_table, jobs):
     """Sweep the register blocking (mr x nr) of the cpu family on this machine's CPU."""
     from harness.cpu_tune import run_tune
 
@@ -284,7 +284,7 @@ def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, kilobytes, reps
     if isa not in cpu.ISAS:
         raise click.ClickException(f"unknown ISA {isa!r}; choose from {', '.join(cpu.ISAS)}")
     precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
-    sys.exit(run_tune(precs, selection.all_shapes, isa, results, build_dir, kilobytes, reps, write_table, jobs))
+    sys.exit(run_tune(precs, selection.all_shapes, isa, results, build_dir, batch, reps, write_table, jobs))
 
 
 @bench.command("wmma")

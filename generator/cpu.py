@@ -21,6 +21,7 @@ Design, translated from the paper's row-major description to the column-major BL
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -41,22 +42,25 @@ class CpuIsa:
     guard: str         # preprocessor condition under which its sources compile to anything
     target: str        # GCC/clang target attribute its sources are compiled for ("" = baseline)
     description: str
+    widths: tuple[int, ...] = (128,)   # register widths its overloads offer, narrowest first
 
 
 ISAS: dict[str, CpuIsa] = {
     i.name: i
     for i in (
         CpuIsa("generic", 128, 16, "GENERIC", 0, "1", "", "portable C++ (no intrinsics), any CPU"),
-        CpuIsa("avx2", 256, 16, "AVX2", 1, "GEMMGEN_CPU_X86", "avx2,fma", "x86-64 AVX2 + FMA"),
+        CpuIsa("avx2", 256, 16, "AVX2", 1, "GEMMGEN_CPU_X86", "avx2,fma", "x86-64 AVX2 + FMA", (128, 256)),
         CpuIsa("avx512", 512, 32, "AVX512", 2, "GEMMGEN_CPU_X86", "avx512f,avx2,fma",
-               "x86-64 AVX-512F"),
+               "x86-64 AVX-512F", (128, 256, 512)),
         # Advanced SIMD is part of every AArch64 CPU: no target attribute, no runtime check.
         CpuIsa("neon", 128, 32, "NEON", 3, "GEMMGEN_CPU_AARCH64", "", "AArch64 Advanced SIMD"),
     )
 }
 ISA_ORDER = tuple(ISAS)
 
-_NAME = re.compile(r"^cpu_(s|d|c|z)_m(\d+)n(\d+)k(\d+)_(generic|avx2|avx512|neon)_r(\d+)x(\d+)$")
+_NAME = re.compile(r"^cpu_(s|d|c|z)_m(\d+)n(\d+)k(\d+)_(generic|avx2|avx512|neon)_r(\d+)x(\d+)(?:_p(\d+))?$")
+MAX_DISTANCE = 8
+FAST_LOOP_MAX_WORK = 16 ** 3   # m·n·k up to which a kernel has the fast C += A·B loop
 
 
 @dataclass(frozen=True)
@@ -79,22 +83,24 @@ class CpuSpec(Spec):
     isa: str
     mr: int     # SIMD vectors of C's rows per register tile
     nr: int     # columns of C per register tile
+    distance: int = 0   # software prefetch of the batch entry this far ahead (0: none)
 
     family = "cpu"
 
     # ---- identity -------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return f"cpu_{self.precision}_m{self.m}n{self.n}k{self.k}_{self.isa}_r{self.mr}x{self.nr}"
+        suffix = f"_p{self.distance}" if self.distance else ""
+        return f"cpu_{self.precision}_m{self.m}n{self.n}k{self.k}_{self.isa}_r{self.mr}x{self.nr}{suffix}"
 
     @classmethod
     def parse(cls, name: str) -> "CpuSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a cpu-family kernel name "
-                                    "(cpu_<prec>_m<M>n<N>k<K>_<isa>_r<MR>x<NR>)")
-        prec, m, n, k, isa, mr, nr = match.groups()
-        return cls(prec, int(m), int(n), int(k), isa, int(mr), int(nr)).validate()
+                                    "(cpu_<prec>_m<M>n<N>k<K>_<isa>_r<MR>x<NR>[_p<distance>])")
+        prec, m, n, k, isa, mr, nr, distance = match.groups()
+        return cls(prec, int(m), int(n), int(k), isa, int(mr), int(nr), int(distance or 0)).validate()
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -106,10 +112,22 @@ class CpuSpec(Spec):
         return PRECISIONS[self.precision].is_complex
 
     @property
+    def bits(self) -> int:
+        """The register width the kernel computes in: the ISA's own, or on x86 the narrowest
+        width whose vector holds a whole column of C when m is that small (m = 2 doubles or up
+        to 4 floats fit 128 bits: no lane masks, half the bytes per move)."""
+        isa = ISAS[self.isa]
+        elem = PRECISIONS[self.precision].element_bytes
+        for bits in isa.widths:
+            if self.m * elem * 8 <= bits:
+                return bits
+        return isa.bits
+
+    @property
     def lanes(self) -> int:
         """Elements of C (complex ones count once) in one SIMD vector."""
         p = PRECISIONS[self.precision]
-        return ISAS[self.isa].bits // (8 * p.element_bytes)
+        return self.bits // (8 * p.element_bytes)
 
     @property
     def row_vectors(self) -> int:
@@ -121,10 +139,26 @@ class CpuSpec(Spec):
         return self.row_vectors * self.lanes
 
     @property
+    def holds_b(self) -> bool:
+        """Real tiles with nr < mr keep the nr broadcasts of op(B) in registers and load one
+        vector of op(A) at a time; the others keep the mr vectors of op(A) and broadcast one
+        element of op(B) at a time."""
+        return not self.is_complex and self.nr < self.mr
+
+    @property
     def registers_needed(self) -> int:
-        """Accumulators (two per complex C vector: the products with Re b and Im b), the mr
-        vectors of A and one broadcast of B."""
-        return self.mr * self.nr * (2 if self.is_complex else 1) + self.mr + 1
+        """Accumulators (two per complex C vector: the products with Re b and Im b), the operand
+        kept across the tile's inner loop (nr broadcasts of B or mr vectors of A) and the one
+        loaded or broadcast in it."""
+        return self.mr * self.nr * (2 if self.is_complex else 1) + (self.nr if self.holds_b else self.mr) + 1
+
+    @property
+    def fast_loop(self) -> bool:
+        """Small products get a second batch loop for the common call (strided, op(A) = A,
+        alpha = beta = 1) in which the loop's own bookkeeping is folded away; larger ones keep
+        one loop (their arithmetic dwarfs it, and a second copy of the unrolled tiles would
+        double their compile time)."""
+        return self.m * self.n * self.k <= FAST_LOOP_MAX_WORK
 
     def tiles(self) -> tuple[Tile, ...]:
         """The tile list the variant's source unrolls: columns outer, rows inner."""
@@ -150,10 +184,13 @@ class CpuSpec(Spec):
                 f"mr={self.mr} vectors exceed the {self.row_vectors} vectors of m={self.m} "
                 f"({self.lanes} {self.precision} elements per {self.isa} vector)")
         require(1 <= self.nr <= self.n, "tile within C", f"nr={self.nr} must be between 1 and n={self.n}")
+        require(0 <= self.distance <= MAX_DISTANCE, "prefetch distance",
+                f"distance={self.distance} must be between 0 (no software prefetch) and {MAX_DISTANCE}")
         budget = ISAS[self.isa].registers
         require(self.registers_needed <= budget, "registers",
                 f"a {self.mr}x{self.nr} tile needs {self.registers_needed} SIMD registers "
-                f"(accumulators + mr loads of A + 1 broadcast of B); {self.isa} has {budget}")
+                f"(accumulators + {'nr broadcasts of B + 1 vector of A' if self.holds_b else 'mr vectors of A + 1 broadcast of B'}); "
+                f"{self.isa} has {budget}")
         return self
 
 
@@ -187,19 +224,43 @@ def model_cycles(spec: CpuSpec) -> float:
     return total
 
 
+PREFETCH_MIN_BYTES = 4096   # an entry's A, B and C from this size on: prefetch the next entry
+
+
+def default_distance(spec: CpuSpec) -> int:
+    """Untuned prefetch distance: one entry ahead once an entry's operands span a few kB (there
+    a product lasts long enough to hide the next one's misses, and the hardware prefetchers,
+    which do not cross pages, lose track of the interleaved short streams); none below, where
+    the batch streams through the caches fast and the prefetch instructions only cost."""
+    elem = PRECISIONS[spec.precision].element_bytes
+    return 1 if (spec.m * spec.k + spec.k * spec.n + spec.m * spec.n) * elem >= PREFETCH_MIN_BYTES else 0
+
+
+def _rank(spec: CpuSpec):
+    return (model_cycles(spec), spec.registers_needed, -spec.nr, spec.mr)
+
+
 def heuristic(precision: str, m: int, n: int, k: int, isa: str) -> CpuSpec:
     """The untuned choice: the blocking the throughput model prices lowest (ties: fewer
-    registers, then wider nr — more reuse of each vector of A)."""
-    options = candidates(precision, m, n, k, isa)
-    return min(options, key=lambda s: (model_cycles(s), s.registers_needed, -s.nr, s.mr))
+    registers, then wider nr — more reuse of each vector of A), with default_distance."""
+    best = min(candidates(precision, m, n, k, isa), key=_rank)
+    return dataclasses.replace(best, distance=default_distance(best))
 
 
-def sweep_candidates(precision: str, m: int, n: int, k: int, isa: str, limit: int = 8) -> list[CpuSpec]:
-    """What `gemmgen tune cpu` measures: the `limit` blockings the model ranks best (the model
-    is only a filter; the measurement decides), always including the heuristic's choice."""
-    options = sorted(candidates(precision, m, n, k, isa),
-                     key=lambda s: (model_cycles(s), s.registers_needed, -s.nr, s.mr))
-    return sorted(options[:limit])
+SWEEP_DISTANCES = (0, 1, 2, 4)   # the prefetch distances the tuner's second stage measures
+
+
+def sweep_candidates(precision: str, m: int, n: int, k: int, isa: str, limit: int = 12) -> list[CpuSpec]:
+    """The first stage of `gemmgen tune cpu`: the `limit` blockings the model ranks best (the
+    model is only a filter; the measurement decides), each at default_distance; the heuristic's
+    choice is always among them."""
+    options = sorted(candidates(precision, m, n, k, isa), key=_rank)[:limit]
+    return sorted({dataclasses.replace(s, distance=default_distance(s)) for s in options})
+
+
+def distance_candidates(spec: CpuSpec) -> list[CpuSpec]:
+    """The second stage: the first stage's winner at every distance of SWEEP_DISTANCES."""
+    return sorted({dataclasses.replace(spec, distance=d) for d in SWEEP_DISTANCES})
 
 
 def parse_isas(text: str) -> tuple[str, ...]:
@@ -238,7 +299,10 @@ def select(precisions, shapes, isas) -> tuple[list[CpuSpec], list[str]]:
                 row = rows.get((prec, m, n, k))
                 if row is not None:
                     try:
-                        spec = CpuSpec(prec, m, n, k, isa, row["mr"], row["nr"]).validate()
+                        spec = CpuSpec(prec, m, n, k, isa, row["mr"], row["nr"])
+                        # Rows tuned before the prefetch distance existed take the default one.
+                        spec = dataclasses.replace(spec, distance=row.get("distance", default_distance(spec)))
+                        spec = spec.validate()
                     except SpecError as err:
                         notes.append(f"{table_name(isa)} row for {prec} {m}x{n}x{k} refused: {err}")
                 specs.append(spec or heuristic(prec, m, n, k, isa))

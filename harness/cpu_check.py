@@ -21,9 +21,10 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from generator.cpu import CPU_PRECISIONS
+from generator.precision import PRECISIONS
 
 from . import reference as ref
-from .check_small import Case, CaseResult, Prepared, default_cases, edge_cases, prepare, verdict
+from .check_small import Case, CaseResult, Prepared, _scalars, default_cases, edge_cases, prepare, verdict
 
 PRECISION_CODE = {p: i for i, p in enumerate(CPU_PRECISIONS)}
 NOT_GENERATED = 1
@@ -174,9 +175,27 @@ class RunnerExecutor:
 
 
 # ---- the case lists and a whole run -----------------------------------------------------------------
+def accumulate_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]],
+                     rng: np.random.Generator) -> Iterator[Case]:
+    """The kernels' own paths for alpha = 1: C += A·B on a packed strided batch (the fast loop,
+    accumulators started from C) long enough that the prefetch of later entries runs, the same on
+    padded leading dimensions, and alpha = 1 with another beta (accumulators started from beta·C)
+    through both interfaces and a random transpose pair."""
+    for prec, shapes in shapes_by_precision.items():
+        pairs = PRECISIONS[prec].trans_pairs
+        for (m, n, k) in shapes:
+            yield Case(prec, m, n, k, "N", "N", "strided", 45, "accumulate", 1.0, 1.0, pad=0)
+            yield Case(prec, m, n, k, "N", "N", "strided", 12, "accumulate", 1.0, 1.0)
+            _, beta = _scalars(rng, prec)
+            ta, tb = pairs[int(rng.integers(len(pairs)))]
+            for interface in ("strided", "array"):
+                yield Case(prec, m, n, k, ta, tb, interface, 19, "alpha1", 1.0, beta)
+
+
 def cases_for(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: np.random.Generator,
               thorough: bool = True) -> list[Case]:
     cases = list(default_cases(shapes_by_precision, rng, thorough))
+    cases += list(accumulate_cases(shapes_by_precision, rng))
     cases += list(edge_cases([p for p in CPU_PRECISIONS if p in shapes_by_precision]))
     return cases
 
