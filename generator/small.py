@@ -94,8 +94,7 @@ class SmallSpec(Spec):
     @property
     def smem_bytes(self) -> int:
         per_gemm = self.k * self.smem_lda + self.n * self.smem_ldb
-        # + the A and B pointers of the block's GEMMs (pointer-array interface)
-        return self.tba * per_gemm * self.compute_words * 4 + 2 * 8 * self.tba
+        return self.tba * per_gemm * self.compute_words * 4
 
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":
