@@ -94,7 +94,8 @@ class SmallSpec(Spec):
     @property
     def smem_bytes(self) -> int:
         per_gemm = self.k * self.smem_lda + self.n * self.smem_ldb
-        return self.tba * per_gemm * self.compute_words * 4
+        # + the A and B pointers of the block's GEMMs (pointer-array interface)
+        return self.tba * per_gemm * self.compute_words * 4 + 2 * 8 * self.tba
 
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":

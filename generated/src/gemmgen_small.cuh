@@ -83,6 +83,56 @@ __device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
     }
 }
 
+// The pointer-array interface: op(X) of the block's GEMMs from their own matrices, whose
+// addresses were read once per block into `bases` (nullptr past the end of the batch) rather
+// than once per element.  When every matrix of the block is contiguous (ld = stored rows) and
+// 16-byte aligned, and one matrix is whole 16-byte chunks, each thread reads 16 bytes at a time.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, typename R, typename S>
+__device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, int ld)
+{
+    constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
+    constexpr int PER_GEMM = ROWS * COLS;
+    constexpr int VEC = 16 / sizeof(S) > 0 ? 16 / sizeof(S) : 1;
+    constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (PER_GEMM * sizeof(S)) % 16 == 0;
+    if (CAN_VECTORIZE && whole_chunks) {
+        constexpr int PER_GEMM_CHUNKS = PER_GEMM / VEC;
+        constexpr int TOTAL = TBA * PER_GEMM_CHUNKS;
+#pragma unroll
+        for (int it = 0; it < (TOTAL + THREADS - 1) / THREADS; ++it) {
+            const int v = threadIdx.x + it * THREADS;
+            if ((it + 1) * THREADS <= TOTAL || v < TOTAL) {
+                const int g = v / PER_GEMM_CHUNKS, w = v % PER_GEMM_CHUNKS;
+                union { int4 raw; S elem[VEC]; } chunk;
+                chunk.raw = bases[g] ? __ldg(reinterpret_cast<const int4*>(bases[g]) + w) : make_int4(0, 0, 0, 0);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const int e = w * VEC + j, sr = e % STORED_ROWS, sc = e / STORED_ROWS;
+                    const R value = widen_value<OP == 'C'>(chunk.elem[j]);
+                    if (OP == 'N')
+                        s[g * COLS * LDS + sc * LDS + sr] = value;
+                    else
+                        s[g * COLS * LDS + sr * LDS + sc] = value;
+                }
+            }
+        }
+        return;
+    }
+    constexpr int TOTAL = TBA * PER_GEMM;
+#pragma unroll
+    for (int it = 0; it < (TOTAL + THREADS - 1) / THREADS; ++it) {
+        const int e = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= TOTAL || e < TOTAL) {
+            const int g = e / PER_GEMM, r = e % PER_GEMM;
+            const int sr = r % STORED_ROWS, sc = r / STORED_ROWS;
+            const R value = bases[g] ? widen<OP == 'C'>(bases[g] + sr + (long long)sc * ld) : zero<R>();
+            if (OP == 'N')
+                s[g * COLS * LDS + sc * LDS + sr] = value;
+            else
+                s[g * COLS * LDS + sr * LDS + sc] = value;
+        }
+    }
+}
+
 // Stage op(X) with 16-byte loads when the layout allows it (decided once per block, the same for
 // every thread), element by element otherwise.
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, Operand X, typename R, typename S>
@@ -114,6 +164,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     constexpr int LDS_B = K | 1;    // op(B)(l, j) at sB[g][j][l]: odd stride spreads the columns over banks
     __shared__ R sA[TBA * K * LDS_A];
     __shared__ R sB[TBA * N * LDS_B];
+    __shared__ const S* bases[2][TBA];   // pointer-array interface: the block's A and B matrices
 
     const long long first = (long long)blockIdx.x * TBA;
     const int g = threadIdx.x / THREADS_PER_GEMM;
@@ -125,7 +176,22 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     const bool read_c = !is_zero(beta);    // beta = 0: C is never read, NaN in C cannot leak
 
     // Issue every global load before the first use: A and B into shared memory, C into registers.
-    if (use_ab) {
+    if (use_ab && ptrs.A_array) {   // uniform: the interface is a kernel argument
+        bool a_whole = true, b_whole = true;
+        if (threadIdx.x < TBA) {
+            const long long e = first + threadIdx.x;
+            const S* a = e < batch ? ptrs.A_array[e] : nullptr;
+            const S* b = e < batch ? ptrs.B_array[e] : nullptr;
+            bases[0][threadIdx.x] = a;
+            bases[1][threadIdx.x] = b;
+            a_whole = !a || aligned16(a);
+            b_whole = !b || aligned16(b);
+        }
+        a_whole = __syncthreads_and(a_whole) && lda == (TA == 'N' ? M : K);
+        b_whole = __syncthreads_and(b_whole) && ldb == (TB == 'N' ? K : N);
+        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA>(sA, bases[0], a_whole, lda);
+        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA>(sB, bases[1], b_whole, ldb);
+    } else if (use_ab) {
         stage<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
         stage<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
     }
