@@ -176,7 +176,11 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     const bool read_c = !is_zero(beta);    // beta = 0: C is never read, NaN in C cannot leak
 
     // Issue every global load before the first use: A and B into shared memory, C into registers.
-    if (use_ab && ptrs.A_array) {   // uniform: the interface is a kernel argument
+    // Pointer-array interface (a uniform branch: the interface is a kernel argument), for shapes
+    // whose matrices are whole 16-byte chunks; other shapes keep the element-wise path below,
+    // which measured faster for them than the table and its extra barrier.
+    constexpr bool ARRAY_CHUNKS = (M * K * sizeof(S)) % 16 == 0 && (K * N * sizeof(S)) % 16 == 0;
+    if (ARRAY_CHUNKS && use_ab && ptrs.A_array) {
         bool a_whole = true, b_whole = true;
         if (threadIdx.x < TBA) {
             const long long e = first + threadIdx.x;
