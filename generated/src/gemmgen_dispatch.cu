@@ -402,9 +402,9 @@ extern "C" int small_hc_m11n11k11_dim4x3_tba8_strided(char, char, cuFloatComplex
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m11n11k11_dim4x3_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x3_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m12n12k12_dim4x4_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x3_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m12n12k12_dim4x4_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m13n13k13_dim4x4_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -454,9 +454,9 @@ extern "C" int small_hc_m23n23k23_dim6x8_tba4_strided(char, char, cuFloatComplex
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k23_dim6x8_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x6_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m24n24k24_dim8x8_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x6_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m24n24k24_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m25n25k25_dim7x9_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -610,9 +610,9 @@ extern "C" int small_s_m2n2k2_dim1x1_tba64_strided(char, char, float, const floa
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba64_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim8x8_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m30n30k30_dim10x15_tba1_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim8x8_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m30n30k30_dim10x15_tba1_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m31n31k31_dim11x8_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -1066,7 +1066,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4", small_hc_m9n9k9_dim5x3_tba4_strided, small_hc_m9n9k9_dim5x3_tba4_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8", small_hc_m10n10k10_dim5x5_tba8_strided, small_hc_m10n10k10_dim5x5_tba8_array, 0},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8", small_hc_m11n11k11_dim4x3_tba8_strided, small_hc_m11n11k11_dim4x3_tba8_array, 0},
-    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x3_tba8", small_hc_m12n12k12_dim4x3_tba8_strided, small_hc_m12n12k12_dim4x3_tba8_array, 0},
+    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba2", small_hc_m12n12k12_dim4x4_tba2_strided, small_hc_m12n12k12_dim4x4_tba2_array, 0},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4", small_hc_m13n13k13_dim4x4_tba4_strided, small_hc_m13n13k13_dim4x4_tba4_array, 0},
     {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2", small_hc_m14n14k14_dim4x4_tba2_strided, small_hc_m14n14k14_dim4x4_tba2_array, 0},
     {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4", small_hc_m15n15k15_dim8x8_tba4_strided, small_hc_m15n15k15_dim8x8_tba4_array, 1},
@@ -1078,7 +1078,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4", small_hc_m21n21k21_dim11x11_tba4_strided, small_hc_m21n21k21_dim11x11_tba4_array, 1},
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1", small_hc_m22n22k22_dim8x8_tba1_strided, small_hc_m22n22k22_dim8x8_tba1_array, 1},
     {23, 23, 23, 75, "small_hc_m23n23k23_dim6x8_tba4", small_hc_m23n23k23_dim6x8_tba4_strided, small_hc_m23n23k23_dim6x8_tba4_array, 1},
-    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x6_tba2", small_hc_m24n24k24_dim8x6_tba2_strided, small_hc_m24n24k24_dim8x6_tba2_array, 1},
+    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2", small_hc_m24n24k24_dim8x8_tba2_strided, small_hc_m24n24k24_dim8x8_tba2_array, 1},
     {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4", small_hc_m25n25k25_dim7x9_tba4_strided, small_hc_m25n25k25_dim7x9_tba4_array, 1},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1", small_hc_m26n26k26_dim7x9_tba1_strided, small_hc_m26n26k26_dim7x9_tba1_array, 1},
     {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
@@ -1165,7 +1165,7 @@ const SmallEntry<float, float> small_s[] = {
     {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4", small_s_m27n27k27_dim7x9_tba4_strided, small_s_m27n27k27_dim7x9_tba4_array, 0},
     {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1", small_s_m28n28k28_dim7x7_tba1_strided, small_s_m28n28k28_dim7x7_tba1_array, 0},
     {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array, 0},
-    {30, 30, 30, 75, "small_s_m30n30k30_dim8x8_tba2", small_s_m30n30k30_dim8x8_tba2_strided, small_s_m30n30k30_dim8x8_tba2_array, 0},
+    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba1", small_s_m30n30k30_dim10x15_tba1_strided, small_s_m30n30k30_dim10x15_tba1_array, 0},
     {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4", small_s_m31n31k31_dim11x8_tba4_strided, small_s_m31n31k31_dim11x8_tba4_array, 0},
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
@@ -1394,7 +1394,7 @@ const char* const kernel_names[] = {
     "small_h_m9n9k9_dim3x5_tba8",
     "small_hc_m10n10k10_dim5x5_tba8",
     "small_hc_m11n11k11_dim4x3_tba8",
-    "small_hc_m12n12k12_dim4x3_tba8",
+    "small_hc_m12n12k12_dim4x4_tba2",
     "small_hc_m13n13k13_dim4x4_tba4",
     "small_hc_m14n14k14_dim4x4_tba2",
     "small_hc_m15n15k15_dim8x8_tba4",
@@ -1407,7 +1407,7 @@ const char* const kernel_names[] = {
     "small_hc_m21n21k21_dim11x11_tba4",
     "small_hc_m22n22k22_dim8x8_tba1",
     "small_hc_m23n23k23_dim6x8_tba4",
-    "small_hc_m24n24k24_dim8x6_tba2",
+    "small_hc_m24n24k24_dim8x8_tba2",
     "small_hc_m25n25k25_dim7x9_tba4",
     "small_hc_m26n26k26_dim7x9_tba1",
     "small_hc_m27n27k27_dim9x14_tba1",
@@ -1446,7 +1446,7 @@ const char* const kernel_names[] = {
     "small_s_m28n28k28_dim7x7_tba1",
     "small_s_m29n29k29_dim10x10_tba4",
     "small_s_m2n2k2_dim1x1_tba64",
-    "small_s_m30n30k30_dim8x8_tba2",
+    "small_s_m30n30k30_dim10x15_tba1",
     "small_s_m31n31k31_dim11x8_tba4",
     "small_s_m32n32k32_dim8x8_tba1",
     "small_s_m3n3k3_dim1x1_tba32",

@@ -92,22 +92,68 @@
 #define GEMMGEN_INLINE __forceinline
 #endif
 
+#if defined(__GNUC__)
+#define GEMMGEN_PREFETCH(p) __builtin_prefetch(p, 0, 3)
+#elif defined(_M_X64) || defined(_M_IX86)
+#define GEMMGEN_PREFETCH(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0)
+#else
+#define GEMMGEN_PREFETCH(p) ((void)(p))
+#endif
+
 GEMMGEN_CPU_TARGET_BEGIN
 
 namespace gemmgen_cpu {
 namespace GEMMGEN_CPU_ISA {
 
-using width = std::integral_constant<int, GEMMGEN_CPU_BITS>;
+// The register width is a template parameter of the kernel body: an ISA offers its full width
+// and, on x86, the narrower ones (a 2 x 2 double matrix or a 4-row float one fits 128 bits, and
+// its columns need no lane masks there).  std::integral_constant<int, bits> picks the overloads.
+template <int BITS>
+using wtag = std::integral_constant<int, BITS>;
 
-#if defined(GEMMGEN_CPU_ISA_AVX2)
-// ---- AVX2 + FMA: 16 registers of 256 bits ---------------------------------------------------
+#if defined(GEMMGEN_CPU_ISA_AVX2) || defined(GEMMGEN_CPU_ISA_AVX512)
+// ---- 128 bits (VEX-encoded SSE + FMA): partial vectors through 32/64-bit moves -------------
+GEMMGEN_INLINE __m128d set1(double x, wtag<128>) { return _mm_set1_pd(x); }
+GEMMGEN_INLINE __m128d load(const double* p, wtag<128>) { return _mm_loadu_pd(p); }
+GEMMGEN_INLINE __m128d load_n(const double* p, int, wtag<128>) { return _mm_load_sd(p); }
+GEMMGEN_INLINE void store(double* p, __m128d v) { _mm_storeu_pd(p, v); }
+GEMMGEN_INLINE void store_n(double* p, __m128d v, int) { _mm_store_sd(p, v); }
+GEMMGEN_INLINE __m128d fmadd(__m128d a, __m128d b, __m128d c) { return _mm_fmadd_pd(a, b, c); }
+GEMMGEN_INLINE __m128d mul(__m128d a, __m128d b) { return _mm_mul_pd(a, b); }
+GEMMGEN_INLINE __m128d swap_pairs(__m128d v) { return _mm_permute_pd(v, 0x1); }
+
+GEMMGEN_INLINE __m128 set1(float x, wtag<128>) { return _mm_set1_ps(x); }
+GEMMGEN_INLINE __m128 load(const float* p, wtag<128>) { return _mm_loadu_ps(p); }
+GEMMGEN_INLINE __m128 load_n(const float* p, int n, wtag<128>)
+{
+    if (n == 1)
+        return _mm_load_ss(p);
+    const __m128 lo = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    return n == 2 ? lo : _mm_movelh_ps(lo, _mm_load_ss(p + 2));
+}
+GEMMGEN_INLINE void store(float* p, __m128 v) { _mm_storeu_ps(p, v); }
+GEMMGEN_INLINE void store_n(float* p, __m128 v, int n)
+{
+    if (n == 1) {
+        _mm_store_ss(p, v);
+        return;
+    }
+    _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+    if (n == 3)
+        _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
+}
+GEMMGEN_INLINE __m128 fmadd(__m128 a, __m128 b, __m128 c) { return _mm_fmadd_ps(a, b, c); }
+GEMMGEN_INLINE __m128 mul(__m128 a, __m128 b) { return _mm_mul_ps(a, b); }
+GEMMGEN_INLINE __m128 swap_pairs(__m128 v) { return _mm_permute_ps(v, 0xB1); }
+
+// ---- 256 bits (AVX2 + FMA) ------------------------------------------------------------------
 // Masks for the last, partial vector of a column: lanes below n are on.
 GEMMGEN_INLINE __m256i mask64(int n) { return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3)); }
 GEMMGEN_INLINE __m256i mask32(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
 
-GEMMGEN_INLINE __m256d set1(double x, width) { return _mm256_set1_pd(x); }
-GEMMGEN_INLINE __m256d load(const double* p, width) { return _mm256_loadu_pd(p); }
-GEMMGEN_INLINE __m256d load_n(const double* p, int n, width) { return _mm256_maskload_pd(p, mask64(n)); }
+GEMMGEN_INLINE __m256d set1(double x, wtag<256>) { return _mm256_set1_pd(x); }
+GEMMGEN_INLINE __m256d load(const double* p, wtag<256>) { return _mm256_loadu_pd(p); }
+GEMMGEN_INLINE __m256d load_n(const double* p, int n, wtag<256>) { return _mm256_maskload_pd(p, mask64(n)); }
 GEMMGEN_INLINE void store(double* p, __m256d v) { _mm256_storeu_pd(p, v); }
 // Partial stores in 128/64/32-bit pieces, not vmaskmov: a masked store is microcoded and costs
 // tens of cycles on AMD Zen, where it made N = 2 and 3 several times slower.  n is a compile-time
@@ -127,9 +173,9 @@ GEMMGEN_INLINE __m256d fmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fm
 GEMMGEN_INLINE __m256d mul(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
 GEMMGEN_INLINE __m256d swap_pairs(__m256d v) { return _mm256_permute_pd(v, 0x5); }
 
-GEMMGEN_INLINE __m256 set1(float x, width) { return _mm256_set1_ps(x); }
-GEMMGEN_INLINE __m256 load(const float* p, width) { return _mm256_loadu_ps(p); }
-GEMMGEN_INLINE __m256 load_n(const float* p, int n, width) { return _mm256_maskload_ps(p, mask32(n)); }
+GEMMGEN_INLINE __m256 set1(float x, wtag<256>) { return _mm256_set1_ps(x); }
+GEMMGEN_INLINE __m256 load(const float* p, wtag<256>) { return _mm256_loadu_ps(p); }
+GEMMGEN_INLINE __m256 load_n(const float* p, int n, wtag<256>) { return _mm256_maskload_ps(p, mask32(n)); }
 GEMMGEN_INLINE void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 GEMMGEN_INLINE void store_n(float* p, __m256 v, int n)
 {
@@ -152,21 +198,22 @@ GEMMGEN_INLINE void store_n(float* p, __m256 v, int n)
 GEMMGEN_INLINE __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 GEMMGEN_INLINE __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 GEMMGEN_INLINE __m256 swap_pairs(__m256 v) { return _mm256_permute_ps(v, 0xB1); }
+#endif
 
-#elif defined(GEMMGEN_CPU_ISA_AVX512)
+#if defined(GEMMGEN_CPU_ISA_AVX512)
 // ---- AVX-512F: 32 registers of 512 bits, native lane masks ----------------------------------
-GEMMGEN_INLINE __m512d set1(double x, width) { return _mm512_set1_pd(x); }
-GEMMGEN_INLINE __m512d load(const double* p, width) { return _mm512_loadu_pd(p); }
-GEMMGEN_INLINE __m512d load_n(const double* p, int n, width) { return _mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1u), p); }
+GEMMGEN_INLINE __m512d set1(double x, wtag<512>) { return _mm512_set1_pd(x); }
+GEMMGEN_INLINE __m512d load(const double* p, wtag<512>) { return _mm512_loadu_pd(p); }
+GEMMGEN_INLINE __m512d load_n(const double* p, int n, wtag<512>) { return _mm512_maskz_loadu_pd((__mmask8)((1u << n) - 1u), p); }
 GEMMGEN_INLINE void store(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
 GEMMGEN_INLINE void store_n(double* p, __m512d v, int n) { _mm512_mask_storeu_pd(p, (__mmask8)((1u << n) - 1u), v); }
 GEMMGEN_INLINE __m512d fmadd(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
 GEMMGEN_INLINE __m512d mul(__m512d a, __m512d b) { return _mm512_mul_pd(a, b); }
 GEMMGEN_INLINE __m512d swap_pairs(__m512d v) { return _mm512_permute_pd(v, 0x55); }
 
-GEMMGEN_INLINE __m512 set1(float x, width) { return _mm512_set1_ps(x); }
-GEMMGEN_INLINE __m512 load(const float* p, width) { return _mm512_loadu_ps(p); }
-GEMMGEN_INLINE __m512 load_n(const float* p, int n, width) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p); }
+GEMMGEN_INLINE __m512 set1(float x, wtag<512>) { return _mm512_set1_ps(x); }
+GEMMGEN_INLINE __m512 load(const float* p, wtag<512>) { return _mm512_loadu_ps(p); }
+GEMMGEN_INLINE __m512 load_n(const float* p, int n, wtag<512>) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p); }
 GEMMGEN_INLINE void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 GEMMGEN_INLINE void store_n(float* p, __m512 v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v); }
 GEMMGEN_INLINE __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
@@ -176,9 +223,9 @@ GEMMGEN_INLINE __m512 swap_pairs(__m512 v) { return _mm512_permute_ps(v, 0xB1); 
 #elif defined(GEMMGEN_CPU_ISA_NEON)
 // ---- AArch64 Advanced SIMD: 32 registers of 128 bits; no masked loads, so partial vectors go
 // through a small stack array (only the last vector of a column, once per k step or store) ----
-GEMMGEN_INLINE float64x2_t set1(double x, width) { return vdupq_n_f64(x); }
-GEMMGEN_INLINE float64x2_t load(const double* p, width) { return vld1q_f64(p); }
-GEMMGEN_INLINE float64x2_t load_n(const double* p, int n, width)
+GEMMGEN_INLINE float64x2_t set1(double x, wtag<128>) { return vdupq_n_f64(x); }
+GEMMGEN_INLINE float64x2_t load(const double* p, wtag<128>) { return vld1q_f64(p); }
+GEMMGEN_INLINE float64x2_t load_n(const double* p, int n, wtag<128>)
 {
     double t[2] = {0.0, 0.0};
     for (int i = 0; i < n; ++i) t[i] = p[i];
@@ -195,9 +242,9 @@ GEMMGEN_INLINE float64x2_t fmadd(float64x2_t a, float64x2_t b, float64x2_t c) { 
 GEMMGEN_INLINE float64x2_t mul(float64x2_t a, float64x2_t b) { return vmulq_f64(a, b); }
 GEMMGEN_INLINE float64x2_t swap_pairs(float64x2_t v) { return vextq_f64(v, v, 1); }
 
-GEMMGEN_INLINE float32x4_t set1(float x, width) { return vdupq_n_f32(x); }
-GEMMGEN_INLINE float32x4_t load(const float* p, width) { return vld1q_f32(p); }
-GEMMGEN_INLINE float32x4_t load_n(const float* p, int n, width)
+GEMMGEN_INLINE float32x4_t set1(float x, wtag<128>) { return vdupq_n_f32(x); }
+GEMMGEN_INLINE float32x4_t load(const float* p, wtag<128>) { return vld1q_f32(p); }
+GEMMGEN_INLINE float32x4_t load_n(const float* p, int n, wtag<128>)
 {
     float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i = 0; i < n; ++i) t[i] = p[i];
@@ -222,21 +269,21 @@ struct pvec {
     T v[16 / sizeof(T)];
 };
 template <class T>
-GEMMGEN_INLINE pvec<T> set1(T x, width)
+GEMMGEN_INLINE pvec<T> set1(T x, wtag<128>)
 {
     pvec<T> r;
     for (T& e : r.v) e = x;
     return r;
 }
 template <class T>
-GEMMGEN_INLINE pvec<T> load(const T* p, width)
+GEMMGEN_INLINE pvec<T> load(const T* p, wtag<128>)
 {
     pvec<T> r;
     for (int i = 0; i < int(16 / sizeof(T)); ++i) r.v[i] = p[i];
     return r;
 }
 template <class T>
-GEMMGEN_INLINE pvec<T> load_n(const T* p, int n, width)
+GEMMGEN_INLINE pvec<T> load_n(const T* p, int n, wtag<128>)
 {
     pvec<T> r;
     for (int i = 0; i < int(16 / sizeof(T)); ++i) r.v[i] = i < n ? p[i] : T(0);
@@ -281,57 +328,94 @@ GEMMGEN_INLINE pvec<T> swap_pairs(const pvec<T>& v)
 #endif
 
 // ---- The kernel body, written once for every ISA ------------------------------------------------
-template <class T>
-using vec = decltype(set1(T(0), width{}));
+template <class T, int BITS>
+using vec = decltype(set1(T(0), wtag<BITS>{}));
 
-template <class T>
-constexpr int lanes() { return GEMMGEN_CPU_BITS / (8 * int(sizeof(T))); }
+template <class T, int BITS>
+constexpr int lanes() { return BITS / (8 * int(sizeof(T))); }
 
 // (even, odd, even, odd, ...): the per-lane constants of complex arithmetic on interleaved data.
-template <class T>
-GEMMGEN_INLINE vec<T> set_alternating(T even, T odd)
+template <class T, int BITS>
+GEMMGEN_INLINE vec<T, BITS> set_alternating(T even, T odd)
 {
-    alignas(64) T t[lanes<T>()];
-    for (int i = 0; i < lanes<T>(); ++i) t[i] = (i & 1) ? odd : even;
-    return load(t, width{});
+    alignas(64) T t[lanes<T, BITS>()];
+    for (int i = 0; i < lanes<T, BITS>(); ++i) t[i] = (i & 1) ? odd : even;
+    return load(t, wtag<BITS>{});
 }
 
 // alpha and beta broadcast once per batch call.  Complex z·w on interleaved (re, im) lanes:
-// z·w = z·Re(w) + swap(z)·(−Im w, +Im w).
-template <class T, bool CPLX>
+// z·w = z·Re(w) + swap(z)·(−Im w, +Im w).  ACC: the caller knows alpha = beta = 1 (C += op(A)·op(B)),
+// so the tests below fold to constants.
+template <class T, bool CPLX, int BITS, bool ACC = false>
 struct Epilogue {
-    vec<T> alpha, alpha_swapped, beta, beta_swapped, sign;
-    bool beta_zero;
+    using V = vec<T, BITS>;
+    V alpha, alpha_swapped, beta, beta_swapped, sign;
+    bool beta_zero_;
+    // alpha = 1 and beta ≠ 0 (C += A·B, the common case): the accumulators start from beta·C,
+    // loaded before the k loop, so the misses on C overlap with those on A and B and the
+    // epilogue is a plain store.
+    bool c_first_;
+    bool beta_one_;
     T conj_b;   // −1 when op(B) = B^H: multiplies Im(b) as it is broadcast
 
     Epilogue(const T* a, const T* b, bool b0, bool conjugate_b)
-        : alpha(set1(a[0], width{})),
-          alpha_swapped(set_alternating<T>(CPLX ? -a[CPLX] : T(0), CPLX ? a[CPLX] : T(0))),
-          beta(set1(b0 ? T(0) : b[0], width{})),
-          beta_swapped(set_alternating<T>(CPLX && !b0 ? -b[CPLX] : T(0), CPLX && !b0 ? b[CPLX] : T(0))),
-          sign(set_alternating<T>(T(-1), T(1))),
-          beta_zero(b0),
+        : alpha(set1(a[0], wtag<BITS>{})),
+          alpha_swapped(set_alternating<T, BITS>(CPLX ? -a[CPLX] : T(0), CPLX ? a[CPLX] : T(0))),
+          beta(set1(b0 ? T(0) : b[0], wtag<BITS>{})),
+          beta_swapped(set_alternating<T, BITS>(CPLX && !b0 ? -b[CPLX] : T(0), CPLX && !b0 ? b[CPLX] : T(0))),
+          sign(set_alternating<T, BITS>(T(-1), T(1))),
+          beta_zero_(b0),
+          c_first_(!b0 && a[0] == T(1) && (!CPLX || a[CPLX] == T(0))),
+          beta_one_(!b0 && b[0] == T(1) && (!CPLX || b[CPLX] == T(0))),
           conj_b(conjugate_b ? T(-1) : T(1))
     {
     }
 
-    GEMMGEN_INLINE vec<T> scale(vec<T> x, vec<T> re, vec<T> im_swapped) const
+    GEMMGEN_INLINE bool beta_zero() const { return !ACC && beta_zero_; }
+    GEMMGEN_INLINE bool c_first() const { return ACC || c_first_; }
+    GEMMGEN_INLINE bool beta_one() const { return ACC || beta_one_; }
+    GEMMGEN_INLINE V scale(V x, V re, V im_swapped) const
     {
         return CPLX ? fmadd(swap_pairs(x), im_swapped, mul(x, re)) : mul(x, re);
     }
     // alpha·acc + beta·C for one vector of C (C read only when beta ≠ 0).  Real data: one fused
     // alpha·acc + (beta·C), so the epilogue adds two roundings to the product's, not three (the
     // k = 1 products sit right at DESIGN.md's bound 2·k·u).
-    GEMMGEN_INLINE vec<T> apply(vec<T> acc, const T* c, int n) const
+    GEMMGEN_INLINE V apply(V acc, const T* c, int n) const
     {
-        if (beta_zero)
+        if (beta_zero())
             return scale(acc, alpha, alpha_swapped);
-        const vec<T> old = n == lanes<T>() ? load(c, width{}) : load_n(c, n, width{});
+        const V old = n == lanes<T, BITS>() ? load(c, wtag<BITS>{}) : load_n(c, n, wtag<BITS>{});
         if (!CPLX)
             return fmadd(acc, alpha, mul(old, beta));
         return fmadd(old, beta, fmadd(swap_pairs(old), beta_swapped, scale(acc, alpha, alpha_swapped)));
     }
+    // The starting value of an accumulator when c_first: beta·C (C itself when beta = 1).
+    GEMMGEN_INLINE V start(const T* c, int n) const
+    {
+        const V old = n == lanes<T, BITS>() ? load(c, wtag<BITS>{}) : load_n(c, n, wtag<BITS>{});
+        return beta_one() ? old : scale(old, beta, beta_swapped);
+    }
 };
+
+// The lines of the batch entry `distance` ahead (A, B and C spans), prefetched a share per tile
+// so that the next product's misses overlap with this product's arithmetic: the hardware
+// prefetchers do not follow the short, interleaved streams of a small GEMM across pages.
+struct Prefetch {
+    const char* p[3];
+    long long lines[3];
+};
+
+// Tile TI of TN prefetches lines [lines·TI/TN, lines·(TI+1)/TN) of each span.
+template <int TI, int TN>
+GEMMGEN_INLINE void prefetch_share(const Prefetch& pf)
+{
+    GEMMGEN_UNROLL for (int s = 0; s < 3; ++s) {
+        const long long hi = pf.lines[s] * (TI + 1) / TN;
+        for (long long x = pf.lines[s] * TI / TN; x < hi; ++x)
+            GEMMGEN_PREFETCH(pf.p[s] + x * 64);
+    }
+}
 
 // One register tile (§5.3, Algorithm 1): MR vectors of rows × NR columns of C accumulate
 // op(A)(rows, :)·op(B)(:, cols) in registers; each vector of op(A) loaded per k step is reused NR
@@ -343,32 +427,55 @@ struct Epilogue {
 // two accumulators per vector, acc_re += a·Re(b) and acc_im += a·Im(b), combined once at the end:
 // a·b = acc_re + (−1, +1)·swap(acc_im).  The transposes are run-time strides, not template
 // parameters: one instantiation per kernel keeps the emitted set quick to compile.
-template <class T, bool CPLX, int MR, int NR, int LAST, int K>
+template <class T, bool CPLX, int BITS, int MR, int NR, int LAST, int K, int TI, int TN, bool PF, class E>
 inline void tile(const T* a, long long lda, const T* b, long long b_l, long long b_j, T* c, long long ldc,
-                 const Epilogue<T, CPLX>& e)
+                 const E& e, const Prefetch& pf)
 {
     constexpr int CW = CPLX ? 2 : 1;             // reals per element
-    constexpr int W = lanes<T>();                // reals per vector
+    constexpr int W = lanes<T, BITS>();          // reals per vector
     constexpr int LAST_REALS = LAST * CW;
-    using V = vec<T>;
+    constexpr bool HOLD_B = !CPLX && NR < MR;
+    using V = vec<T, BITS>;
     V acc[CPLX ? 2 : 1][MR][NR];
     GEMMGEN_UNROLL for (int h = 0; h < (CPLX ? 2 : 1); ++h)
         GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
             GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
-                acc[h][r][j] = set1(T(0), width{});
+                acc[h][r][j] = set1(T(0), wtag<BITS>{});
+    if (e.c_first()) {
+        GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+            GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
+                acc[0][r][j] = e.start(c + (r * W + j * ldc * CW), r == MR - 1 ? LAST_REALS : W);
+    }
+    if (PF)
+        prefetch_share<TI, TN>(pf);
     for (int l = 0; l < K; ++l) {
+        if (HOLD_B) {
+            // NR < MR (real data): the NR broadcasts stay in registers and each vector of op(A)
+            // is loaded once and used NR times at once, so the tile needs MR·NR + NR + 1
+            // registers instead of MR·NR + MR + 1 (e.g. 4 x 3 in AVX2's sixteen).
+            V bv[NR];
+            GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+                bv[j] = set1(b[(l * b_l + j * b_j) * CW], wtag<BITS>{});
+            GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
+                const T* p = a + (r * W + l * lda * CW);
+                const V av = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, wtag<BITS>{}) : load(p, wtag<BITS>{});
+                GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+                    acc[0][r][j] = fmadd(av, bv[j], acc[0][r][j]);
+            }
+            continue;
+        }
         V av[MR];
         GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
             const T* p = a + (r * W + l * lda * CW);
-            av[r] = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, width{}) : load(p, width{});
+            av[r] = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, wtag<BITS>{}) : load(p, wtag<BITS>{});
         }
         GEMMGEN_UNROLL for (int j = 0; j < NR; ++j) {
             const T* q = b + (l * b_l + j * b_j) * CW;
-            const V re = set1(q[0], width{});
+            const V re = set1(q[0], wtag<BITS>{});
             GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
                 acc[0][r][j] = fmadd(av[r], re, acc[0][r][j]);
             if (CPLX) {
-                const V im = set1(q[CPLX] * e.conj_b, width{});
+                const V im = set1(q[CPLX] * e.conj_b, wtag<BITS>{});
                 GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
                     acc[CPLX][r][j] = fmadd(av[r], im, acc[CPLX][r][j]);
             }
@@ -379,7 +486,7 @@ inline void tile(const T* a, long long lda, const T* b, long long b_l, long long
             T* p = c + (r * W + j * ldc * CW);
             const int n = r == MR - 1 ? LAST_REALS : W;
             const V sum = CPLX ? fmadd(swap_pairs(acc[CPLX][r][j]), e.sign, acc[0][r][j]) : acc[0][r][j];
-            const V out = e.apply(sum, p, n);
+            const V out = e.c_first() ? sum : e.apply(sum, p, n);
             if (n == W)
                 store(p, out);
             else
@@ -406,29 +513,72 @@ GEMMGEN_INLINE void pack_transposed(const T* a, long long lda, bool conjugate, T
 
 // The batch entries [begin, end); `product` is the variant's unrolled tile list.  op(A) = A is
 // read in place, A^T and A^H are packed first (one buffer per call, on the stack).
-template <class T, bool CPLX, int M, int K, int MP, class Product>
+template <class T, bool CPLX, int BITS, int M, int N, int K, int MP, int DISTANCE, bool FAST, class Product>
 void run(const Args& args, long long begin, long long end, Product product)
 {
     constexpr int CW = CPLX ? 2 : 1;
-    const Epilogue<T, CPLX> e(static_cast<const T*>(args.alpha), static_cast<const T*>(args.beta), args.beta_zero,
-                              args.transb == 'C');
+    constexpr long long ES = sizeof(T) * CW;
+    const T* const alpha = static_cast<const T*>(args.alpha);
+    const T* const beta = static_cast<const T*>(args.beta);
+    const Epilogue<T, CPLX, BITS> e(alpha, beta, args.beta_zero, args.transb == 'C');
+    // The arguments the loop reads, as locals: nothing the kernel stores can alias them.
+    const char ta = args.transa;
     const long long b_l = args.transb == 'N' ? 1 : args.ldb;
     const long long b_j = args.transb == 'N' ? args.ldb : 1;
-    const bool packs = args.transa != 'N';
+    const long long lda = args.lda, ldc = args.ldc;
+    const long long sa = args.stride_a * CW, sb = args.stride_b * CW, sc = args.stride_c * CW;
+    const T* const a0 = static_cast<const T*>(args.a);
+    const T* const b0 = static_cast<const T*>(args.b);
+    T* const c0 = static_cast<T*>(args.c);
+    const void* const* const a_array = args.a_array;
+    const void* const* const b_array = args.b_array;
+    void* const* const c_array = args.c_array;
+    const bool strided = !a_array && !b_array && !c_array;
+    // The bytes an entry's op(A), op(B) and C span (C only when it is read), in whole lines.
+    Prefetch pf = {};
+    pf.lines[0] = DISTANCE ? ((ta == 'N' ? K - 1 : M - 1) * lda + (ta == 'N' ? M : K)) * ES / 64 + 1 : 0;
+    pf.lines[1] = DISTANCE ? ((args.transb == 'N' ? N - 1 : K - 1) * args.ldb + (args.transb == 'N' ? K : N)) * ES / 64 + 1 : 0;
+    pf.lines[2] = DISTANCE && !args.beta_zero ? ((N - 1) * ldc + M) * ES / 64 + 1 : 0;
+    // FAST (small products, where the loop's own work is a large share): C += op(A)·op(B) over a
+    // strided batch with op(A) = A, the common call, gets a loop of its own with alpha = beta = 1
+    // known at compile time and the pointers advanced by the strides.
+    if (FAST && strided && ta == 'N' && e.c_first() && e.beta_one()) {
+        const Epilogue<T, CPLX, BITS, true> acc(alpha, beta, false, args.transb == 'C');
+        const T* a = a0 + begin * sa;
+        const T* b = b0 + begin * sb;
+        T* c = c0 + begin * sc;
+        for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc) {
+            if (DISTANCE) {
+                const long long ahead = i + DISTANCE < end ? DISTANCE : 0;
+                pf.p[0] = reinterpret_cast<const char*>(a + ahead * sa);
+                pf.p[1] = reinterpret_cast<const char*>(b + ahead * sb);
+                pf.p[2] = reinterpret_cast<const char*>(c + ahead * sc);
+            }
+            product(a, lda, b, b_l, b_j, c, ldc, acc, pf);
+        }
+        return;
+    }
+    const bool packs = ta != 'N';
     alignas(64) T packed[K * MP * CW];
     if (packs)
         for (T& x : packed) x = T(0);   // the padding rows are read by whole-vector loads
     for (long long i = begin; i < end; ++i) {
-        const T* a = args.a_array ? static_cast<const T*>(args.a_array[i]) : static_cast<const T*>(args.a) + i * args.stride_a * CW;
-        const T* b = args.b_array ? static_cast<const T*>(args.b_array[i]) : static_cast<const T*>(args.b) + i * args.stride_b * CW;
-        T* c = args.c_array ? static_cast<T*>(args.c_array[i]) : static_cast<T*>(args.c) + i * args.stride_c * CW;
-        long long lda = args.lda;
-        if (packs) {
-            pack_transposed<T, CPLX, M, K, MP>(a, lda, args.transa == 'C', packed);
-            a = packed;
-            lda = MP;
+        const T* a = a_array ? static_cast<const T*>(a_array[i]) : a0 + i * sa;
+        const T* b = b_array ? static_cast<const T*>(b_array[i]) : b0 + i * sb;
+        T* c = c_array ? static_cast<T*>(c_array[i]) : c0 + i * sc;
+        if (DISTANCE) {
+            // Past the end of this thread's share the current entry is prefetched again (a no-op).
+            const long long f = i + DISTANCE < end ? i + DISTANCE : i;
+            pf.p[0] = a_array ? static_cast<const char*>(a_array[f]) : reinterpret_cast<const char*>(a0 + f * sa);
+            pf.p[1] = b_array ? static_cast<const char*>(b_array[f]) : reinterpret_cast<const char*>(b0 + f * sb);
+            pf.p[2] = c_array ? static_cast<const char*>(c_array[f]) : reinterpret_cast<const char*>(c0 + f * sc);
         }
-        product(a, lda, b, b_l, b_j, c, args.ldc, e);
+        if (packs) {
+            pack_transposed<T, CPLX, M, K, MP>(a, lda, ta == 'C', packed);
+            product(packed, MP, b, b_l, b_j, c, ldc, e, pf);
+        } else {
+            product(a, lda, b, b_l, b_j, c, ldc, e, pf);
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 // small_c_m16n16k16_dim8x8_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 128 threads, 8448 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 8480 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

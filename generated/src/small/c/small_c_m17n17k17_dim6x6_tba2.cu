@@ -3,7 +3,7 @@
 // small_c_m17n17k17_dim6x6_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 17×17, op(B) 17×17
 //   6×6 threads per GEMM, each owning 3×3 elements of C;
-//   2 GEMM(s) per block of 72 threads, 9248 bytes of shared memory.
+//   2 GEMM(s) per block of 72 threads, 9280 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m18n18k18_dim6x9_tba4
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×9 threads per GEMM, each owning 3×2 elements of C;
-//   4 GEMM(s) per block of 216 threads, 21312 bytes of shared memory.
+//   4 GEMM(s) per block of 216 threads, 21376 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m19n19k19_dim10x19_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   10×19 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 380 threads, 11552 bytes of shared memory.
+//   2 GEMM(s) per block of 380 threads, 11584 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

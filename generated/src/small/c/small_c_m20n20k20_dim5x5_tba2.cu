@@ -3,7 +3,7 @@
 // small_c_m20n20k20_dim5x5_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   5×5 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 50 threads, 13120 bytes of shared memory.
+//   2 GEMM(s) per block of 50 threads, 13152 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

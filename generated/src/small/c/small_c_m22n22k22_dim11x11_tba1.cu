@@ -3,7 +3,7 @@
 // small_c_m22n22k22_dim11x11_tba1
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   11×11 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 121 threads, 7920 bytes of shared memory.
+//   1 GEMM(s) per block of 121 threads, 7936 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m25n25k25_dim9x7_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 25×25, op(B) 25×25
 //   9×7 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 126 threads, 20000 bytes of shared memory.
+//   2 GEMM(s) per block of 126 threads, 20032 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

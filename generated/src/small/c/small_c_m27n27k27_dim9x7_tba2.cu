@@ -3,7 +3,7 @@
 // small_c_m27n27k27_dim9x7_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   9×7 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 126 threads, 23328 bytes of shared memory.
+//   2 GEMM(s) per block of 126 threads, 23360 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

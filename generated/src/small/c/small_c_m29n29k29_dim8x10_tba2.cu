@@ -3,7 +3,7 @@
 // small_c_m29n29k29_dim8x10_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 29×29, op(B) 29×29
 //   8×10 threads per GEMM, each owning 4×3 elements of C;
-//   2 GEMM(s) per block of 160 threads, 26912 bytes of shared memory.
+//   2 GEMM(s) per block of 160 threads, 26944 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

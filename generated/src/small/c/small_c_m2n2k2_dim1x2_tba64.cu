@@ -3,7 +3,7 @@
 // small_c_m2n2k2_dim1x2_tba64
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   1×2 threads per GEMM, each owning 2×1 elements of C;
-//   64 GEMM(s) per block of 128 threads, 5120 bytes of shared memory.
+//   64 GEMM(s) per block of 128 threads, 6144 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

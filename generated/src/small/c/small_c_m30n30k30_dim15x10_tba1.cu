@@ -3,7 +3,7 @@
 // small_c_m30n30k30_dim15x10_tba1
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   15×10 threads per GEMM, each owning 2×3 elements of C;
-//   1 GEMM(s) per block of 150 threads, 14640 bytes of shared memory.
+//   1 GEMM(s) per block of 150 threads, 14656 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

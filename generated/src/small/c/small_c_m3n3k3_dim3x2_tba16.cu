@@ -3,7 +3,7 @@
 // small_c_m3n3k3_dim3x2_tba16
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 3×3, op(B) 3×3
 //   3×2 threads per GEMM, each owning 1×2 elements of C;
-//   16 GEMM(s) per block of 96 threads, 2304 bytes of shared memory.
+//   16 GEMM(s) per block of 96 threads, 2560 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m4n4k4_dim4x2_tba8
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   4×2 threads per GEMM, each owning 1×2 elements of C;
-//   8 GEMM(s) per block of 64 threads, 2304 bytes of shared memory.
+//   8 GEMM(s) per block of 64 threads, 2432 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m5n5k5_dim5x3_tba4
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 5×5, op(B) 5×5
 //   5×3 threads per GEMM, each owning 1×2 elements of C;
-//   4 GEMM(s) per block of 60 threads, 1600 bytes of shared memory.
+//   4 GEMM(s) per block of 60 threads, 1664 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

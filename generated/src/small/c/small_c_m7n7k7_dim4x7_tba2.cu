@@ -3,7 +3,7 @@
 // small_c_m7n7k7_dim4x7_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 7×7, op(B) 7×7
 //   4×7 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 56 threads, 1568 bytes of shared memory.
+//   2 GEMM(s) per block of 56 threads, 1600 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_c_m8n8k8_dim4x8_tba2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   4×8 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 64 threads, 2176 bytes of shared memory.
+//   2 GEMM(s) per block of 64 threads, 2208 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m12n12k12_dim4x6_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 12×12, op(B) 12×12
 //   4×6 threads per GEMM, each owning 3×2 elements of C;
-//   2 GEMM(s) per block of 48 threads, 4800 bytes of shared memory.
+//   2 GEMM(s) per block of 48 threads, 4832 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

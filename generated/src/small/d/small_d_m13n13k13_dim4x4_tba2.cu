@@ -3,7 +3,7 @@
 // small_d_m13n13k13_dim4x4_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 13×13, op(B) 13×13
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 5408 bytes of shared memory.
+//   2 GEMM(s) per block of 32 threads, 5440 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m15n15k15_dim4x4_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 15×15, op(B) 15×15
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 7200 bytes of shared memory.
+//   2 GEMM(s) per block of 32 threads, 7232 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m19n19k19_dim5x5_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   5×5 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 50 threads, 11552 bytes of shared memory.
+//   2 GEMM(s) per block of 50 threads, 11584 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

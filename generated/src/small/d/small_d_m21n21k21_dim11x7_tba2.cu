@@ -3,7 +3,7 @@
 // small_d_m21n21k21_dim11x7_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 21×21, op(B) 21×21
 //   11×7 threads per GEMM, each owning 2×3 elements of C;
-//   2 GEMM(s) per block of 154 threads, 14112 bytes of shared memory.
+//   2 GEMM(s) per block of 154 threads, 14144 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m23n23k23_dim8x8_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 23×23, op(B) 23×23
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   2 GEMM(s) per block of 128 threads, 16928 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 16960 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m24n24k24_dim12x8_tba1
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 24×24, op(B) 24×24
 //   12×8 threads per GEMM, each owning 2×3 elements of C;
-//   1 GEMM(s) per block of 96 threads, 9408 bytes of shared memory.
+//   1 GEMM(s) per block of 96 threads, 9424 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

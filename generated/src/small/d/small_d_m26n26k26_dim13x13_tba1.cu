@@ -3,7 +3,7 @@
 // small_d_m26n26k26_dim13x13_tba1
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   13×13 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 169 threads, 11024 bytes of shared memory.
+//   1 GEMM(s) per block of 169 threads, 11040 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m27n27k27_dim14x9_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   14×9 threads per GEMM, each owning 2×3 elements of C;
-//   2 GEMM(s) per block of 252 threads, 23328 bytes of shared memory.
+//   2 GEMM(s) per block of 252 threads, 23360 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

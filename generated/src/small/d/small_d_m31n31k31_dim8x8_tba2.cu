@@ -3,7 +3,7 @@
 // small_d_m31n31k31_dim8x8_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 31×31, op(B) 31×31
 //   8×8 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 128 threads, 30752 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 30784 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_d_m7n7k7_dim7x4_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 7×7, op(B) 7×7
 //   7×4 threads per GEMM, each owning 1×2 elements of C;
-//   2 GEMM(s) per block of 56 threads, 1568 bytes of shared memory.
+//   2 GEMM(s) per block of 56 threads, 1600 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

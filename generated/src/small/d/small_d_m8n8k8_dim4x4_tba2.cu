@@ -3,7 +3,7 @@
 // small_d_m8n8k8_dim4x4_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 32 threads, 2176 bytes of shared memory.
+//   2 GEMM(s) per block of 32 threads, 2208 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

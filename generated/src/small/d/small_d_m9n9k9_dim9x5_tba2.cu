@@ -3,7 +3,7 @@
 // small_d_m9n9k9_dim9x5_tba2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 9×9, op(B) 9×9
 //   9×5 threads per GEMM, each owning 1×2 elements of C;
-//   2 GEMM(s) per block of 90 threads, 2592 bytes of shared memory.
+//   2 GEMM(s) per block of 90 threads, 2624 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m10n10k10_dim4x4_tba4
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 10×10, op(B) 10×10
 //   4×4 threads per GEMM, each owning 3×3 elements of C;
-//   4 GEMM(s) per block of 64 threads, 3360 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 3424 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m11n11k11_dim4x4_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 11×11, op(B) 11×11
 //   4×4 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 128 threads, 7744 bytes of shared memory.
+//   8 GEMM(s) per block of 128 threads, 7872 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m13n13k13_dim5x7_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 13×13, op(B) 13×13
 //   5×7 threads per GEMM, each owning 3×2 elements of C;
-//   8 GEMM(s) per block of 280 threads, 10816 bytes of shared memory.
+//   8 GEMM(s) per block of 280 threads, 10944 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

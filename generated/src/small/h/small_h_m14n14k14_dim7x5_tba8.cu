@@ -3,7 +3,7 @@
 // small_h_m14n14k14_dim7x5_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   7×5 threads per GEMM, each owning 2×3 elements of C;
-//   8 GEMM(s) per block of 280 threads, 12992 bytes of shared memory.
+//   8 GEMM(s) per block of 280 threads, 13120 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

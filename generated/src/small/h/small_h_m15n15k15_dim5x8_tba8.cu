@@ -3,7 +3,7 @@
 // small_h_m15n15k15_dim5x8_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 15×15, op(B) 15×15
 //   5×8 threads per GEMM, each owning 3×2 elements of C;
-//   8 GEMM(s) per block of 320 threads, 14400 bytes of shared memory.
+//   8 GEMM(s) per block of 320 threads, 14528 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m16n16k16_dim4x4_tba2
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 4224 bytes of shared memory.
+//   2 GEMM(s) per block of 32 threads, 4256 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m18n18k18_dim6x5_tba4
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×5 threads per GEMM, each owning 3×4 elements of C;
-//   4 GEMM(s) per block of 120 threads, 10656 bytes of shared memory.
+//   4 GEMM(s) per block of 120 threads, 10720 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m19n19k19_dim7x7_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   7×7 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 392 threads, 23104 bytes of shared memory.
+//   8 GEMM(s) per block of 392 threads, 23232 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m20n20k20_dim5x5_tba2
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   5×5 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 50 threads, 6560 bytes of shared memory.
+//   2 GEMM(s) per block of 50 threads, 6592 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

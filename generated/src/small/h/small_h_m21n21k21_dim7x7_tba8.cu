@@ -3,7 +3,7 @@
 // small_h_m21n21k21_dim7x7_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 21×21, op(B) 21×21
 //   7×7 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 392 threads, 28224 bytes of shared memory.
+//   8 GEMM(s) per block of 392 threads, 28352 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

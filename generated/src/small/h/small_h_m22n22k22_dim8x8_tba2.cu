@@ -3,7 +3,7 @@
 // small_h_m22n22k22_dim8x8_tba2
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   2 GEMM(s) per block of 128 threads, 7920 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 7952 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

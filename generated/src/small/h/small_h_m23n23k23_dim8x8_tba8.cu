@@ -3,7 +3,7 @@
 // small_h_m23n23k23_dim8x8_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 23×23, op(B) 23×23
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 512 threads, 33856 bytes of shared memory.
+//   8 GEMM(s) per block of 512 threads, 33984 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m25n25k25_dim7x7_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 25×25, op(B) 25×25
 //   7×7 threads per GEMM, each owning 4×4 elements of C;
-//   8 GEMM(s) per block of 392 threads, 40000 bytes of shared memory.
+//   8 GEMM(s) per block of 392 threads, 40128 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m26n26k26_dim7x9_tba2
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   7×9 threads per GEMM, each owning 4×3 elements of C;
-//   2 GEMM(s) per block of 126 threads, 11024 bytes of shared memory.
+//   2 GEMM(s) per block of 126 threads, 11056 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m27n27k27_dim7x7_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   7×7 threads per GEMM, each owning 4×4 elements of C;
-//   8 GEMM(s) per block of 392 threads, 46656 bytes of shared memory.
+//   8 GEMM(s) per block of 392 threads, 46784 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m28n28k28_dim7x7_tba1
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   7×7 threads per GEMM, each owning 4×4 elements of C;
-//   1 GEMM(s) per block of 49 threads, 6384 bytes of shared memory.
+//   1 GEMM(s) per block of 49 threads, 6400 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

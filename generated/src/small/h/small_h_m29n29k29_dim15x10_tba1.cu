@@ -3,7 +3,7 @@
 // small_h_m29n29k29_dim15x10_tba1
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 29×29, op(B) 29×29
 //   15×10 threads per GEMM, each owning 2×3 elements of C;
-//   1 GEMM(s) per block of 150 threads, 6728 bytes of shared memory.
+//   1 GEMM(s) per block of 150 threads, 6744 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

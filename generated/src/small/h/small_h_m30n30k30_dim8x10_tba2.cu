@@ -3,7 +3,7 @@
 // small_h_m30n30k30_dim8x10_tba2
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   8×10 threads per GEMM, each owning 4×3 elements of C;
-//   2 GEMM(s) per block of 160 threads, 14640 bytes of shared memory.
+//   2 GEMM(s) per block of 160 threads, 14672 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

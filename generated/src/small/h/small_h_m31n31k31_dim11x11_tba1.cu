@@ -3,7 +3,7 @@
 // small_h_m31n31k31_dim11x11_tba1
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 31×31, op(B) 31×31
 //   11×11 threads per GEMM, each owning 3×3 elements of C;
-//   1 GEMM(s) per block of 121 threads, 7688 bytes of shared memory.
+//   1 GEMM(s) per block of 121 threads, 7704 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m32n32k32_dim8x8_tba1
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   8×8 threads per GEMM, each owning 4×4 elements of C;
-//   1 GEMM(s) per block of 64 threads, 8320 bytes of shared memory.
+//   1 GEMM(s) per block of 64 threads, 8336 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

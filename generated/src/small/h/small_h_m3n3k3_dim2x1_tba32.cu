@@ -3,7 +3,7 @@
 // small_h_m3n3k3_dim2x1_tba32
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 3×3, op(B) 3×3
 //   2×1 threads per GEMM, each owning 2×3 elements of C;
-//   32 GEMM(s) per block of 64 threads, 2304 bytes of shared memory.
+//   32 GEMM(s) per block of 64 threads, 2816 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m4n4k4_dim2x2_tba32
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   2×2 threads per GEMM, each owning 2×2 elements of C;
-//   32 GEMM(s) per block of 128 threads, 4608 bytes of shared memory.
+//   32 GEMM(s) per block of 128 threads, 5120 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

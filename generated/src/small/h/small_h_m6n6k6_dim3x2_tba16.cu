@@ -3,7 +3,7 @@
 // small_h_m6n6k6_dim3x2_tba16
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   3×2 threads per GEMM, each owning 2×3 elements of C;
-//   16 GEMM(s) per block of 96 threads, 4992 bytes of shared memory.
+//   16 GEMM(s) per block of 96 threads, 5248 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_h_m7n7k7_dim4x4_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 7×7, op(B) 7×7
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
-//   8 GEMM(s) per block of 128 threads, 3136 bytes of shared memory.
+//   8 GEMM(s) per block of 128 threads, 3264 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

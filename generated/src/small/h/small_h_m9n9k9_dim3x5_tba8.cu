@@ -3,7 +3,7 @@
 // small_h_m9n9k9_dim3x5_tba8
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 9×9, op(B) 9×9
 //   3×5 threads per GEMM, each owning 3×2 elements of C;
-//   8 GEMM(s) per block of 120 threads, 5184 bytes of shared memory.
+//   8 GEMM(s) per block of 120 threads, 5312 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m11n11k11_dim4x3_tba8
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 11×11, op(B) 11×11
 //   4×3 threads per GEMM, each owning 3×4 elements of C;
-//   8 GEMM(s) per block of 96 threads, 15488 bytes of shared memory.
+//   8 GEMM(s) per block of 96 threads, 15616 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

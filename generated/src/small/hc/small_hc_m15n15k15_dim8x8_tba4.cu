@@ -3,7 +3,7 @@
 // small_hc_m15n15k15_dim8x8_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 15×15, op(B) 15×15
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   4 GEMM(s) per block of 256 threads, 14400 bytes of shared memory.
+//   4 GEMM(s) per block of 256 threads, 14464 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

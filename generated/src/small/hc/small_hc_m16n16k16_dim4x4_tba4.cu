@@ -3,7 +3,7 @@
 // small_hc_m16n16k16_dim4x4_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   4 GEMM(s) per block of 64 threads, 16896 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 16960 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m17n17k17_dim6x6_tba8
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 17×17, op(B) 17×17
 //   6×6 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 288 threads, 36992 bytes of shared memory.
+//   8 GEMM(s) per block of 288 threads, 37120 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m19n19k19_dim7x10_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   7×10 threads per GEMM, each owning 3×2 elements of C;
-//   4 GEMM(s) per block of 280 threads, 23104 bytes of shared memory.
+//   4 GEMM(s) per block of 280 threads, 23168 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m1n1k1_dim1x1_tba128
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 1×1, op(B) 1×1
 //   1×1 threads per GEMM, each owning 1×1 elements of C;
-//   128 GEMM(s) per block of 128 threads, 2048 bytes of shared memory.
+//   128 GEMM(s) per block of 128 threads, 4096 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

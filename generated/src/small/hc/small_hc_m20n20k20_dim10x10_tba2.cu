@@ -3,7 +3,7 @@
 // small_hc_m20n20k20_dim10x10_tba2
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   10×10 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 200 threads, 13120 bytes of shared memory.
+//   2 GEMM(s) per block of 200 threads, 13152 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m21n21k21_dim11x11_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 21×21, op(B) 21×21
 //   11×11 threads per GEMM, each owning 2×2 elements of C;
-//   4 GEMM(s) per block of 484 threads, 28224 bytes of shared memory.
+//   4 GEMM(s) per block of 484 threads, 28288 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

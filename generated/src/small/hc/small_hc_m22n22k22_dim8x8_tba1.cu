@@ -3,7 +3,7 @@
 // small_hc_m22n22k22_dim8x8_tba1
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   1 GEMM(s) per block of 64 threads, 7920 bytes of shared memory.
+//   1 GEMM(s) per block of 64 threads, 7936 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

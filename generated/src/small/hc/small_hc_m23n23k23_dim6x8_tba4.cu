@@ -3,7 +3,7 @@
 // small_hc_m23n23k23_dim6x8_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 23×23, op(B) 23×23
 //   6×8 threads per GEMM, each owning 4×3 elements of C;
-//   4 GEMM(s) per block of 192 threads, 33856 bytes of shared memory.
+//   4 GEMM(s) per block of 192 threads, 33920 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

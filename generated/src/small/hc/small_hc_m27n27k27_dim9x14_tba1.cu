@@ -3,7 +3,7 @@
 // small_hc_m27n27k27_dim9x14_tba1
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   9×14 threads per GEMM, each owning 3×2 elements of C;
-//   1 GEMM(s) per block of 126 threads, 11664 bytes of shared memory.
+//   1 GEMM(s) per block of 126 threads, 11680 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m28n28k28_dim14x14_tba2
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   14×14 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 392 threads, 25536 bytes of shared memory.
+//   2 GEMM(s) per block of 392 threads, 25568 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

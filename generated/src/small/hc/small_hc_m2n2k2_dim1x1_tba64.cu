@@ -3,7 +3,7 @@
 // small_hc_m2n2k2_dim1x1_tba64
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   1×1 threads per GEMM, each owning 2×2 elements of C;
-//   64 GEMM(s) per block of 64 threads, 5120 bytes of shared memory.
+//   64 GEMM(s) per block of 64 threads, 6144 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m30n30k30_dim10x15_tba1
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   10×15 threads per GEMM, each owning 3×2 elements of C;
-//   1 GEMM(s) per block of 150 threads, 14640 bytes of shared memory.
+//   1 GEMM(s) per block of 150 threads, 14656 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

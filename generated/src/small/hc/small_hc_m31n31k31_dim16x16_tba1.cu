@@ -3,7 +3,7 @@
 // small_hc_m31n31k31_dim16x16_tba1
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 31×31, op(B) 31×31
 //   16×16 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 256 threads, 15376 bytes of shared memory.
+//   1 GEMM(s) per block of 256 threads, 15392 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m32n32k32_dim8x8_tba2
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   8×8 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 128 threads, 33280 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 33312 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

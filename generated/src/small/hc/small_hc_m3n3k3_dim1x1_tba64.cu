@@ -3,7 +3,7 @@
 // small_hc_m3n3k3_dim1x1_tba64
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 3×3, op(B) 3×3
 //   1×1 threads per GEMM, each owning 3×3 elements of C;
-//   64 GEMM(s) per block of 64 threads, 9216 bytes of shared memory.
+//   64 GEMM(s) per block of 64 threads, 10240 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m4n4k4_dim4x2_tba16
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   4×2 threads per GEMM, each owning 1×2 elements of C;
-//   16 GEMM(s) per block of 128 threads, 4608 bytes of shared memory.
+//   16 GEMM(s) per block of 128 threads, 4864 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m5n5k5_dim2x2_tba16
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 5×5, op(B) 5×5
 //   2×2 threads per GEMM, each owning 3×3 elements of C;
-//   16 GEMM(s) per block of 64 threads, 6400 bytes of shared memory.
+//   16 GEMM(s) per block of 64 threads, 6656 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m6n6k6_dim2x2_tba8
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×2 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 32 threads, 4992 bytes of shared memory.
+//   8 GEMM(s) per block of 32 threads, 5120 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

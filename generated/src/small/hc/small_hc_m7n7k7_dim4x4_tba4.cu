@@ -3,7 +3,7 @@
 // small_hc_m7n7k7_dim4x4_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 7×7, op(B) 7×7
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
-//   4 GEMM(s) per block of 64 threads, 3136 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 3200 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

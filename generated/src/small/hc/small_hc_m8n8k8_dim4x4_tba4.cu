@@ -3,7 +3,7 @@
 // small_hc_m8n8k8_dim4x4_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
-//   4 GEMM(s) per block of 64 threads, 4352 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 4416 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_hc_m9n9k9_dim5x3_tba4
 //   interleaved half complex (.x real, .y imaginary), fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 9×9, op(B) 9×9
 //   5×3 threads per GEMM, each owning 2×3 elements of C;
-//   4 GEMM(s) per block of 60 threads, 5184 bytes of shared memory.
+//   4 GEMM(s) per block of 60 threads, 5248 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

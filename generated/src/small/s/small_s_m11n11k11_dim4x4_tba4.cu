@@ -3,7 +3,7 @@
 // small_s_m11n11k11_dim4x4_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 11×11, op(B) 11×11
 //   4×4 threads per GEMM, each owning 3×3 elements of C;
-//   4 GEMM(s) per block of 64 threads, 3872 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 3936 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

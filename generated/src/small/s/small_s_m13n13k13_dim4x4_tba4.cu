@@ -3,7 +3,7 @@
 // small_s_m13n13k13_dim4x4_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 13×13, op(B) 13×13
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   4 GEMM(s) per block of 64 threads, 5408 bytes of shared memory.
+//   4 GEMM(s) per block of 64 threads, 5472 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m14n14k14_dim4x4_tba2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 3248 bytes of shared memory.
+//   2 GEMM(s) per block of 32 threads, 3280 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m15n15k15_dim8x8_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 15×15, op(B) 15×15
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   4 GEMM(s) per block of 256 threads, 7200 bytes of shared memory.
+//   4 GEMM(s) per block of 256 threads, 7264 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

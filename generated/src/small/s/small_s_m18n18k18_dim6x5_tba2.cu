@@ -3,7 +3,7 @@
 // small_s_m18n18k18_dim6x5_tba2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×5 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 60 threads, 5328 bytes of shared memory.
+//   2 GEMM(s) per block of 60 threads, 5360 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m19n19k19_dim5x7_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   5×7 threads per GEMM, each owning 4×3 elements of C;
-//   4 GEMM(s) per block of 140 threads, 11552 bytes of shared memory.
+//   4 GEMM(s) per block of 140 threads, 11616 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m21n21k21_dim7x11_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 21×21, op(B) 21×21
 //   7×11 threads per GEMM, each owning 3×2 elements of C;
-//   4 GEMM(s) per block of 308 threads, 14112 bytes of shared memory.
+//   4 GEMM(s) per block of 308 threads, 14176 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

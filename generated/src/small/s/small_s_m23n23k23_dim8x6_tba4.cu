@@ -3,7 +3,7 @@
 // small_s_m23n23k23_dim8x6_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 23×23, op(B) 23×23
 //   8×6 threads per GEMM, each owning 3×4 elements of C;
-//   4 GEMM(s) per block of 192 threads, 16928 bytes of shared memory.
+//   4 GEMM(s) per block of 192 threads, 16992 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m27n27k27_dim7x9_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   7×9 threads per GEMM, each owning 4×3 elements of C;
-//   4 GEMM(s) per block of 252 threads, 23328 bytes of shared memory.
+//   4 GEMM(s) per block of 252 threads, 23392 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m29n29k29_dim10x10_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 29×29, op(B) 29×29
 //   10×10 threads per GEMM, each owning 3×3 elements of C;
-//   4 GEMM(s) per block of 400 threads, 26912 bytes of shared memory.
+//   4 GEMM(s) per block of 400 threads, 26976 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m2n2k2_dim1x1_tba64
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   1×1 threads per GEMM, each owning 2×2 elements of C;
-//   64 GEMM(s) per block of 64 threads, 2560 bytes of shared memory.
+//   64 GEMM(s) per block of 64 threads, 3584 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

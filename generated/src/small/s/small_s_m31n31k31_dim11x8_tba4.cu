@@ -3,7 +3,7 @@
 // small_s_m31n31k31_dim11x8_tba4
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 31×31, op(B) 31×31
 //   11×8 threads per GEMM, each owning 3×4 elements of C;
-//   4 GEMM(s) per block of 352 threads, 30752 bytes of shared memory.
+//   4 GEMM(s) per block of 352 threads, 30816 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

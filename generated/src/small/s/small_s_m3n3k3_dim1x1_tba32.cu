@@ -3,7 +3,7 @@
 // small_s_m3n3k3_dim1x1_tba32
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 3×3, op(B) 3×3
 //   1×1 threads per GEMM, each owning 3×3 elements of C;
-//   32 GEMM(s) per block of 32 threads, 2304 bytes of shared memory.
+//   32 GEMM(s) per block of 32 threads, 2816 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

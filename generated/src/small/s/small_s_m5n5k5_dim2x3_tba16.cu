@@ -3,7 +3,7 @@
 // small_s_m5n5k5_dim2x3_tba16
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 5×5, op(B) 5×5
 //   2×3 threads per GEMM, each owning 3×2 elements of C;
-//   16 GEMM(s) per block of 96 threads, 3200 bytes of shared memory.
+//   16 GEMM(s) per block of 96 threads, 3456 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_s_m6n6k6_dim2x2_tba16
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×2 threads per GEMM, each owning 3×3 elements of C;
-//   16 GEMM(s) per block of 64 threads, 4992 bytes of shared memory.
+//   16 GEMM(s) per block of 64 threads, 5248 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

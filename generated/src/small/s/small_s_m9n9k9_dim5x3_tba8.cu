@@ -3,7 +3,7 @@
 // small_s_m9n9k9_dim5x3_tba8
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 9×9, op(B) 9×9
 //   5×3 threads per GEMM, each owning 2×3 elements of C;
-//   8 GEMM(s) per block of 120 threads, 5184 bytes of shared memory.
+//   8 GEMM(s) per block of 120 threads, 5312 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m11n11k11_dim6x11_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 11×11, op(B) 11×11
 //   6×11 threads per GEMM, each owning 2×1 elements of C;
-//   1 GEMM(s) per block of 66 threads, 3872 bytes of shared memory.
+//   1 GEMM(s) per block of 66 threads, 3888 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m13n13k13_dim7x13_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 13×13, op(B) 13×13
 //   7×13 threads per GEMM, each owning 2×1 elements of C;
-//   1 GEMM(s) per block of 91 threads, 5408 bytes of shared memory.
+//   1 GEMM(s) per block of 91 threads, 5424 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

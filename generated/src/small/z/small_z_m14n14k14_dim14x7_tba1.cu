@@ -3,7 +3,7 @@
 // small_z_m14n14k14_dim14x7_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   14×7 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 98 threads, 6496 bytes of shared memory.
+//   1 GEMM(s) per block of 98 threads, 6512 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m15n15k15_dim8x8_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 15×15, op(B) 15×15
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 64 threads, 7200 bytes of shared memory.
+//   1 GEMM(s) per block of 64 threads, 7216 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

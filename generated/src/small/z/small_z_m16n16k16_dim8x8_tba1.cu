@@ -3,7 +3,7 @@
 // small_z_m16n16k16_dim8x8_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 64 threads, 8448 bytes of shared memory.
+//   1 GEMM(s) per block of 64 threads, 8464 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

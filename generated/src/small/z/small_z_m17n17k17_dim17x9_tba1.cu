@@ -3,7 +3,7 @@
 // small_z_m17n17k17_dim17x9_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 17×17, op(B) 17×17
 //   17×9 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 153 threads, 9248 bytes of shared memory.
+//   1 GEMM(s) per block of 153 threads, 9264 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m18n18k18_dim18x9_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   18×9 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 162 threads, 10656 bytes of shared memory.
+//   1 GEMM(s) per block of 162 threads, 10672 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

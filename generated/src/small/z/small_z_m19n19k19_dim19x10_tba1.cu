@@ -3,7 +3,7 @@
 // small_z_m19n19k19_dim19x10_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 19×19, op(B) 19×19
 //   19×10 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 190 threads, 11552 bytes of shared memory.
+//   1 GEMM(s) per block of 190 threads, 11568 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

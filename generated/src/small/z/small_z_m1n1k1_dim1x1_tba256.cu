@@ -3,7 +3,7 @@
 // small_z_m1n1k1_dim1x1_tba256
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 1×1, op(B) 1×1
 //   1×1 threads per GEMM, each owning 1×1 elements of C;
-//   256 GEMM(s) per block of 256 threads, 8192 bytes of shared memory.
+//   256 GEMM(s) per block of 256 threads, 12288 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

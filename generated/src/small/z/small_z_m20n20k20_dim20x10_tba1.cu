@@ -3,7 +3,7 @@
 // small_z_m20n20k20_dim20x10_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   20×10 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 200 threads, 13120 bytes of shared memory.
+//   1 GEMM(s) per block of 200 threads, 13136 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m21n21k21_dim21x11_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 21×21, op(B) 21×21
 //   21×11 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 231 threads, 14112 bytes of shared memory.
+//   1 GEMM(s) per block of 231 threads, 14128 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m22n22k22_dim22x11_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   22×11 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 242 threads, 15840 bytes of shared memory.
+//   1 GEMM(s) per block of 242 threads, 15856 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m23n23k23_dim23x12_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 23×23, op(B) 23×23
 //   23×12 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 276 threads, 16928 bytes of shared memory.
+//   1 GEMM(s) per block of 276 threads, 16944 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

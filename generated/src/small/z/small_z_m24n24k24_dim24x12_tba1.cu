@@ -3,7 +3,7 @@
 // small_z_m24n24k24_dim24x12_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 24×24, op(B) 24×24
 //   24×12 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 288 threads, 18816 bytes of shared memory.
+//   1 GEMM(s) per block of 288 threads, 18832 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

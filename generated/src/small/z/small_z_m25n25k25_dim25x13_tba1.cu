@@ -3,7 +3,7 @@
 // small_z_m25n25k25_dim25x13_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 25×25, op(B) 25×25
 //   25×13 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 325 threads, 20000 bytes of shared memory.
+//   1 GEMM(s) per block of 325 threads, 20016 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m26n26k26_dim26x13_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   26×13 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 338 threads, 22048 bytes of shared memory.
+//   1 GEMM(s) per block of 338 threads, 22064 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

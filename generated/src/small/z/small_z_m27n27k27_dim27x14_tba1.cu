@@ -3,7 +3,7 @@
 // small_z_m27n27k27_dim27x14_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 27×27, op(B) 27×27
 //   27×14 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 378 threads, 23328 bytes of shared memory.
+//   1 GEMM(s) per block of 378 threads, 23344 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m28n28k28_dim28x14_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   28×14 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 392 threads, 25536 bytes of shared memory.
+//   1 GEMM(s) per block of 392 threads, 25552 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

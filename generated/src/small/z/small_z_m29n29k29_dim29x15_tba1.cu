@@ -3,7 +3,7 @@
 // small_z_m29n29k29_dim29x15_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 29×29, op(B) 29×29
 //   29×15 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 435 threads, 26912 bytes of shared memory.
+//   1 GEMM(s) per block of 435 threads, 26928 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m2n2k2_dim2x1_tba256
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   2×1 threads per GEMM, each owning 1×2 elements of C;
-//   256 GEMM(s) per block of 512 threads, 40960 bytes of shared memory.
+//   256 GEMM(s) per block of 512 threads, 45056 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

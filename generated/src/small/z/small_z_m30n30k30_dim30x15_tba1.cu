@@ -3,7 +3,7 @@
 // small_z_m30n30k30_dim30x15_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   30×15 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 450 threads, 29280 bytes of shared memory.
+//   1 GEMM(s) per block of 450 threads, 29296 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m31n31k31_dim16x16_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 31×31, op(B) 31×31
 //   16×16 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 256 threads, 30752 bytes of shared memory.
+//   1 GEMM(s) per block of 256 threads, 30768 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

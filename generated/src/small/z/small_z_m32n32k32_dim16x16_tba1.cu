@@ -3,7 +3,7 @@
 // small_z_m32n32k32_dim16x16_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   16×16 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 256 threads, 33280 bytes of shared memory.
+//   1 GEMM(s) per block of 256 threads, 33296 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

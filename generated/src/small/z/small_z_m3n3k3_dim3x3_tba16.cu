@@ -3,7 +3,7 @@
 // small_z_m3n3k3_dim3x3_tba16
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 3×3, op(B) 3×3
 //   3×3 threads per GEMM, each owning 1×1 elements of C;
-//   16 GEMM(s) per block of 144 threads, 4608 bytes of shared memory.
+//   16 GEMM(s) per block of 144 threads, 4864 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

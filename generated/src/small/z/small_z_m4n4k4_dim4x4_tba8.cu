@@ -3,7 +3,7 @@
 // small_z_m4n4k4_dim4x4_tba8
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   4×4 threads per GEMM, each owning 1×1 elements of C;
-//   8 GEMM(s) per block of 128 threads, 4608 bytes of shared memory.
+//   8 GEMM(s) per block of 128 threads, 4736 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

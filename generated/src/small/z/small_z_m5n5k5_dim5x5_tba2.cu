@@ -3,7 +3,7 @@
 // small_z_m5n5k5_dim5x5_tba2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 5×5, op(B) 5×5
 //   5×5 threads per GEMM, each owning 1×1 elements of C;
-//   2 GEMM(s) per block of 50 threads, 1600 bytes of shared memory.
+//   2 GEMM(s) per block of 50 threads, 1632 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

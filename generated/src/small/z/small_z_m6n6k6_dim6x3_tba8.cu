@@ -3,7 +3,7 @@
 // small_z_m6n6k6_dim6x3_tba8
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   6×3 threads per GEMM, each owning 1×2 elements of C;
-//   8 GEMM(s) per block of 144 threads, 9984 bytes of shared memory.
+//   8 GEMM(s) per block of 144 threads, 10112 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

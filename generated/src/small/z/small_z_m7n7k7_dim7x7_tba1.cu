@@ -3,7 +3,7 @@
 // small_z_m7n7k7_dim7x7_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 7×7, op(B) 7×7
 //   7×7 threads per GEMM, each owning 1×1 elements of C;
-//   1 GEMM(s) per block of 49 threads, 1568 bytes of shared memory.
+//   1 GEMM(s) per block of 49 threads, 1584 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

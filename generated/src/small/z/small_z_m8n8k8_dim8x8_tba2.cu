@@ -3,7 +3,7 @@
 // small_z_m8n8k8_dim8x8_tba2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   8×8 threads per GEMM, each owning 1×1 elements of C;
-//   2 GEMM(s) per block of 128 threads, 4352 bytes of shared memory.
+//   2 GEMM(s) per block of 128 threads, 4384 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {

@@ -3,7 +3,7 @@
 // small_z_m9n9k9_dim5x9_tba2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 9×9, op(B) 9×9
 //   5×9 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 90 threads, 5184 bytes of shared memory.
+//   2 GEMM(s) per block of 90 threads, 5216 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 namespace {
