@@ -140,10 +140,12 @@ class CpuSpec(Spec):
 
     @property
     def holds_b(self) -> bool:
-        """Real tiles with nr < mr keep the nr broadcasts of op(B) in registers and load one
+        """Real tiles with 3 <= nr < mr keep the nr broadcasts of op(B) in registers and load one
         vector of op(A) at a time; the others keep the mr vectors of op(A) and broadcast one
-        element of op(B) at a time."""
-        return not self.is_complex and self.nr < self.mr
+        element of op(B) at a time.  (With nr <= 2 the compiler folds each load of A into the
+        FMAs, and such tiles ran at 55-60 % of the 4 x 3 and 3 x 4 ones on Zen 5: d 6x2 34 GF/s,
+        3x4 59 in L2; so they are not offered.)"""
+        return not self.is_complex and 3 <= self.nr < self.mr
 
     @property
     def registers_needed(self) -> int:
@@ -207,19 +209,24 @@ def candidates(precision: str, m: int, n: int, k: int, isa: str) -> list[CpuSpec
     return out
 
 
-FMA_PORTS = 2      # vector FMAs issued per cycle (Haswell and later, Zen, Neoverse)
-FMA_LATENCY = 4    # cycles before an accumulator can take its next FMA
+FMA_PORTS = 2        # vector FMAs issued per cycle (Haswell and later, Zen, Neoverse)
+FMA_LATENCY = 4      # cycles before an accumulator can take its next FMA
+LOAD_PORTS = 3       # vector loads per cycle
+BROADCAST_COST = 2   # a broadcast from memory counts as two loads (fitted: on Zen 5, s 24 in L2,
+                     # 1x12 tiles ran at 0.76 of 3x4 and 2x6 at 0.88, as this ranks them)
 
 
 def model_cycles(spec: CpuSpec) -> float:
-    """A throughput model of one GEMM: per k step of a tile, mr + nr loads (two per cycle),
-    mr·nr vector FMAs (complex: twice) over the FMA ports, and the FMA latency of each
-    accumulator's dependency chain, whichever is the bottleneck; plus the epilogue's load/store
-    of C.  Wasted lanes of partial tiles count as work."""
+    """A throughput model of one GEMM: per k step of a tile, mr vector loads and nr broadcasts
+    (two for complex: Re and Im) over the load ports, mr·nr vector FMAs (complex: twice) over the
+    FMA ports, and the FMA latency of each accumulator's dependency chain, whichever is the
+    bottleneck; plus the epilogue's load/store of C.  Wasted lanes of partial tiles count as
+    work.  It only ranks the candidates the tuner then measures."""
     cw = 2 if spec.is_complex else 1
     total = 0.0
     for t in spec.tiles():
-        per_k = max(t.mr * t.nr * cw / FMA_PORTS, (t.mr + t.nr) / 2.0, FMA_LATENCY)
+        loads = (t.mr + BROADCAST_COST * t.nr * cw) / LOAD_PORTS
+        per_k = max(t.mr * t.nr * cw / FMA_PORTS, loads, FMA_LATENCY)
         total += spec.k * per_k + t.mr * t.nr * 1.5
     return total
 
@@ -252,10 +259,9 @@ SWEEP_DISTANCES = (0, 1, 2, 4)   # the prefetch distances the tuner's second sta
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, isa: str, limit: int = 12) -> list[CpuSpec]:
     """The first stage of `gemmgen tune cpu`: the `limit` blockings the model ranks best (the
-    model is only a filter; the measurement decides), each at default_distance; the heuristic's
-    choice is always among them."""
-    options = sorted(candidates(precision, m, n, k, isa), key=_rank)[:limit]
-    return sorted({dataclasses.replace(s, distance=default_distance(s)) for s in options})
+    model is only a filter; the measurement decides), without prefetch; the heuristic's blocking
+    is always among them."""
+    return sorted(sorted(candidates(precision, m, n, k, isa), key=_rank)[:limit])
 
 
 def distance_candidates(spec: CpuSpec) -> list[CpuSpec]:

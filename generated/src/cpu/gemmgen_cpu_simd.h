@@ -434,7 +434,7 @@ inline void tile(const T* a, long long lda, const T* b, long long b_l, long long
     constexpr int CW = CPLX ? 2 : 1;             // reals per element
     constexpr int W = lanes<T, BITS>();          // reals per vector
     constexpr int LAST_REALS = LAST * CW;
-    constexpr bool HOLD_B = !CPLX && NR < MR;
+    constexpr bool HOLD_B = !CPLX && NR >= 3 && NR < MR;   // CpuSpec.holds_b
     using V = vec<T, BITS>;
     V acc[CPLX ? 2 : 1][MR][NR];
     GEMMGEN_UNROLL for (int h = 0; h < (CPLX ? 2 : 1); ++h)
@@ -450,8 +450,8 @@ inline void tile(const T* a, long long lda, const T* b, long long b_l, long long
         prefetch_share<TI, TN>(pf);
     for (int l = 0; l < K; ++l) {
         if (HOLD_B) {
-            // NR < MR (real data): the NR broadcasts stay in registers and each vector of op(A)
-            // is loaded once and used NR times at once, so the tile needs MR·NR + NR + 1
+            // 3 <= NR < MR (real data): the NR broadcasts stay in registers and each vector of
+            // op(A) is loaded once and used NR times at once, so the tile needs MR·NR + NR + 1
             // registers instead of MR·NR + MR + 1 (e.g. 4 x 3 in AVX2's sixteen).
             V bv[NR];
             GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)

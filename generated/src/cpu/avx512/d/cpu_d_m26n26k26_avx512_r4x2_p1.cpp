@@ -2,7 +2,7 @@
 //
 // cpu_d_m26n26k26_avx512_r4x2_p1: C = alpha*op(A)*op(B) + beta*C for fp64 m=26 n=26 k=26,
 // x86-64 AVX-512F: register tiles of 4 vector(s) x 2 column(s) (512-bit vectors of 8 elements,
-// 11 of 32 SIMD registers), 13 tile(s) per product.
+// 13 of 32 SIMD registers), 13 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if GEMMGEN_CPU_X86
 #define GEMMGEN_CPU_ISA_AVX512 1

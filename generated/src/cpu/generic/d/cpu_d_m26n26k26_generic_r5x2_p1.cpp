@@ -2,7 +2,7 @@
 //
 // cpu_d_m26n26k26_generic_r5x2_p1: C = alpha*op(A)*op(B) + beta*C for fp64 m=26 n=26 k=26,
 // portable C++ (no intrinsics), any CPU: register tiles of 5 vector(s) x 2 column(s) (128-bit vectors of 2 elements,
-// 13 of 16 SIMD registers), 39 tile(s) per product.
+// 16 of 16 SIMD registers), 39 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if 1
 #define GEMMGEN_CPU_ISA_GENERIC 1

@@ -2,7 +2,7 @@
 //
 // cpu_d_m9n9k9_generic_r5x2: C = alpha*op(A)*op(B) + beta*C for fp64 m=9 n=9 k=9,
 // portable C++ (no intrinsics), any CPU: register tiles of 5 vector(s) x 2 column(s) (128-bit vectors of 2 elements,
-// 13 of 16 SIMD registers), 5 tile(s) per product.
+// 16 of 16 SIMD registers), 5 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if 1
 #define GEMMGEN_CPU_ISA_GENERIC 1

@@ -2,7 +2,7 @@
 //
 // cpu_s_m17n17k17_generic_r5x2: C = alpha*op(A)*op(B) + beta*C for fp32 m=17 n=17 k=17,
 // portable C++ (no intrinsics), any CPU: register tiles of 5 vector(s) x 2 column(s) (128-bit vectors of 4 elements,
-// 13 of 16 SIMD registers), 9 tile(s) per product.
+// 16 of 16 SIMD registers), 9 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if 1
 #define GEMMGEN_CPU_ISA_GENERIC 1

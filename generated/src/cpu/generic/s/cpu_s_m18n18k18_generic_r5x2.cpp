@@ -2,7 +2,7 @@
 //
 // cpu_s_m18n18k18_generic_r5x2: C = alpha*op(A)*op(B) + beta*C for fp32 m=18 n=18 k=18,
 // portable C++ (no intrinsics), any CPU: register tiles of 5 vector(s) x 2 column(s) (128-bit vectors of 4 elements,
-// 13 of 16 SIMD registers), 9 tile(s) per product.
+// 16 of 16 SIMD registers), 9 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if 1
 #define GEMMGEN_CPU_ISA_GENERIC 1

@@ -2,7 +2,7 @@
 //
 // cpu_d_m10n10k10_neon_r5x2: C = alpha*op(A)*op(B) + beta*C for fp64 m=10 n=10 k=10,
 // AArch64 Advanced SIMD: register tiles of 5 vector(s) x 2 column(s) (128-bit vectors of 2 elements,
-// 13 of 32 SIMD registers), 5 tile(s) per product.
+// 16 of 32 SIMD registers), 5 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if GEMMGEN_CPU_AARCH64
 #define GEMMGEN_CPU_ISA_NEON 1

@@ -2,7 +2,7 @@
 //
 // cpu_d_m22n22k22_neon_r6x2_p1: C = alpha*op(A)*op(B) + beta*C for fp64 m=22 n=22 k=22,
 // AArch64 Advanced SIMD: register tiles of 6 vector(s) x 2 column(s) (128-bit vectors of 2 elements,
-// 15 of 32 SIMD registers), 22 tile(s) per product.
+// 19 of 32 SIMD registers), 22 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if GEMMGEN_CPU_AARCH64
 #define GEMMGEN_CPU_ISA_NEON 1

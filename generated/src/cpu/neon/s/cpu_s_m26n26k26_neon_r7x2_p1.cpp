@@ -2,7 +2,7 @@
 //
 // cpu_s_m26n26k26_neon_r7x2_p1: C = alpha*op(A)*op(B) + beta*C for fp32 m=26 n=26 k=26,
 // AArch64 Advanced SIMD: register tiles of 7 vector(s) x 2 column(s) (128-bit vectors of 4 elements,
-// 17 of 32 SIMD registers), 13 tile(s) per product.
+// 22 of 32 SIMD registers), 13 tile(s) per product.
 #include "gemmgen_cpu_internal.h"
 #if GEMMGEN_CPU_AARCH64
 #define GEMMGEN_CPU_ISA_NEON 1
