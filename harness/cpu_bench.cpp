@@ -4,8 +4,9 @@
 //   libxsmm   LIBXSMM 1.17 JIT kernels (libxsmm_?mmdispatch once, then called in a loop),
 //   eigen     Eigen 3.4 fixed-size products, c.noalias() += a * b on Maps,
 //   openblas  cblas_?gemm in a loop (OpenBLAS itself single-threaded),
-// each single-threaded or with the batch split statically over OpenMP threads; plus the memory
-// bandwidth of the same access pattern (c[i] += a[i]*b[i]: three streams read, one written).
+// each single-threaded or with the batch split statically over OpenMP threads, taking turns within
+// every repetition (median per library); plus the memory bandwidth of the same access pattern
+// (c[i] += a[i]*b[i]: three streams read, one written).
 // Prints one JSON object per measurement.
 //
 // Usage: cpu_bench PREC SIZES BATCH THREADS ISA REPS      (PREC s d c z; SIZES 2,3,...)
@@ -23,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +50,30 @@ double median_seconds(int reps, F&& f)
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+// Several libraries timed in turns: every repetition runs each once (who goes first rotates), so
+// a change in the machine's load during the run hits them all alike; the median of each one's
+// times is what counts.
+std::vector<double> median_seconds_in_turns(int reps, const std::vector<std::function<void()>>& fs)
+{
+    const size_t n = fs.size();
+    for (const auto& f : fs)
+        f();   // warm-up
+    std::vector<std::vector<double>> t(n);
+    for (int r = 0; r < reps; ++r)
+        for (size_t j = 0; j < n; ++j) {
+            const size_t i = (j + r) % n;
+            const double t0 = now();
+            fs[i]();
+            t[i].push_back(now() - t0);
+        }
+    std::vector<double> out;
+    for (auto& x : t) {
+        std::sort(x.begin(), x.end());
+        out.push_back(x[x.size() / 2]);
+    }
+    return out;
 }
 
 // Static split of [0, batch) over the team, as gemmgen does, so every library touches the same
@@ -202,17 +228,25 @@ void bench(const std::vector<int>& sizes, int batch, int threads, const char* is
         }
         const double flops = 2.0 * cw * n * n * (double)n * batch;
         const double bytes = 4.0 * count * sizeof(S);   // A, B, C read; C written
-        double t = median_seconds(reps, [&] { Traits<S>::gemmgen(n, a, b, c, batch); });
-        emit("gemmgen", Traits<S>::name, n, batch, threads, gemmgen_cpu_isa(), t, flops, bytes);
-        if (libxsmm_loop<S>(n, a, b, c, batch, threads)) {
-            t = median_seconds(reps, [&] { libxsmm_loop<S>(n, a, b, c, batch, threads); });
-            emit("libxsmm", Traits<S>::name, n, batch, threads, "jit", t, flops, bytes);
-        }
-        t = median_seconds(reps, [&] { eigen_dispatch<S>(n, a, b, c, batch, threads, std::make_integer_sequence<int, 32>{}); });
-        emit("eigen", Traits<S>::name, n, batch, threads, "compiled", t, flops, bytes);
         const long long nn = (long long)n * n;
-        t = median_seconds(reps, [&] { for_batch(batch, threads, [&](long long i) { Traits<S>::blas(n, a + i * nn, b + i * nn, c + i * nn); }); });
-        emit("openblas", Traits<S>::name, n, batch, threads, "cblas", t, flops, bytes);
+        std::vector<const char*> names = {"gemmgen"}, isas = {gemmgen_cpu_isa()};
+        std::vector<std::function<void()>> runs = {[&] { Traits<S>::gemmgen(n, a, b, c, batch); }};
+        if (libxsmm_loop<S>(n, a, b, c, batch, threads)) {
+            names.push_back("libxsmm");
+            isas.push_back("jit");
+            runs.push_back([&] { libxsmm_loop<S>(n, a, b, c, batch, threads); });
+        }
+        names.push_back("eigen");
+        isas.push_back("compiled");
+        runs.push_back([&] { eigen_dispatch<S>(n, a, b, c, batch, threads, std::make_integer_sequence<int, 32>{}); });
+        names.push_back("openblas");
+        isas.push_back("cblas");
+        runs.push_back([&] {
+            for_batch(batch, threads, [&](long long i) { Traits<S>::blas(n, a + i * nn, b + i * nn, c + i * nn); });
+        });
+        const std::vector<double> t = median_seconds_in_turns(reps, runs);
+        for (size_t i = 0; i < runs.size(); ++i)
+            emit(names[i], Traits<S>::name, n, batch, threads, isas[i], t[i], flops, bytes);
         std::free(a);
         std::free(b);
         std::free(c);

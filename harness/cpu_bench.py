@@ -95,8 +95,31 @@ def _table(rows: list[dict], prec: str, threads: int, sizes) -> list[str]:
     return out
 
 
+def _summary(rows: list[dict], precisions, sizes) -> list[str]:
+    """Per precision: at how many sizes one thread of gemmgen beat LIBXSMM and Eigen, the smallest
+    ratios, and the sizes where it did not."""
+    by = {(r["library"], r["precision"], r["n"]): r["gflops"] for r in rows if r["threads"] == 1
+          and r.get("batch") != "large" and r["library"] != "bandwidth"}
+    out = ["| precision | vs LIBXSMM: faster at | smallest ratio | vs Eigen: faster at | smallest ratio | slower at |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for prec in precisions:
+        cells, slower = [], []
+        for lib in ("libxsmm", "eigen"):
+            ratios = {n: by[("gemmgen", prec, n)] / by[(lib, prec, n)] for n in sizes
+                      if ("gemmgen", prec, n) in by and (lib, prec, n) in by}
+            if not ratios:
+                cells += ["—", "—"]
+                continue
+            worst = min(ratios, key=ratios.get)
+            cells += [f"{sum(r > 1 for r in ratios.values())} of {len(ratios)}", f"{ratios[worst]:.2f}x (N = {worst})"]
+            slower += [f"{lib} N = {n} ({r:.2f}x)" for n, r in sorted(ratios.items()) if r <= 1]
+        out.append(f"| {prec} | {' | '.join(cells)} | {', '.join(slower) or 'none'} |")
+    return out
+
+
 def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa: str, reps: int,
               large_megabytes: int, out_dir: Path, command: str) -> int:
+    load_at_start = os.getloadavg()[0]
     build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])   # the tests' flags (-O2)
     exe = build_driver(build.output, gen_dir / "include", build_dir)
     threads_all = os.cpu_count() or 1
@@ -130,7 +153,7 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
     machine = {"cpu": cpu_model(), "cores": threads_all, "platform": platform.platform(),
                "isa": isa, "libxsmm_target": xsmm_target,
                # Other work on the machine distorts every number: say how busy it was.
-               "load_average_at_end": os.getloadavg()[0]}
+               "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()[0]}
     report = {"command": command, "machine": machine, "batch": batch, "reps": reps,
               "measured": time.strftime("%Y-%m-%d"), "bandwidth_gbytes_per_s": bandwidth,
               "results": rows, "large": large}
@@ -140,10 +163,13 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
              f"Command: `{command}`  ", f"Machine: {machine['cpu']}, {threads_all} cores, {machine['platform']}  ",
              f"gemmgen ISA: {isa}; LIBXSMM JIT target: {xsmm_target}; Eigen and the loops compiled with "
              f"-O3 -mavx2 -mfma.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",
-             f"Load average when it finished: {machine['load_average_at_end']:.1f} "
-             f"(above the core count, other processes shared the cores and the numbers are noisy).  ",
+             f"Load average when it started / finished: {machine['load_average_at_start']:.1f} / "
+             f"{machine['load_average_at_end']:.1f} (above the core count, other processes shared the cores "
+             f"and the numbers are noisy).  ",
              f"Memory bandwidth (c[i] += a[i]·b[i], {large_megabytes} MB): "
              + ", ".join(f"{t} thread(s) {bw:.1f} GB/s" for t, bw in sorted(bandwidth.items())), ""]
+    lines += ["## Summary: one thread, gemmgen against the best of LIBXSMM and Eigen", ""] + _summary(rows, precisions, sizes)
+    lines += [""]
     for prec in precisions:
         for threads in sorted({1, threads_all}):
             lines += [f"## {prec}, {threads} thread(s)", ""] + _table(rows, prec, threads, sizes) + [""]
