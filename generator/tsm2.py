@@ -33,8 +33,10 @@ MAX_N = 256                          # "any n on request": t2 ≤ n keeps regist
 MAX_REGS = 255
 THREAD_BLOCK_SIZES = (32, 64, 128, 256, 512)
 SMEM_LIMIT = 48 * 1024               # dynamic shared memory without an opt-in attribute
+RING_SMEM_LIMIT = 64 * 1024          # a ring group's opt-in shared memory: every listed arch allows it
+RING_STAGES = (2, 3, 4, 5, 6, 7, 8)
 
-_TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?$")
+_TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?(?:_s(\d+))?$")
 _ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
 
 
@@ -62,6 +64,16 @@ def register_estimate(precision: str, t2: int, t3: int, setup: int = 24, rows: i
     return (t2 * (rows + 2) + 2 * t3 * rows) * words + setup
 
 
+def ring_register_estimate(precision: str, t2: int, rows: int, setup: int = 52) -> int:
+    """The ring path holds no chunk of A in registers: t2·rows accumulators, t2 values of the B
+    row and one element of A per row, a 64-bit pointer per row, plus `setup`.  The factor 1.25 and
+    setup = 52 are fitted to ptxas on sm_90 over all transpose pairs (d with 2 rows: n = 16 uses
+    170 registers, n = 25 fits, n = 26 and 27 spill; s n = 32 with 2 rows: 168), so a spec that
+    passes this rule does not spill."""
+    words = compute_bytes(precision) // 4
+    return math.ceil(1.25 * (t2 * (rows + 1) + rows) * words) + 2 * rows + setup
+
+
 @dataclass(frozen=True, order=True)
 class Tsm2Spec(Spec):
     precision: str
@@ -70,44 +82,60 @@ class Tsm2Spec(Spec):
     t2: int     # columns of C per pass (registers)
     t3: int     # elements of A per load (memory concurrency)
     rows: int = 1   # rows of C per thread (beyond the paper: B values reused from registers)
+    stages: int = 0  # 0: A chunks through registers (Alg. 4); else a ring of this many chunks in
+                     # shared memory filled by cp.async (beyond the paper: bytes in flight without
+                     # registers, which bound n = 16 on the H100)
 
     family = "tsm2"
 
     @property
     def name(self) -> str:
         base = f"tsm2_{self.precision}_n{self.n}_t{self.t1}x{self.t2}x{self.t3}"
-        return base + (f"_r{self.rows}" if self.rows != 1 else "")
+        return (base + (f"_r{self.rows}" if self.rows != 1 else "")
+                + (f"_s{self.stages}" if self.stages else ""))
 
     @classmethod
     def parse(cls, name: str) -> "Tsm2Spec":
         m = _TSM2_NAME.match(name)
         if not m:
-            raise SpecError("name", f"{name!r} is not a tsm2 kernel name (tsm2_<prec>_n<N>_t<t1>x<t2>x<t3>[_r<rows>])")
-        prec, *nums = m.groups()
-        rows = int(nums.pop()) if nums[-1] is not None else 1
-        if nums[-1] is None:
-            nums.pop()
-        return cls(prec, *(int(x) for x in nums), rows).validate()
+            raise SpecError("name", f"{name!r} is not a tsm2 kernel name "
+                                    "(tsm2_<prec>_n<N>_t<t1>x<t2>x<t3>[_r<rows>][_s<stages>])")
+        prec, n, t1, t2, t3, rows, stages = m.groups()
+        return cls(prec, int(n), int(t1), int(t2), int(t3), int(rows or 1), int(stages or 0)).validate()
 
     @property
     def t2p(self) -> int:
         return smem_row(self.precision, self.t2)
 
     @property
+    def ring_bytes(self) -> int:
+        return self.stages * self.rows * self.t3 * self.t1 * storage_bytes(self.precision)
+
+    @property
     def smem_per_group(self) -> int:
-        return self.t1 * max(self.t2p, self.rows * self.t2) * compute_bytes(self.precision)
+        """The B tile and the ring, or the groups' partial sums after the k loop (same space)."""
+        cb = compute_bytes(self.precision)
+        return max(self.t1 * self.t2p * cb + self.ring_bytes, self.t1 * self.rows * self.t2 * cb)
 
     @property
     def registers(self) -> int:
+        if self.stages:
+            return ring_register_estimate(self.precision, self.t2, self.rows)
         return register_estimate(self.precision, self.t2, self.t3, rows=self.rows)
 
     def validate(self, arch: str | None = None) -> "Tsm2Spec":
         _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
         require(self.rows in (1, 2, 4), "rows", f"rows={self.rows} must be 1, 2 or 4")
+        require(self.stages == 0 or self.stages in RING_STAGES, "stages",
+                f"stages={self.stages} must be 0 (no ring) or {RING_STAGES[0]}..{RING_STAGES[-1]}")
+        require(self.stages == 0 or storage_bytes(self.precision) in (4, 8), "cp.async element",
+                f"the ring copies 4- or 8-byte elements with cp.async; {self.precision} elements are "
+                f"{storage_bytes(self.precision)} bytes (use stages=0)")
         require(self.registers <= MAX_REGS, "registers",
                 f"{self.rows} rows per thread need about {self.registers} registers (> {MAX_REGS})")
-        require(self.smem_per_group <= SMEM_LIMIT, "shared memory",
-                f"one group needs {self.smem_per_group} bytes (> {SMEM_LIMIT})")
+        limit = RING_SMEM_LIMIT if self.stages else SMEM_LIMIT
+        require(self.smem_per_group <= limit, "shared memory",
+                f"one group needs {self.smem_per_group} bytes (> {limit})")
         return self
 
 
@@ -351,6 +379,10 @@ def model_ism2(precision: str, n: int, opt: int = 1, k: int = 16, t1: int = DEFA
 
 TSM2_SWEEP_T1 = (32, 64, 128, 256)
 TSM2_SWEEP_T3 = (2, 4, 8, 16)
+RING_SWEEP_T1 = (64, 128, 256)
+RING_SWEEP_T3 = (2, 4, 8)
+RING_SWEEP_ROWS = (1, 2, 4)
+RING_SWEEP_STAGES = (4, 8)
 ISM2_SWEEP_T1 = (128, 256)
 ISM2_SWEEP_T3 = (8, 16)
 ISM2_SWEEP_TCF = (1, 2, 4, 8, 16, 32)
@@ -367,6 +399,9 @@ def tsm2_sweep(precision: str, n: int, half_t2: bool = False) -> list[Tsm2Spec]:
     out += [Tsm2Spec(precision, n, t1, model.t2, model.t3) for t1 in TSM2_SWEEP_T1]
     if n >= 8:   # two rows per thread: half the shared-memory reads per FMA
         out += [Tsm2Spec(precision, n, t1, n, t3, 2) for t1 in TSM2_SWEEP_T1 for t3 in (2, 4, 8)]
+    if storage_bytes(precision) in (4, 8):   # the cp.async ring
+        out += [Tsm2Spec(precision, n, t1, n, t3, rows, stages) for t1 in RING_SWEEP_T1
+                for t3 in RING_SWEEP_T3 for rows in RING_SWEEP_ROWS for stages in RING_SWEEP_STAGES]
     return sorted({s for s in out if s.is_valid()})
 
 
@@ -432,9 +467,12 @@ def default_entry(precision: str, n: int, cc: int) -> TallSkinnyEntry:
                            model_ism2(precision, n, 2), DEFAULT_ISM2_MAX_K, NEVER, (), "model")
 
 
-def entry_from_row(row: dict, cc: int) -> TallSkinnyEntry:
-    """A tuned table row -> entry; missing parts fall back to the model's choice."""
-    prec, n = row["precision"], row["n"]
+def entry_from_row(row: dict, cc: int, n: int | None = None) -> TallSkinnyEntry:
+    """A tuned table row -> entry; missing parts fall back to the model's choice.  With `n` other
+    than the row's own, the row's blocking serves that n (t2 = n where the row's t2 covers all of
+    its n, else the row's t2 capped at n); the spec rules still apply."""
+    prec, row_n = row["precision"], row["n"]
+    n = row_n if n is None else n
     base = default_entry(prec, n, cc)
 
     def spec(key, cls, default, **extra):
@@ -442,17 +480,35 @@ def entry_from_row(row: dict, cc: int) -> TallSkinnyEntry:
         if not r:
             return default
         if cls is Tsm2Spec:
-            extra = {"rows": int(r.get("rows", 1))}
-        return cls(prec, n, r["t1"], r["t2"], r["t3"], **extra).validate()
+            extra = {"rows": int(r.get("rows", 1)), "stages": int(r.get("stages", 0))}
+        t2 = n if r["t2"] >= row_n else min(r["t2"], n)
+        if n == row_n:
+            return cls(prec, n, r["t1"], t2, r["t3"], **extra).validate()
+        # Another n: the row's blocking, with fewer rows per thread where a larger n needs the
+        # registers; the model's choice for this part where nothing fits.
+        while True:
+            try:
+                return cls(prec, n, r["t1"], t2, r["t3"], **extra).validate()
+            except SpecError:
+                if extra.get("rows", 1) == 1:
+                    return default
+                extra = {**extra, "rows": extra["rows"] // 2}
 
     tcf = tuple(sorted((int(a), int(b)) for a, b in row.get("tcf", [])))[:MAX_TCF_CUTS]
     opt2 = row.get("opt2_min_m")
+    source = f"tuned on {row.get('device', 'unknown')}"
     return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),
                            spec("ism2_opt1", Ism2Spec, base.ism2_opt1, opt=1),
                            spec("ism2_opt2", Ism2Spec, base.ism2_opt2, opt=2),
                            int(row.get("ism2_max_k", base.ism2_max_k)),
                            NEVER if opt2 is None else int(opt2), tcf,
-                           f"tuned on {row.get('device', 'unknown')}")
+                           source if n == row_n else f"{source} for n={row_n}")
+
+
+def nearest_tuned_n(tuned: list[int], n: int) -> int | None:
+    """The tuned n whose blocking an untuned n borrows: the nearest, the larger one on a tie (its
+    blocking was chosen under at least as much register pressure)."""
+    return min(tuned, key=lambda t: (abs(t - n), -t)) if tuned else None
 
 
 def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallSkinnyEntry, ...]:
@@ -468,11 +524,14 @@ def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallS
                 rows = {(r["precision"], r["n"]): r for r in load_table(arch).get("tallskinny", [])}
                 cc = ARCHS[arch].cc
                 entry = None
-                if (prec, n) in rows:
+                # An n without a row of its own borrows the nearest tuned n's row (the model's
+                # register-path choice is far slower where a tuned table exists: docs/perf/).
+                near = nearest_tuned_n(sorted(t for p, t in rows if p == prec), n)
+                if near is not None:
                     try:
-                        entry = entry_from_row(rows[(prec, n)], cc)
+                        entry = entry_from_row(rows[(prec, near)], cc, n)
                     except (SpecError, KeyError, TypeError, ValueError) as err:
-                        notes.append(f"{arch} tallskinny row for {prec} n={n} refused: {err}")
+                        notes.append(f"{arch} tallskinny row for {prec} n={near} refused for n={n}: {err}")
                 if entry is None:
                     entry = default_entry(prec, n, cc)
                 same = previous is not None and (

@@ -25,6 +25,7 @@ from .api import TallSkinnyLibrary
 from .run_check import device_arch
 from .tallskinny_build import build_tallskinny
 from .timing import copy_bandwidth
+from .tune_tallskinny import TUNED_NS
 
 T0 = time.time()
 
@@ -33,7 +34,7 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def sweep_specs(precisions=("s", "d"), tsm2_ns=(2, 4, 8, 16), ism2_ns=(8, 16)):
+def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=TUNED_NS, ism2_ns=(8, 16)):
     return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
             + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
 
@@ -64,11 +65,11 @@ def main(argv=None) -> int:
     log(f"{device} {arch}")
     root = Path("build/ts")
     extra = sweep_specs()
-    # --tune-first: build only s, d for the tuned n (the sweep and their defaults), tune, rebuild
-    # from the tuned table, check that set and bench it (the full set was checked in a run before).
+    # --tune-first: build only the tuned n (the sweep and their defaults), tune, rebuild from the
+    # tuned table, check that set and bench it (the full set was checked in a run before).
     tune_first = "--tune-first" in argv
-    precs = ("s", "d") if tune_first else "hsd"
-    ns = (2, 4, 8, 16) if tune_first else tsm2.DEFAULT_NS
+    precs = "hsd"
+    ns = TUNED_NS if tune_first else tsm2.DEFAULT_NS
 
     def progress(done, total):
         if done % 50 == 0 or done == total:
@@ -156,11 +157,11 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
 
     bandwidth = copy_bandwidth()
     log(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; tune")
-    run_tune(lib, device, arch, out / "tune_tallskinny_results.jsonl", bandwidth=bandwidth,
-             note_path=out / f"tune_tallskinny_{arch}.md")
+    run_tune(lib, device, arch, out / "tune_tallskinny_results.jsonl", precisions=("h", "s", "d"),
+             bandwidth=bandwidth, note_path=out / f"tune_tallskinny_{arch}.md")
     shutil.copy(table_path(arch), out / f"{arch}.json")
     log("tuned; rebuild from the table")
-    build2, entries2 = build_tallskinny(root / "set", root / "obj", ("s", "d"), ns, arch, (), jobs, progress,
+    build2, entries2 = build_tallskinny(root / "set", root / "obj", "hsd", ns, arch, (), jobs, progress,
                                         "libgemmgen_tallskinny_tuned.so")
     log(f"rebuilt: {len(build2.objects)} sources, {len(build2.failures)} failed, "
         f"{len(build2.local_memory_kernels)} with local memory")
@@ -175,7 +176,7 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     report["results_tuned"] = [r.to_json() for r in results]
     (out / "check_tallskinny_tuned.json").write_text(json.dumps(report, indent=1) + "\n")
     log("bench with the tuned dispatch")
-    run_bench(lib2, device, arch, out, bandwidth=bandwidth,
+    run_bench(lib2, device, arch, out, precisions=("h", "s", "d"), bandwidth=bandwidth,
               command="python -m harness.tallskinny_device_run --tune-first (= gemmgen tune tsm2; gemmgen bench tallskinny)")
     log("done")
     return 0

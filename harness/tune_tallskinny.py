@@ -21,7 +21,8 @@ from .check_tallskinny import TsCase, run_ts_case
 from .tune_small import append_result, load_results
 from .workload_tallskinny import TsWorkload, bytes_moved
 
-TSM2_SHAPES = (10240, 30720)                 # m = k, the papers' smallest and largest
+TUNED_NS = (2, 4, 8, 16, 32)                  # the papers' n, and 32: the n above 16 borrow its blocking
+TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
 ISM2_MS = (10**4, 10**5, 10**6, 10**7)
 CUTOFF_KS = (8, 16, 32, 64, 128, 256)
 CUTOFF_M = 10**6
@@ -38,7 +39,7 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=(2, 4, 8, 16), ism2_ns=(8, 16), bandwidth: float = 3.0e12,
+             tsm2_ns=TUNED_NS, ism2_ns=(8, 16), bandwidth: float = 3.0e12,
              write_table: bool = True, note_path: Path | None = None) -> dict:
     rng = np.random.default_rng(99)
     base = {"arch": arch, "device": device}
@@ -67,6 +68,7 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
             row["opt"] = spec.opt
         else:
             row["rows"] = spec.rows
+            row["stages"] = spec.stages
         try:
             ms = work.time_ms(work.variant(lib.variant(spec.name), split))
         except Exception as err:
@@ -107,7 +109,8 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
             best_i = _best_ism2(rows, prec, n, CUTOFF_M)
             if not best_t or not best_i:
                 continue
-            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1))
+            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1),
+                                    best_t.get("stages", 0))
             is_spec = tsm2.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
             for k in CUTOFF_KS:
                 work = TsWorkload(prec, CUTOFF_M, n, k)
@@ -166,7 +169,7 @@ def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
             if bt:
                 score = _tsm2_score(rows, prec, n)[bt["name"]][0]
                 row["tsm2"] = {"t1": bt["t1"], "t2": bt["t2"], "t3": bt["t3"], "rows": bt.get("rows", 1),
-                               "mean_floor_fraction": round(score, 4)}
+                               "stages": bt.get("stages", 0), "mean_floor_fraction": round(score, 4)}
             if n in ism2_ns:
                 per_opt = {}
                 for opt in (1, 2):
@@ -242,7 +245,7 @@ def model_report(rows, precisions, tsm2_ns) -> list[dict]:
                 best = min(rs, key=lambda r: r["time_us"])
                 exact = [r for r in rs if r["name"] == model.name]
                 same_t23 = [r for r in rs if r["t2"] == model.t2 and r["t3"] == model.t3
-                            and r.get("rows", 1) == 1]
+                            and r.get("rows", 1) == 1 and not r.get("stages", 0)]
                 proc = min(same_t23, key=lambda r: r["time_us"]) if same_t23 else None
                 out.append({
                     "precision": prec, "n": n, "m": size, "k": size, "bound": choice.bound,

@@ -16,7 +16,8 @@ from generator.spec import SpecError
 # ---- specs -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", [
     tsm2.Tsm2Spec("s", 16, 128, 16, 4), tsm2.Tsm2Spec("d", 1, 32, 1, 1), tsm2.Tsm2Spec("h", 32, 256, 32, 8),
-    tsm2.Tsm2Spec("d", 16, 128, 16, 8, 2),
+    tsm2.Tsm2Spec("d", 16, 128, 16, 8, 2), tsm2.Tsm2Spec("d", 16, 128, 16, 4, 2, 4),
+    tsm2.Tsm2Spec("s", 8, 256, 8, 4, 1, 8),
     tsm2.Ism2Spec("d", 16, 128, 16, 8, 2), tsm2.Ism2Spec("s", 7, 64, 7, 16, 1),
 ])
 def test_name_round_trip(spec):
@@ -48,6 +49,25 @@ def test_rows_rules_and_names():
     with pytest.raises(SpecError) as err:
         tsm2.Tsm2Spec("d", 32, 128, 32, 8, 2).validate()
     assert err.value.rule == "registers"
+
+
+def test_ring_rules_and_names():
+    assert tsm2.Tsm2Spec("d", 16, 128, 16, 4, 2, 4).name == "tsm2_d_n16_t128x16x4_r2_s4"
+    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4, 1, 3).name == "tsm2_s_n8_t64x8x4_s3"
+    for args, rule in (((("s", 8, 64, 8, 4, 1, 1)), "stages"),          # a ring of one chunk cannot overlap
+                       ((("s", 8, 64, 8, 4, 1, 9)), "stages"),
+                       ((("h", 8, 64, 8, 4, 1, 4)), "cp.async element"),  # 2-byte elements
+                       ((("s", 16, 256, 16, 8, 2, 8)), "shared memory"),   # 128 KB of ring
+                       ((("d", 32, 128, 32, 2, 2, 8)), "registers")):      # 64 accumulators + 32 B values
+        with pytest.raises(SpecError) as err:
+            tsm2.Tsm2Spec(*args).validate()
+        assert err.value.rule == rule, args
+    # The ring needs no A chunk in registers: 4 rows of d n = 12 fit where the register path does not.
+    assert tsm2.Tsm2Spec("d", 12, 64, 12, 8, 4, 2).is_valid()
+    assert not tsm2.Tsm2Spec("d", 12, 64, 12, 8, 4).is_valid()
+    sweep = tsm2.tsm2_sweep("d", 16)
+    assert any(s.stages for s in sweep) and any(not s.stages for s in sweep)
+    assert not any(s.stages for s in tsm2.tsm2_sweep("h", 16))
 
 
 def test_table_rows_round_trip_into_entries():

@@ -2,8 +2,9 @@
 //
 // The tall-and-skinny kernel bodies (tsm2-ism2-tall-skinny-gemm.txt): TSM2 (Alg. 4 with a k split
 // inside the block) and ISM2 optimizations 1 and 2 (Alg. 6, Alg. 7).  One thread per row of C;
-// op(B) goes through shared memory in T1×T2 tiles (pre-multiplied by alpha), A through registers in
-// chunks of T3 with the next chunk (and the next B tile) prefetched.  Any m, k, lda, ldb, ldc: rows
+// op(B) goes through shared memory in T1×T2 tiles (pre-multiplied by alpha), A in chunks of T3:
+// through registers with the next chunk (and the next B tile) prefetched, or (STAGES > 0, s and d)
+// through a ring of STAGES chunks in shared memory filled by cp.async.  Any m, k, lda, ldb, ldc: rows
 // past m read a clamped row and store nothing, k past a tile reads zeros, offsets are 64-bit.
 #pragma once
 
@@ -154,24 +155,139 @@ __device__ __forceinline__ void write_c(S* c, R acc, Scalar beta)
 // Block: kg groups of T1 threads (blockDim.x = T1·kg), each thread RM rows of C: rows
 // blockIdx.x·T1·RM + r·T1 + lane.  Group g works on k-range [g·kchunk, (g+1)·kchunk) of the block's
 // k-slice (kchunk a multiple of T1); the groups' partial sums are added in shared memory in a fixed
-// order.  Shared memory: kg·GROUP compute-type elements, GROUP = T1·max(T2P, RM·T2).
-template <int T1, int T2, int T2P, int RM>
+// order.  Shared memory per group (GROUP compute-type elements): the B tile (T1·T2P) followed by the
+// A ring (STAGES·RM·T3·T1 storage elements, none without a ring); the reduction of the groups'
+// partial sums (T1·RM·T2) reuses the same space once the k loop is done.
+template <int T1, int T2, int T2P, int RM, int T3, int STAGES, typename S, typename R>
 struct Tsm2Smem {
-    static constexpr int GROUP = T1 * (T2P > RM * T2 ? T2P : RM * T2);
+    static constexpr int TILE = T1 * T2P;
+    static constexpr int RING = STAGES * RM * T3 * T1;   // storage elements
+    static constexpr int RING_R = (RING * (int)sizeof(S) + (int)sizeof(R) - 1) / (int)sizeof(R);
+    static constexpr int GROUP = TILE + RING_R > T1 * RM * T2 ? TILE + RING_R : T1 * RM * T2;
 };
+
+// The A ring: one element copied global -> shared without passing through registers (cp.async,
+// sm_80+; a plain copy before), zero-filled when !ok.  Each thread copies exactly the elements it
+// later reads itself, so a thread's own cp.async.wait_group is the only synchronization needed.
+template <typename S>
+__device__ __forceinline__ void copy_async(S* dst, const S* src, bool ok)
+{
+#if __CUDA_ARCH__ >= 800
+    if (sizeof(S) != 4 && sizeof(S) != 8) {   // cp.async copies 4, 8 or 16 bytes (the specs keep fp16 off the ring)
+        *dst = ok ? *src : S{};
+        return;
+    }
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"((int)sizeof(S)),
+                 "r"(ok ? (int)sizeof(S) : 0)
+                 : "memory");
+#else
+    *dst = ok ? *src : S{};
+#endif
+}
+
+__device__ __forceinline__ void async_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int PENDING>
+__device__ __forceinline__ void async_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// The ring's chunk of T3 columns of op(A) from column `col` for the thread's RM rows, into slot
+// `dst` (element (r, i) at dst[(r·T3 + i)·T1]); one commit group per chunk, empty past kend.
+// Full chunks (the common case) need no per-element bound check.
+template <char TA, int RM, int T1, int T3, typename S>
+__device__ __forceinline__ void ring_issue(S* dst, const S* const (&arow)[RM], long long cstep, int col,
+                                           int kend, const S* A)
+{
+    if (col + T3 <= kend) {
+#pragma unroll
+        for (int r = 0; r < RM; ++r) {
+            const S* src = arow[r] + col * cstep;
+#pragma unroll
+            for (int i = 0; i < T3; ++i)
+                copy_async(dst + (r * T3 + i) * T1, src + i * cstep, true);
+        }
+    } else if (col < kend) {
+#pragma unroll
+        for (int r = 0; r < RM; ++r)
+#pragma unroll
+            for (int i = 0; i < T3; ++i) {
+                const bool ok = col + i < kend;
+                copy_async(dst + (r * T3 + i) * T1, ok ? arow[r] + (col + i) * cstep : A, ok);
+            }
+    }
+    async_commit();
+}
+
+// acc[r][c] += op(A)(row r, j + l0 + i) · sB[l0 + i][c] over one B tile, the A chunks taken from the
+// ring: every chunk first issues the copy STAGES - 1 chunks ahead, then waits for its own.
+template <char TA, int RM, int T1, int T2, int T2P, int T3, int STAGES, typename S, typename R>
+__device__ __forceinline__ void tile_product_ring(R (&acc)[RM][T2], S* ring, int& rslot, int& next,
+                                                  const S* const (&arow)[RM], long long cstep, int klen,
+                                                  int kend, const S* A, const R* sB)
+{
+    constexpr int SLOT = RM * T3 * T1;
+    for (int l0 = 0; l0 < klen; l0 += T3) {
+        const int wslot = rslot == 0 ? STAGES - 1 : rslot - 1;   // the slot read one chunk ago
+        ring_issue<TA, RM, T1, T3>(ring + wslot * SLOT, arow, cstep, next, kend, A);
+        next += T3;
+        async_wait<STAGES - 1>();
+        const S* ra = ring + rslot * SLOT;
+#pragma unroll
+        for (int i = 0; i < T3; ++i) {
+            R b[T2];
+#pragma unroll
+            for (int c = 0; c < T2; ++c)
+                b[c] = sB[(l0 + i) * T2P + c];
+#pragma unroll
+            for (int r = 0; r < RM; ++r) {
+                const R a = R(ra[(r * T3 + i) * T1]);
+#pragma unroll
+                for (int c = 0; c < T2; ++c)
+                    acc[r][c] = mul_add(a, b[c], acc[r][c]);
+            }
+        }
+        rslot = rslot + 1 == STAGES ? 0 : rslot + 1;
+    }
+}
 
 // C += v for the k split across blocks (float and double: native atomics; fp16 is never split).
 __device__ __forceinline__ void add_c(float* c, float v) { atomicAdd(c, v); }
 __device__ __forceinline__ void add_c(double* c, double v) { atomicAdd(c, v); }
 __device__ __forceinline__ void add_c(__half* c, float v) { atomicAdd(c, __float2half_rn(v)); }
 
-template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, typename Scalar>
+// The group's B tile for columns j..j+T1 (prefetched into nb) into shared memory, and the next
+// tile's prefetch (Alg. 4, lines 19-25).
+template <char TB, int N, int T1, int T2, int T2P, typename S, typename R>
+__device__ __forceinline__ void next_b_tile(R (&nb)[T2], R* sB, int g, int lane, const S* B, int ldb, int j,
+                                            int kend, int p, R alpha)
+{
+    group_sync<T1>(g + 1);          // the previous tile's readers are done
+    store_b<T2, T2P>(sB, lane, nb);
+    group_sync<T1>(g + 1);
+    if (j + T1 < kend)
+        fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, kend, p, alpha);
+}
+
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, int STAGES,
+          typename Scalar>
 __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A, int lda,
                             const S* __restrict__ B, int ldb, Scalar beta, S* __restrict__ C, int ldc,
                             int kchunk, int kblock)
 {
     using R = typename ComputeOf<S>::type;
-    constexpr int GROUP = Tsm2Smem<T1, T2, T2P, RM>::GROUP;
+    using Smem = Tsm2Smem<T1, T2, T2P, RM, T3, STAGES, S, R>;
+    constexpr int GROUP = Smem::GROUP;
+    constexpr int RING_STAGES = STAGES > 0 ? STAGES : 1;   // the ring code is compiled, not run, without one
     extern __shared__ __align__(16) unsigned char smem_raw[];
     R* smem = reinterpret_cast<R*>(smem_raw);
     const int kg = blockDim.x / T1;
@@ -194,7 +310,13 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
     const int kbeg = (int)min(kslice + (long long)g * kchunk, kslice_end);
     const int kend = (int)min((long long)kbeg + kchunk, kslice_end);
     R* sB = smem + g * GROUP;
+    S* ring = reinterpret_cast<S*>(sB + Smem::TILE) + lane;
     const R ralpha = R(alpha);
+    const S* arow[RM];                                          // op(A)(rows[r], 0)
+#pragma unroll
+    for (int r = 0; r < RM; ++r)
+        arow[r] = a_at<TA>(A, lda, rows[r], 0);
+    const long long cstep = TA == 'N' ? (long long)lda : 1;    // from one column of op(A) to the next
 
     for (int p = 0; p < N; p += T2) {
         R acc[RM][T2];
@@ -203,19 +325,28 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 #pragma unroll
             for (int c = 0; c < T2; ++c)
                 acc[r][c] = zero<R>();
-        if (kbeg < kend) {
+        if (kbeg < kend && STAGES > 0) {
+            R nb[T2];
+            fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
+            int next = kbeg, rslot = 0;
+#pragma unroll
+            for (int st = 0; st < RING_STAGES - 1; ++st, next += T3)
+                ring_issue<TA, RM, T1, T3>(ring + st * RM * T3 * T1, arow, cstep, next, kend, A);
+            for (int j = kbeg; j < kend; j += T1) {
+                next_b_tile<TB, N, T1, T2, T2P>(nb, sB, g, lane, B, ldb, j, kend, p, ralpha);
+                tile_product_ring<TA, RM, T1, T2, T2P, T3, RING_STAGES>(acc, ring, rslot, next, arow, cstep,
+                                                                       min(T1, kend - j), kend, A, sB);
+            }
+            async_wait<0>();
+        } else if (kbeg < kend) {
             R nb[T2];
             R ca[RM][T3];
-            fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
 #pragma unroll
             for (int r = 0; r < RM; ++r)
                 fetch_a<TA, T3>(ca[r], A, lda, rows[r], kbeg, kend);
+            fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
             for (int j = kbeg; j < kend; j += T1) {
-                group_sync<T1>(g + 1);          // the previous tile's readers are done
-                store_b<T2, T2P>(sB, lane, nb);
-                group_sync<T1>(g + 1);
-                if (j + T1 < kend)              // prefetch the next B tile (Alg. 4, lines 21-25)
-                    fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, kend, p, ralpha);
+                next_b_tile<TB, N, T1, T2, T2P>(nb, sB, g, lane, B, ldb, j, kend, p, ralpha);
                 tile_product_rows<TA, RM, T2, T2P, T3>(acc, ca, A, lda, rows, j, min(T1, kend - j), kend, sB);
             }
         }
@@ -395,6 +526,7 @@ int scale(int m, int n, Scalar beta, S* C, int ldc, cudaStream_t stream)
 struct DeviceInfo {
     int sms;
     int threads_per_sm;
+    int smem_per_block;   // dynamic shared memory a block may opt in to
 };
 
 // SM count and resident threads per SM of the current device, read once per device.
@@ -404,13 +536,14 @@ inline DeviceInfo device_info()
     static bool known[64];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess)
-        return DeviceInfo{0, 0};
+        return DeviceInfo{0, 0, 0};
     if (dev >= 0 && dev < 64 && known[dev])
         return cached[dev];
-    DeviceInfo info{0, 0};
+    DeviceInfo info{0, 0, 0};
     if (cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&info.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess)
-        return DeviceInfo{0, 0};
+        cudaDeviceGetAttribute(&info.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&info.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return DeviceInfo{0, 0, 0};
     if (dev >= 0 && dev < 64) {
         cached[dev] = info;
         known[dev] = true;
@@ -420,20 +553,24 @@ inline DeviceInfo device_info()
 
 constexpr long long MAX_GRID = 2147483647LL;
 
-// kg = 0: enough groups that the grid holds the device's resident threads (Little's law wants the
-// bytes in flight; m/T1 blocks alone are too few for m ≈ 10^4), bounded by the block size the
-// kernel's registers allow, 48 KB of shared memory, the named barriers and one tile per group.
-// Then, for float and double, k is also split across blocks (grid.y) until the grid has about 8
-// waves of resident blocks (each group keeping at least 4 tiles): C is pre-scaled by beta and the
-// slices' partial sums are added atomically (the wave tail of m/T1 row blocks alone costs up to
-// 40% at m = 10^4).  fp16 C is never split (atomic fp16 sums would round every addition).
-template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, typename Scalar>
+// Register path (STAGES = 0), kg = 0: enough groups that the grid holds the device's resident
+// threads (Little's law wants the bytes in flight; m/T1 blocks alone are too few for m ≈ 10^4),
+// bounded by the block size the kernel's registers allow, the shared memory, the named barriers and
+// one tile per group.  Then, for float and double, k is also split across blocks (grid.y) until the
+// grid has about 8 waves of resident blocks (each group keeping at least 4 tiles).
+// Ring path (STAGES > 0): the bytes in flight sit in shared memory, not registers, so one group per
+// block (kg = 0 -> 1) and k split across blocks until about 4 waves of resident blocks, each slice at
+// least 2 tiles (measured on the H100 at m = k = 10240..30720: within 3 % of the best kg, ks).
+// With k split across blocks C is pre-scaled by beta and the slices' partial sums are added
+// atomically (the wave tail of m/T1 row blocks alone costs up to 40 % at m = 10^4).  fp16 C is never
+// split (atomic fp16 sums would round every addition).
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int RM, int STAGES, typename Scalar>
 int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int ldb, Scalar beta, S* C,
                 int ldc, int kg, cudaStream_t stream)
 {
     using R = typename ComputeOf<S>::type;
-    auto kernel = tsm2_kernel<S, N, TA, TB, T1, T2, T2P, T3, RM, Scalar>;
-    constexpr int GROUP = Tsm2Smem<T1, T2, T2P, RM>::GROUP;
+    auto kernel = tsm2_kernel<S, N, TA, TB, T1, T2, T2P, T3, RM, STAGES, Scalar>;
+    constexpr int GROUP_BYTES = Tsm2Smem<T1, T2, T2P, RM, T3, STAGES, S, R>::GROUP * (int)sizeof(R);
     static int max_block = 0;
     if (max_block == 0) {
         cudaFuncAttributes attr;
@@ -445,25 +582,30 @@ int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int
     if (blocks > MAX_GRID || blocks < 1)
         return GEMMGEN_LAUNCH_FAILED;
     const int tiles = (k + T1 - 1) / T1;
+    const DeviceInfo dev = device_info();
     int cap = max_block / T1;
     cap = std::min(cap, T1 == 32 ? 32 : 15);
-    cap = std::min(cap, (int)(48 * 1024 / (GROUP * (int)sizeof(R))));
+    // 48 KB without an opt-in (the register path's tuned behaviour); the ring may opt in to more.
+    cap = std::min(cap, (STAGES > 0 ? std::max(dev.smem_per_block, 48 * 1024) : 48 * 1024) / GROUP_BYTES);
     cap = std::min(cap, tiles);
-    const DeviceInfo dev = device_info();
     if (kg <= 0) {
         const long long target = (long long)dev.sms * dev.threads_per_sm;
-        kg = (int)((target + blocks * T1 - 1) / (blocks * T1));
+        kg = STAGES > 0 ? 1 : (int)((target + blocks * T1 - 1) / (blocks * T1));
     }
     kg = std::max(1, std::min(kg, std::max(cap, 1)));
-    const size_t smem = (size_t)kg * GROUP * sizeof(R);
+    const size_t smem = (size_t)kg * GROUP_BYTES;
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return GEMMGEN_LAUNCH_FAILED;
     int ks = 1;
-    if (sizeof(S) >= 4 && tiles >= 8 * kg) {
+    const int waves = STAGES > 0 ? 4 : 8, min_tiles = STAGES > 0 ? 2 : 4;
+    if (sizeof(S) >= 4 && tiles >= 2 * min_tiles * kg) {
         int occ = 0;
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, T1 * kg, smem) != cudaSuccess)
             occ = 1;
         const long long slots = (long long)std::max(occ, 1) * std::max(dev.sms, 1);
-        const long long want = (8 * slots + blocks - 1) / blocks;
-        ks = (int)std::max(1LL, std::min(want, (long long)(tiles / (4 * kg))));
+        const long long want = (waves * slots + blocks - 1) / blocks;
+        ks = (int)std::max(1LL, std::min(want, (long long)(tiles / (min_tiles * kg))));
         ks = std::min(ks, 65535);
     }
     const int kblock = ((tiles + ks - 1) / ks) * T1;          // k per grid row y, a multiple of T1

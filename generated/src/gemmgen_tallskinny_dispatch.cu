@@ -15,41 +15,81 @@ extern "C" int ism2_h_n10_t128x10x16_opt1(char, char, int, int, float, const __h
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n10_t128x10x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n10_t128x10x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n10_t256x10x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n11_t128x11x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n11_t128x11x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n11_t128x11x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n11_t256x11x8_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n12_t128x12x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n12_t128x12x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n12_t128x12x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n12_t128x12x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n13_t128x13x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n13_t128x13x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n13_t128x13x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n13_t128x13x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n14_t128x14x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n14_t128x14x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n14_t128x14x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n14_t128x14x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n15_t128x15x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n15_t128x15x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n15_t128x15x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n15_t128x15x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n16_t128x16x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n16_t128x16x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n16_t128x16x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n16_t128x16x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n17_t128x17x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n17_t128x17x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n17_t128x17x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n17_t128x17x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n18_t128x18x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n18_t128x18x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n18_t128x18x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n18_t128x18x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n19_t128x19x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n19_t128x19x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n19_t128x19x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n19_t128x19x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n1_t128x1x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -59,17 +99,33 @@ extern "C" int ism2_h_n20_t128x20x16_opt1(char, char, int, int, float, const __h
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n20_t128x20x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n20_t128x20x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n20_t128x20x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n21_t128x21x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n21_t128x21x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n21_t128x21x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n21_t128x21x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n22_t128x22x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n22_t128x22x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n22_t128x22x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n22_t128x22x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n23_t128x23x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n23_t128x23x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n23_t128x23x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n23_t128x23x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n24_t128x24x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -127,89 +183,177 @@ extern "C" int ism2_h_n6_t128x6x16_opt1(char, char, int, int, float, const __hal
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n6_t128x6x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n6_t128x6x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n6_t256x6x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n7_t128x7x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n7_t128x7x16_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n7_t128x7x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n7_t256x7x8_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n8_t128x8x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n8_t128x8x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n8_t128x8x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n8_t256x8x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n9_t128x9x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n9_t128x9x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n9_t128x9x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n9_t256x9x8_opt1(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n10_t128x10x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n10_t64x10x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n11_t128x11x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n11_t64x11x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n12_t128x12x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n12_t128x12x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n13_t128x13x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n13_t128x13x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n14_t128x14x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n14_t128x14x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n15_t128x15x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n15_t128x15x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n16_t128x16x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n16_t128x16x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n17_t128x17x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n17_t128x17x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n18_t128x18x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n18_t128x18x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n19_t128x19x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n19_t128x19x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n1_t128x1x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n1_t32x1x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n20_t128x20x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n20_t128x20x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n21_t128x21x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n21_t128x21x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n22_t128x22x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n22_t128x22x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n23_t128x23x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n23_t128x23x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n24_t128x24x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n24_t32x24x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n25_t128x25x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n25_t32x25x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n26_t128x26x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n26_t32x26x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n27_t128x27x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n27_t32x27x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n28_t128x28x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n28_t32x28x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n29_t128x29x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n29_t32x29x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n2_t128x2x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n2_t32x2x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n30_t128x30x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n30_t32x30x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n31_t128x31x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n31_t32x31x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n32_t128x32x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n32_t32x32x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n3_t128x3x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n3_t32x3x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n4_t128x4x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n4_t32x4x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n5_t128x5x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n5_t32x5x8(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n6_t128x6x2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n6_t64x6x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n7_t128x7x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n7_t64x7x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n8_t128x8x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n8_t64x8x4_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n9_t128x9x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n9_t64x9x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_s_n10_t128x10x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n10_t128x10x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n10_t128x10x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n10_t128x10x8_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n11_t128x11x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n11_t128x11x16_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n11_t128x11x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n11_t128x11x8_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n12_t128x12x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -319,9 +463,17 @@ extern "C" int ism2_s_n6_t128x6x16_opt1(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n6_t128x6x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n6_t128x6x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n6_t128x6x8_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n7_t128x7x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n7_t128x7x16_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n7_t128x7x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n7_t128x7x8_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n8_t128x8x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -335,97 +487,177 @@ extern "C" int ism2_s_n9_t128x9x16_opt1(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n9_t128x9x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n9_t128x9x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n9_t128x9x8_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n10_t128x10x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n10_t128x10x4_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n11_t128x11x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n11_t128x11x4_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n12_t128x12x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n12_t128x12x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n13_t128x13x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n13_t128x13x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n14_t128x14x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n14_t128x14x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n15_t128x15x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n15_t128x15x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n16_t128x16x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n16_t256x16x8_r2(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n16_t128x16x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n17_t128x17x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n17_t128x17x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n18_t128x18x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n18_t128x18x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n19_t128x19x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n19_t128x19x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n1_t128x1x1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n1_t128x1x4_r2_s8(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n20_t128x20x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n20_t128x20x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n21_t128x21x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n21_t128x21x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n22_t128x22x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n22_t128x22x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n23_t128x23x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n23_t128x23x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n24_t128x24x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n24_t128x24x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n25_t128x25x4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n25_t128x25x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n26_t128x26x4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n26_t128x26x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n27_t128x27x4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n27_t128x27x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n28_t128x28x4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n28_t128x28x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n29_t128x29x4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n29_t128x29x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n2_t128x2x1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n2_t256x2x16(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n2_t128x2x4_r2_s8(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n30_t128x30x4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n30_t128x30x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n31_t128x31x4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n31_t128x31x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n32_t128x32x4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n32_t128x32x8_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n3_t128x3x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n3_t128x3x4_r2_s8(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n4_t128x4x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n4_t256x4x8(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n4_t128x4x4_r2_s8(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n5_t128x5x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n5_t128x5x4_r2_s8(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n6_t128x6x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n6_t128x6x4_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n7_t128x7x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n7_t128x7x4_r2_s4(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n8_t128x8x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n8_t256x8x16(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n8_t128x8x4_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n9_t128x9x2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int tsm2_s_n9_t128x9x4_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_d_n10_t128x10x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n10_t128x10x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n10_t128x10x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n10_t128x10x8_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n11_t128x11x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n11_t128x11x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n11_t128x11x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n11_t128x11x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n13_t128x13x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n13_t128x13x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n13_t128x13x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n13_t128x13x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n14_t128x14x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n14_t128x14x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n14_t128x14x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n14_t128x14x8_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n15_t128x15x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n15_t128x15x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n15_t128x15x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -439,13 +671,25 @@ extern "C" int ism2_d_n16_t128x16x8_opt1(char, char, int, int, double, const dou
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n16_t128x16x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n17_t128x17x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n17_t128x17x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n17_t128x17x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n17_t128x17x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n18_t128x18x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n18_t128x18x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n18_t128x18x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n18_t128x18x4_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n19_t128x19x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n19_t128x19x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n19_t128x19x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -455,17 +699,33 @@ extern "C" int ism2_d_n1_t128x1x16_opt1(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n1_t128x1x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n20_t128x20x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n20_t128x20x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n20_t128x20x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n20_t128x20x4_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n21_t128x21x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n21_t128x21x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n22_t128x22x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n22_t128x22x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n22_t128x22x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n22_t128x22x2_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n23_t128x23x16_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n23_t128x23x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n23_t128x23x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -527,9 +787,17 @@ extern "C" int ism2_d_n6_t128x6x16_opt1(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n6_t128x6x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n6_t128x6x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n6_t128x6x8_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n7_t128x7x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n7_t128x7x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n7_t128x7x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n7_t128x7x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n8_t128x8x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -543,77 +811,137 @@ extern "C" int ism2_d_n9_t128x9x16_opt1(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n9_t128x9x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n9_t128x9x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n9_t128x9x8_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n10_t128x10x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n10_t64x10x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n11_t128x11x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n11_t64x11x4_r4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n12_t128x12x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n12_t128x12x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n13_t128x13x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n13_t128x13x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n14_t128x14x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n14_t128x14x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n15_t128x15x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n15_t128x15x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n16_t128x16x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n16_t128x16x8_r2(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n16_t128x16x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n17_t128x17x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n17_t128x17x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n18_t128x18x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n18_t128x18x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n19_t128x19x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n19_t128x19x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n1_t128x1x1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n1_t128x1x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n20_t128x20x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n20_t128x20x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n21_t128x21x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n21_t128x21x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n22_t128x22x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n22_t128x22x4_r2_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n23_t128x23x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n23_t128x23x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n24_t128x24x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n24_t128x24x4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n25_t128x25x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n25_t128x25x4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n26_t128x26x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n26_t128x26x4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n27_t128x27x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n27_t128x27x4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n28_t128x28x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n28_t128x28x4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n29_t128x29x4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n29_t128x29x4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n2_t128x2x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n2_t256x2x8(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n2_t128x2x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n30_t128x30x4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n30_t128x30x4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n31_t128x31x4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n31_t128x31x4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n32_t128x32x4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n32_t128x32x4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n3_t128x3x1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n3_t128x3x8_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n4_t128x4x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n4_t256x4x4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n4_t128x4x8_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n5_t128x5x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n5_t128x5x8_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n6_t128x6x1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n6_t64x6x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n7_t128x7x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n7_t64x7x4_r4_s4(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n8_t128x8x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n8_t128x8x8_r2(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n8_t64x8x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n9_t128x9x2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int tsm2_d_n9_t64x9x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 
 namespace {
@@ -640,97 +968,193 @@ const TsEntry<__half, float> ts_h[] = {
     {1, 75, "tsm2_h_n1_t128x1x2", tsm2_h_n1_t128x1x2,
      {"ism2_h_n1_t128x1x16_opt1", "ism2_h_n1_t128x1x16_opt2"}, {ism2_h_n1_t128x1x16_opt1, ism2_h_n1_t128x1x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {1, 90, "tsm2_h_n1_t32x1x8", tsm2_h_n1_t32x1x8,
+     {"ism2_h_n1_t128x1x16_opt1", "ism2_h_n1_t128x1x16_opt2"}, {ism2_h_n1_t128x1x16_opt1, ism2_h_n1_t128x1x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_h_n2_t128x2x2", tsm2_h_n2_t128x2x2,
+     {"ism2_h_n2_t128x2x16_opt1", "ism2_h_n2_t128x2x16_opt2"}, {ism2_h_n2_t128x2x16_opt1, ism2_h_n2_t128x2x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {2, 90, "tsm2_h_n2_t32x2x8", tsm2_h_n2_t32x2x8,
      {"ism2_h_n2_t128x2x16_opt1", "ism2_h_n2_t128x2x16_opt2"}, {ism2_h_n2_t128x2x16_opt1, ism2_h_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_h_n3_t128x3x2", tsm2_h_n3_t128x3x2,
      {"ism2_h_n3_t128x3x16_opt1", "ism2_h_n3_t128x3x16_opt2"}, {ism2_h_n3_t128x3x16_opt1, ism2_h_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {3, 90, "tsm2_h_n3_t32x3x8", tsm2_h_n3_t32x3x8,
+     {"ism2_h_n3_t128x3x16_opt1", "ism2_h_n3_t128x3x16_opt2"}, {ism2_h_n3_t128x3x16_opt1, ism2_h_n3_t128x3x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_h_n4_t128x4x2", tsm2_h_n4_t128x4x2,
+     {"ism2_h_n4_t128x4x16_opt1", "ism2_h_n4_t128x4x16_opt2"}, {ism2_h_n4_t128x4x16_opt1, ism2_h_n4_t128x4x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {4, 90, "tsm2_h_n4_t32x4x8", tsm2_h_n4_t32x4x8,
      {"ism2_h_n4_t128x4x16_opt1", "ism2_h_n4_t128x4x16_opt2"}, {ism2_h_n4_t128x4x16_opt1, ism2_h_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_h_n5_t128x5x2", tsm2_h_n5_t128x5x2,
      {"ism2_h_n5_t128x5x16_opt1", "ism2_h_n5_t128x5x16_opt2"}, {ism2_h_n5_t128x5x16_opt1, ism2_h_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {5, 90, "tsm2_h_n5_t32x5x8", tsm2_h_n5_t32x5x8,
+     {"ism2_h_n5_t128x5x16_opt1", "ism2_h_n5_t128x5x16_opt2"}, {ism2_h_n5_t128x5x16_opt1, ism2_h_n5_t128x5x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_h_n6_t128x6x2", tsm2_h_n6_t128x6x2,
      {"ism2_h_n6_t128x6x16_opt1", "ism2_h_n6_t128x6x16_opt2"}, {ism2_h_n6_t128x6x16_opt1, ism2_h_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {6, 90, "tsm2_h_n6_t64x6x4_r2", tsm2_h_n6_t64x6x4_r2,
+     {"ism2_h_n6_t256x6x8_opt1", "ism2_h_n6_t128x6x8_opt2"}, {ism2_h_n6_t256x6x8_opt1, ism2_h_n6_t128x6x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {7, 75, "tsm2_h_n7_t128x7x2", tsm2_h_n7_t128x7x2,
      {"ism2_h_n7_t128x7x16_opt1", "ism2_h_n7_t128x7x16_opt2"}, {ism2_h_n7_t128x7x16_opt1, ism2_h_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {7, 90, "tsm2_h_n7_t64x7x4_r2", tsm2_h_n7_t64x7x4_r2,
+     {"ism2_h_n7_t256x7x8_opt1", "ism2_h_n7_t128x7x8_opt2"}, {ism2_h_n7_t256x7x8_opt1, ism2_h_n7_t128x7x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {8, 75, "tsm2_h_n8_t128x8x4", tsm2_h_n8_t128x8x4,
      {"ism2_h_n8_t128x8x16_opt1", "ism2_h_n8_t128x8x16_opt2"}, {ism2_h_n8_t128x8x16_opt1, ism2_h_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {8, 90, "tsm2_h_n8_t64x8x4_r2", tsm2_h_n8_t64x8x4_r2,
+     {"ism2_h_n8_t256x8x8_opt1", "ism2_h_n8_t128x8x8_opt2"}, {ism2_h_n8_t256x8x8_opt1, ism2_h_n8_t128x8x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {9, 75, "tsm2_h_n9_t128x9x4", tsm2_h_n9_t128x9x4,
      {"ism2_h_n9_t128x9x16_opt1", "ism2_h_n9_t128x9x16_opt2"}, {ism2_h_n9_t128x9x16_opt1, ism2_h_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {9, 90, "tsm2_h_n9_t64x9x4_r2", tsm2_h_n9_t64x9x4_r2,
+     {"ism2_h_n9_t256x9x8_opt1", "ism2_h_n9_t128x9x8_opt2"}, {ism2_h_n9_t256x9x8_opt1, ism2_h_n9_t128x9x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {10, 75, "tsm2_h_n10_t128x10x4", tsm2_h_n10_t128x10x4,
      {"ism2_h_n10_t128x10x16_opt1", "ism2_h_n10_t128x10x16_opt2"}, {ism2_h_n10_t128x10x16_opt1, ism2_h_n10_t128x10x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {10, 90, "tsm2_h_n10_t64x10x4_r2", tsm2_h_n10_t64x10x4_r2,
+     {"ism2_h_n10_t256x10x8_opt1", "ism2_h_n10_t128x10x8_opt2"}, {ism2_h_n10_t256x10x8_opt1, ism2_h_n10_t128x10x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {11, 75, "tsm2_h_n11_t128x11x4", tsm2_h_n11_t128x11x4,
      {"ism2_h_n11_t128x11x16_opt1", "ism2_h_n11_t128x11x16_opt2"}, {ism2_h_n11_t128x11x16_opt1, ism2_h_n11_t128x11x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {11, 90, "tsm2_h_n11_t64x11x4_r2", tsm2_h_n11_t64x11x4_r2,
+     {"ism2_h_n11_t256x11x8_opt1", "ism2_h_n11_t128x11x8_opt2"}, {ism2_h_n11_t256x11x8_opt1, ism2_h_n11_t128x11x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {12, 75, "tsm2_h_n12_t128x12x4", tsm2_h_n12_t128x12x4,
      {"ism2_h_n12_t128x12x16_opt1", "ism2_h_n12_t128x12x16_opt2"}, {ism2_h_n12_t128x12x16_opt1, ism2_h_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {12, 90, "tsm2_h_n12_t128x12x2", tsm2_h_n12_t128x12x2,
+     {"ism2_h_n12_t128x12x8_opt1", "ism2_h_n12_t128x12x8_opt2"}, {ism2_h_n12_t128x12x8_opt1, ism2_h_n12_t128x12x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {13, 75, "tsm2_h_n13_t128x13x4", tsm2_h_n13_t128x13x4,
      {"ism2_h_n13_t128x13x16_opt1", "ism2_h_n13_t128x13x16_opt2"}, {ism2_h_n13_t128x13x16_opt1, ism2_h_n13_t128x13x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {13, 90, "tsm2_h_n13_t128x13x2", tsm2_h_n13_t128x13x2,
+     {"ism2_h_n13_t128x13x8_opt1", "ism2_h_n13_t128x13x8_opt2"}, {ism2_h_n13_t128x13x8_opt1, ism2_h_n13_t128x13x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {14, 75, "tsm2_h_n14_t128x14x4", tsm2_h_n14_t128x14x4,
      {"ism2_h_n14_t128x14x16_opt1", "ism2_h_n14_t128x14x16_opt2"}, {ism2_h_n14_t128x14x16_opt1, ism2_h_n14_t128x14x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {14, 90, "tsm2_h_n14_t128x14x2", tsm2_h_n14_t128x14x2,
+     {"ism2_h_n14_t128x14x8_opt1", "ism2_h_n14_t128x14x8_opt2"}, {ism2_h_n14_t128x14x8_opt1, ism2_h_n14_t128x14x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {15, 75, "tsm2_h_n15_t128x15x4", tsm2_h_n15_t128x15x4,
      {"ism2_h_n15_t128x15x16_opt1", "ism2_h_n15_t128x15x16_opt2"}, {ism2_h_n15_t128x15x16_opt1, ism2_h_n15_t128x15x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {15, 90, "tsm2_h_n15_t128x15x2", tsm2_h_n15_t128x15x2,
+     {"ism2_h_n15_t128x15x8_opt1", "ism2_h_n15_t128x15x8_opt2"}, {ism2_h_n15_t128x15x8_opt1, ism2_h_n15_t128x15x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {16, 75, "tsm2_h_n16_t128x16x4", tsm2_h_n16_t128x16x4,
      {"ism2_h_n16_t128x16x16_opt1", "ism2_h_n16_t128x16x16_opt2"}, {ism2_h_n16_t128x16x16_opt1, ism2_h_n16_t128x16x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {16, 90, "tsm2_h_n16_t128x16x2", tsm2_h_n16_t128x16x2,
+     {"ism2_h_n16_t128x16x8_opt1", "ism2_h_n16_t128x16x8_opt2"}, {ism2_h_n16_t128x16x8_opt1, ism2_h_n16_t128x16x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {17, 75, "tsm2_h_n17_t128x17x4", tsm2_h_n17_t128x17x4,
      {"ism2_h_n17_t128x17x16_opt1", "ism2_h_n17_t128x17x16_opt2"}, {ism2_h_n17_t128x17x16_opt1, ism2_h_n17_t128x17x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {17, 90, "tsm2_h_n17_t128x17x2", tsm2_h_n17_t128x17x2,
+     {"ism2_h_n17_t128x17x8_opt1", "ism2_h_n17_t128x17x8_opt2"}, {ism2_h_n17_t128x17x8_opt1, ism2_h_n17_t128x17x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {18, 75, "tsm2_h_n18_t128x18x4", tsm2_h_n18_t128x18x4,
      {"ism2_h_n18_t128x18x16_opt1", "ism2_h_n18_t128x18x16_opt2"}, {ism2_h_n18_t128x18x16_opt1, ism2_h_n18_t128x18x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {18, 90, "tsm2_h_n18_t128x18x2", tsm2_h_n18_t128x18x2,
+     {"ism2_h_n18_t128x18x8_opt1", "ism2_h_n18_t128x18x8_opt2"}, {ism2_h_n18_t128x18x8_opt1, ism2_h_n18_t128x18x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {19, 75, "tsm2_h_n19_t128x19x4", tsm2_h_n19_t128x19x4,
      {"ism2_h_n19_t128x19x16_opt1", "ism2_h_n19_t128x19x16_opt2"}, {ism2_h_n19_t128x19x16_opt1, ism2_h_n19_t128x19x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {19, 90, "tsm2_h_n19_t128x19x2", tsm2_h_n19_t128x19x2,
+     {"ism2_h_n19_t128x19x8_opt1", "ism2_h_n19_t128x19x8_opt2"}, {ism2_h_n19_t128x19x8_opt1, ism2_h_n19_t128x19x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {20, 75, "tsm2_h_n20_t128x20x4", tsm2_h_n20_t128x20x4,
      {"ism2_h_n20_t128x20x16_opt1", "ism2_h_n20_t128x20x16_opt2"}, {ism2_h_n20_t128x20x16_opt1, ism2_h_n20_t128x20x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {20, 90, "tsm2_h_n20_t128x20x2", tsm2_h_n20_t128x20x2,
+     {"ism2_h_n20_t128x20x8_opt1", "ism2_h_n20_t128x20x8_opt2"}, {ism2_h_n20_t128x20x8_opt1, ism2_h_n20_t128x20x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {21, 75, "tsm2_h_n21_t128x21x4", tsm2_h_n21_t128x21x4,
      {"ism2_h_n21_t128x21x16_opt1", "ism2_h_n21_t128x21x16_opt2"}, {ism2_h_n21_t128x21x16_opt1, ism2_h_n21_t128x21x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {21, 90, "tsm2_h_n21_t128x21x2", tsm2_h_n21_t128x21x2,
+     {"ism2_h_n21_t128x21x8_opt1", "ism2_h_n21_t128x21x8_opt2"}, {ism2_h_n21_t128x21x8_opt1, ism2_h_n21_t128x21x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {22, 75, "tsm2_h_n22_t128x22x4", tsm2_h_n22_t128x22x4,
      {"ism2_h_n22_t128x22x16_opt1", "ism2_h_n22_t128x22x16_opt2"}, {ism2_h_n22_t128x22x16_opt1, ism2_h_n22_t128x22x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {22, 90, "tsm2_h_n22_t128x22x2", tsm2_h_n22_t128x22x2,
+     {"ism2_h_n22_t128x22x8_opt1", "ism2_h_n22_t128x22x8_opt2"}, {ism2_h_n22_t128x22x8_opt1, ism2_h_n22_t128x22x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {23, 75, "tsm2_h_n23_t128x23x4", tsm2_h_n23_t128x23x4,
      {"ism2_h_n23_t128x23x16_opt1", "ism2_h_n23_t128x23x16_opt2"}, {ism2_h_n23_t128x23x16_opt1, ism2_h_n23_t128x23x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {23, 90, "tsm2_h_n23_t128x23x2", tsm2_h_n23_t128x23x2,
+     {"ism2_h_n23_t128x23x8_opt1", "ism2_h_n23_t128x23x8_opt2"}, {ism2_h_n23_t128x23x8_opt1, ism2_h_n23_t128x23x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {24, 75, "tsm2_h_n24_t128x24x4", tsm2_h_n24_t128x24x4,
+     {"ism2_h_n24_t128x24x16_opt1", "ism2_h_n24_t128x24x16_opt2"}, {ism2_h_n24_t128x24x16_opt1, ism2_h_n24_t128x24x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {24, 90, "tsm2_h_n24_t32x24x4_r2", tsm2_h_n24_t32x24x4_r2,
      {"ism2_h_n24_t128x24x16_opt1", "ism2_h_n24_t128x24x16_opt2"}, {ism2_h_n24_t128x24x16_opt1, ism2_h_n24_t128x24x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_h_n25_t128x25x4", tsm2_h_n25_t128x25x4,
      {"ism2_h_n25_t128x25x16_opt1", "ism2_h_n25_t128x25x16_opt2"}, {ism2_h_n25_t128x25x16_opt1, ism2_h_n25_t128x25x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {25, 90, "tsm2_h_n25_t32x25x4_r2", tsm2_h_n25_t32x25x4_r2,
+     {"ism2_h_n25_t128x25x16_opt1", "ism2_h_n25_t128x25x16_opt2"}, {ism2_h_n25_t128x25x16_opt1, ism2_h_n25_t128x25x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_h_n26_t128x26x4", tsm2_h_n26_t128x26x4,
+     {"ism2_h_n26_t128x26x16_opt1", "ism2_h_n26_t128x26x16_opt2"}, {ism2_h_n26_t128x26x16_opt1, ism2_h_n26_t128x26x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {26, 90, "tsm2_h_n26_t32x26x4_r2", tsm2_h_n26_t32x26x4_r2,
      {"ism2_h_n26_t128x26x16_opt1", "ism2_h_n26_t128x26x16_opt2"}, {ism2_h_n26_t128x26x16_opt1, ism2_h_n26_t128x26x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_h_n27_t128x27x4", tsm2_h_n27_t128x27x4,
      {"ism2_h_n27_t128x27x16_opt1", "ism2_h_n27_t128x27x16_opt2"}, {ism2_h_n27_t128x27x16_opt1, ism2_h_n27_t128x27x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {27, 90, "tsm2_h_n27_t32x27x4_r2", tsm2_h_n27_t32x27x4_r2,
+     {"ism2_h_n27_t128x27x16_opt1", "ism2_h_n27_t128x27x16_opt2"}, {ism2_h_n27_t128x27x16_opt1, ism2_h_n27_t128x27x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_h_n28_t128x28x8", tsm2_h_n28_t128x28x8,
+     {"ism2_h_n28_t128x28x16_opt1", "ism2_h_n28_t128x28x16_opt2"}, {ism2_h_n28_t128x28x16_opt1, ism2_h_n28_t128x28x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {28, 90, "tsm2_h_n28_t32x28x4_r2", tsm2_h_n28_t32x28x4_r2,
      {"ism2_h_n28_t128x28x16_opt1", "ism2_h_n28_t128x28x16_opt2"}, {ism2_h_n28_t128x28x16_opt1, ism2_h_n28_t128x28x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_h_n29_t128x29x8", tsm2_h_n29_t128x29x8,
      {"ism2_h_n29_t128x29x16_opt1", "ism2_h_n29_t128x29x16_opt2"}, {ism2_h_n29_t128x29x16_opt1, ism2_h_n29_t128x29x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {29, 90, "tsm2_h_n29_t32x29x4_r2", tsm2_h_n29_t32x29x4_r2,
+     {"ism2_h_n29_t128x29x16_opt1", "ism2_h_n29_t128x29x16_opt2"}, {ism2_h_n29_t128x29x16_opt1, ism2_h_n29_t128x29x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_h_n30_t128x30x8", tsm2_h_n30_t128x30x8,
+     {"ism2_h_n30_t128x30x16_opt1", "ism2_h_n30_t128x30x16_opt2"}, {ism2_h_n30_t128x30x16_opt1, ism2_h_n30_t128x30x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {30, 90, "tsm2_h_n30_t32x30x4_r2", tsm2_h_n30_t32x30x4_r2,
      {"ism2_h_n30_t128x30x16_opt1", "ism2_h_n30_t128x30x16_opt2"}, {ism2_h_n30_t128x30x16_opt1, ism2_h_n30_t128x30x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_h_n31_t128x31x8", tsm2_h_n31_t128x31x8,
      {"ism2_h_n31_t128x31x16_opt1", "ism2_h_n31_t128x31x16_opt2"}, {ism2_h_n31_t128x31x16_opt1, ism2_h_n31_t128x31x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {31, 90, "tsm2_h_n31_t32x31x4_r2", tsm2_h_n31_t32x31x4_r2,
+     {"ism2_h_n31_t128x31x16_opt1", "ism2_h_n31_t128x31x16_opt2"}, {ism2_h_n31_t128x31x16_opt1, ism2_h_n31_t128x31x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_h_n32_t128x32x8", tsm2_h_n32_t128x32x8,
+     {"ism2_h_n32_t128x32x16_opt1", "ism2_h_n32_t128x32x16_opt2"}, {ism2_h_n32_t128x32x16_opt1, ism2_h_n32_t128x32x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {32, 90, "tsm2_h_n32_t32x32x4_r2", tsm2_h_n32_t32x32x4_r2,
      {"ism2_h_n32_t128x32x16_opt1", "ism2_h_n32_t128x32x16_opt2"}, {ism2_h_n32_t128x32x16_opt1, ism2_h_n32_t128x32x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
@@ -740,109 +1164,193 @@ const TsEntry<float, float> ts_s[] = {
     {1, 75, "tsm2_s_n1_t128x1x1", tsm2_s_n1_t128x1x1,
      {"ism2_s_n1_t128x1x16_opt1", "ism2_s_n1_t128x1x16_opt2"}, {ism2_s_n1_t128x1x16_opt1, ism2_s_n1_t128x1x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {1, 90, "tsm2_s_n1_t128x1x4_r2_s8", tsm2_s_n1_t128x1x4_r2_s8,
+     {"ism2_s_n1_t128x1x16_opt1", "ism2_s_n1_t128x1x16_opt2"}, {ism2_s_n1_t128x1x16_opt1, ism2_s_n1_t128x1x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_s_n2_t128x2x1", tsm2_s_n2_t128x2x1,
      {"ism2_s_n2_t128x2x16_opt1", "ism2_s_n2_t128x2x16_opt2"}, {ism2_s_n2_t128x2x16_opt1, ism2_s_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {2, 90, "tsm2_s_n2_t256x2x16", tsm2_s_n2_t256x2x16,
+    {2, 90, "tsm2_s_n2_t128x2x4_r2_s8", tsm2_s_n2_t128x2x4_r2_s8,
      {"ism2_s_n2_t128x2x16_opt1", "ism2_s_n2_t128x2x16_opt2"}, {ism2_s_n2_t128x2x16_opt1, ism2_s_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_s_n3_t128x3x2", tsm2_s_n3_t128x3x2,
      {"ism2_s_n3_t128x3x16_opt1", "ism2_s_n3_t128x3x16_opt2"}, {ism2_s_n3_t128x3x16_opt1, ism2_s_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {3, 90, "tsm2_s_n3_t128x3x4_r2_s8", tsm2_s_n3_t128x3x4_r2_s8,
+     {"ism2_s_n3_t128x3x16_opt1", "ism2_s_n3_t128x3x16_opt2"}, {ism2_s_n3_t128x3x16_opt1, ism2_s_n3_t128x3x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_s_n4_t128x4x2", tsm2_s_n4_t128x4x2,
      {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {4, 90, "tsm2_s_n4_t256x4x8", tsm2_s_n4_t256x4x8,
+    {4, 90, "tsm2_s_n4_t128x4x4_r2_s8", tsm2_s_n4_t128x4x4_r2_s8,
      {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_s_n5_t128x5x2", tsm2_s_n5_t128x5x2,
      {"ism2_s_n5_t128x5x16_opt1", "ism2_s_n5_t128x5x16_opt2"}, {ism2_s_n5_t128x5x16_opt1, ism2_s_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {5, 90, "tsm2_s_n5_t128x5x4_r2_s8", tsm2_s_n5_t128x5x4_r2_s8,
+     {"ism2_s_n5_t128x5x16_opt1", "ism2_s_n5_t128x5x16_opt2"}, {ism2_s_n5_t128x5x16_opt1, ism2_s_n5_t128x5x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_s_n6_t128x6x2", tsm2_s_n6_t128x6x2,
      {"ism2_s_n6_t128x6x16_opt1", "ism2_s_n6_t128x6x16_opt2"}, {ism2_s_n6_t128x6x16_opt1, ism2_s_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {6, 90, "tsm2_s_n6_t128x6x4_r2_s4", tsm2_s_n6_t128x6x4_r2_s4,
+     {"ism2_s_n6_t128x6x8_opt1", "ism2_s_n6_t128x6x8_opt2"}, {ism2_s_n6_t128x6x8_opt1, ism2_s_n6_t128x6x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {7, 75, "tsm2_s_n7_t128x7x2", tsm2_s_n7_t128x7x2,
      {"ism2_s_n7_t128x7x16_opt1", "ism2_s_n7_t128x7x16_opt2"}, {ism2_s_n7_t128x7x16_opt1, ism2_s_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {7, 90, "tsm2_s_n7_t128x7x4_r2_s4", tsm2_s_n7_t128x7x4_r2_s4,
+     {"ism2_s_n7_t128x7x8_opt1", "ism2_s_n7_t128x7x8_opt2"}, {ism2_s_n7_t128x7x8_opt1, ism2_s_n7_t128x7x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {8, 75, "tsm2_s_n8_t128x8x2", tsm2_s_n8_t128x8x2,
      {"ism2_s_n8_t128x8x16_opt1", "ism2_s_n8_t128x8x16_opt2"}, {ism2_s_n8_t128x8x16_opt1, ism2_s_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {8, 90, "tsm2_s_n8_t256x8x16", tsm2_s_n8_t256x8x16,
+    {8, 90, "tsm2_s_n8_t128x8x4_r2_s4", tsm2_s_n8_t128x8x4_r2_s4,
      {"ism2_s_n8_t128x8x8_opt1", "ism2_s_n8_t128x8x8_opt2"}, {ism2_s_n8_t128x8x8_opt1, ism2_s_n8_t128x8x8_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {9, 75, "tsm2_s_n9_t128x9x2", tsm2_s_n9_t128x9x2,
      {"ism2_s_n9_t128x9x16_opt1", "ism2_s_n9_t128x9x16_opt2"}, {ism2_s_n9_t128x9x16_opt1, ism2_s_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {9, 90, "tsm2_s_n9_t128x9x4_r2_s4", tsm2_s_n9_t128x9x4_r2_s4,
+     {"ism2_s_n9_t128x9x8_opt1", "ism2_s_n9_t128x9x8_opt2"}, {ism2_s_n9_t128x9x8_opt1, ism2_s_n9_t128x9x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {10, 75, "tsm2_s_n10_t128x10x2", tsm2_s_n10_t128x10x2,
      {"ism2_s_n10_t128x10x16_opt1", "ism2_s_n10_t128x10x16_opt2"}, {ism2_s_n10_t128x10x16_opt1, ism2_s_n10_t128x10x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {10, 90, "tsm2_s_n10_t128x10x4_r2_s4", tsm2_s_n10_t128x10x4_r2_s4,
+     {"ism2_s_n10_t128x10x8_opt1", "ism2_s_n10_t128x10x8_opt2"}, {ism2_s_n10_t128x10x8_opt1, ism2_s_n10_t128x10x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {11, 75, "tsm2_s_n11_t128x11x2", tsm2_s_n11_t128x11x2,
      {"ism2_s_n11_t128x11x16_opt1", "ism2_s_n11_t128x11x16_opt2"}, {ism2_s_n11_t128x11x16_opt1, ism2_s_n11_t128x11x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {11, 90, "tsm2_s_n11_t128x11x4_r2_s4", tsm2_s_n11_t128x11x4_r2_s4,
+     {"ism2_s_n11_t128x11x8_opt1", "ism2_s_n11_t128x11x8_opt2"}, {ism2_s_n11_t128x11x8_opt1, ism2_s_n11_t128x11x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {12, 75, "tsm2_s_n12_t128x12x2", tsm2_s_n12_t128x12x2,
      {"ism2_s_n12_t128x12x16_opt1", "ism2_s_n12_t128x12x16_opt2"}, {ism2_s_n12_t128x12x16_opt1, ism2_s_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {12, 90, "tsm2_s_n12_t128x12x8_r2_s4", tsm2_s_n12_t128x12x8_r2_s4,
+     {"ism2_s_n12_t128x12x16_opt1", "ism2_s_n12_t128x12x16_opt2"}, {ism2_s_n12_t128x12x16_opt1, ism2_s_n12_t128x12x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {13, 75, "tsm2_s_n13_t128x13x2", tsm2_s_n13_t128x13x2,
      {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"}, {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {13, 90, "tsm2_s_n13_t128x13x8_r2_s4", tsm2_s_n13_t128x13x8_r2_s4,
+     {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"}, {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {14, 75, "tsm2_s_n14_t128x14x2", tsm2_s_n14_t128x14x2,
      {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"}, {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {14, 90, "tsm2_s_n14_t128x14x8_r2_s4", tsm2_s_n14_t128x14x8_r2_s4,
+     {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"}, {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {15, 75, "tsm2_s_n15_t128x15x2", tsm2_s_n15_t128x15x2,
      {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"}, {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {15, 90, "tsm2_s_n15_t128x15x8_r2_s4", tsm2_s_n15_t128x15x8_r2_s4,
+     {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"}, {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {16, 75, "tsm2_s_n16_t128x16x2", tsm2_s_n16_t128x16x2,
      {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {16, 90, "tsm2_s_n16_t256x16x8_r2", tsm2_s_n16_t256x16x8_r2,
+    {16, 90, "tsm2_s_n16_t128x16x8_r2_s4", tsm2_s_n16_t128x16x8_r2_s4,
      {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {17, 75, "tsm2_s_n17_t128x17x2", tsm2_s_n17_t128x17x2,
      {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {17, 90, "tsm2_s_n17_t128x17x8_r2_s4", tsm2_s_n17_t128x17x8_r2_s4,
+     {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {18, 75, "tsm2_s_n18_t128x18x2", tsm2_s_n18_t128x18x2,
      {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"}, {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {18, 90, "tsm2_s_n18_t128x18x8_r2_s4", tsm2_s_n18_t128x18x8_r2_s4,
+     {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"}, {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {19, 75, "tsm2_s_n19_t128x19x2", tsm2_s_n19_t128x19x2,
      {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"}, {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {19, 90, "tsm2_s_n19_t128x19x8_r2_s4", tsm2_s_n19_t128x19x8_r2_s4,
+     {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"}, {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {20, 75, "tsm2_s_n20_t128x20x2", tsm2_s_n20_t128x20x2,
      {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"}, {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {20, 90, "tsm2_s_n20_t128x20x8_r2_s4", tsm2_s_n20_t128x20x8_r2_s4,
+     {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"}, {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {21, 75, "tsm2_s_n21_t128x21x2", tsm2_s_n21_t128x21x2,
      {"ism2_s_n21_t128x21x16_opt1", "ism2_s_n21_t128x21x16_opt2"}, {ism2_s_n21_t128x21x16_opt1, ism2_s_n21_t128x21x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {21, 90, "tsm2_s_n21_t128x21x8_r2_s4", tsm2_s_n21_t128x21x8_r2_s4,
+     {"ism2_s_n21_t128x21x16_opt1", "ism2_s_n21_t128x21x16_opt2"}, {ism2_s_n21_t128x21x16_opt1, ism2_s_n21_t128x21x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {22, 75, "tsm2_s_n22_t128x22x2", tsm2_s_n22_t128x22x2,
      {"ism2_s_n22_t128x22x16_opt1", "ism2_s_n22_t128x22x16_opt2"}, {ism2_s_n22_t128x22x16_opt1, ism2_s_n22_t128x22x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {22, 90, "tsm2_s_n22_t128x22x8_r2_s4", tsm2_s_n22_t128x22x8_r2_s4,
+     {"ism2_s_n22_t128x22x16_opt1", "ism2_s_n22_t128x22x16_opt2"}, {ism2_s_n22_t128x22x16_opt1, ism2_s_n22_t128x22x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {23, 75, "tsm2_s_n23_t128x23x2", tsm2_s_n23_t128x23x2,
      {"ism2_s_n23_t128x23x16_opt1", "ism2_s_n23_t128x23x16_opt2"}, {ism2_s_n23_t128x23x16_opt1, ism2_s_n23_t128x23x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {23, 90, "tsm2_s_n23_t128x23x8_r2_s4", tsm2_s_n23_t128x23x8_r2_s4,
+     {"ism2_s_n23_t128x23x16_opt1", "ism2_s_n23_t128x23x16_opt2"}, {ism2_s_n23_t128x23x16_opt1, ism2_s_n23_t128x23x16_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
     {24, 75, "tsm2_s_n24_t128x24x2", tsm2_s_n24_t128x24x2,
+     {"ism2_s_n24_t128x24x16_opt1", "ism2_s_n24_t128x24x16_opt2"}, {ism2_s_n24_t128x24x16_opt1, ism2_s_n24_t128x24x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {24, 90, "tsm2_s_n24_t128x24x8_r2_s4", tsm2_s_n24_t128x24x8_r2_s4,
      {"ism2_s_n24_t128x24x16_opt1", "ism2_s_n24_t128x24x16_opt2"}, {ism2_s_n24_t128x24x16_opt1, ism2_s_n24_t128x24x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_s_n25_t128x25x4", tsm2_s_n25_t128x25x4,
      {"ism2_s_n25_t128x25x16_opt1", "ism2_s_n25_t128x25x16_opt2"}, {ism2_s_n25_t128x25x16_opt1, ism2_s_n25_t128x25x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {25, 90, "tsm2_s_n25_t128x25x8_r2_s4", tsm2_s_n25_t128x25x8_r2_s4,
+     {"ism2_s_n25_t128x25x16_opt1", "ism2_s_n25_t128x25x16_opt2"}, {ism2_s_n25_t128x25x16_opt1, ism2_s_n25_t128x25x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_s_n26_t128x26x4", tsm2_s_n26_t128x26x4,
+     {"ism2_s_n26_t128x26x16_opt1", "ism2_s_n26_t128x26x16_opt2"}, {ism2_s_n26_t128x26x16_opt1, ism2_s_n26_t128x26x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {26, 90, "tsm2_s_n26_t128x26x8_r2_s4", tsm2_s_n26_t128x26x8_r2_s4,
      {"ism2_s_n26_t128x26x16_opt1", "ism2_s_n26_t128x26x16_opt2"}, {ism2_s_n26_t128x26x16_opt1, ism2_s_n26_t128x26x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_s_n27_t128x27x4", tsm2_s_n27_t128x27x4,
      {"ism2_s_n27_t128x27x16_opt1", "ism2_s_n27_t128x27x16_opt2"}, {ism2_s_n27_t128x27x16_opt1, ism2_s_n27_t128x27x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {27, 90, "tsm2_s_n27_t128x27x8_r2_s4", tsm2_s_n27_t128x27x8_r2_s4,
+     {"ism2_s_n27_t128x27x16_opt1", "ism2_s_n27_t128x27x16_opt2"}, {ism2_s_n27_t128x27x16_opt1, ism2_s_n27_t128x27x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_s_n28_t128x28x4", tsm2_s_n28_t128x28x4,
+     {"ism2_s_n28_t128x28x16_opt1", "ism2_s_n28_t128x28x16_opt2"}, {ism2_s_n28_t128x28x16_opt1, ism2_s_n28_t128x28x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {28, 90, "tsm2_s_n28_t128x28x8_r2_s4", tsm2_s_n28_t128x28x8_r2_s4,
      {"ism2_s_n28_t128x28x16_opt1", "ism2_s_n28_t128x28x16_opt2"}, {ism2_s_n28_t128x28x16_opt1, ism2_s_n28_t128x28x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_s_n29_t128x29x4", tsm2_s_n29_t128x29x4,
      {"ism2_s_n29_t128x29x16_opt1", "ism2_s_n29_t128x29x16_opt2"}, {ism2_s_n29_t128x29x16_opt1, ism2_s_n29_t128x29x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {29, 90, "tsm2_s_n29_t128x29x8_r2_s4", tsm2_s_n29_t128x29x8_r2_s4,
+     {"ism2_s_n29_t128x29x16_opt1", "ism2_s_n29_t128x29x16_opt2"}, {ism2_s_n29_t128x29x16_opt1, ism2_s_n29_t128x29x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_s_n30_t128x30x4", tsm2_s_n30_t128x30x4,
+     {"ism2_s_n30_t128x30x16_opt1", "ism2_s_n30_t128x30x16_opt2"}, {ism2_s_n30_t128x30x16_opt1, ism2_s_n30_t128x30x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {30, 90, "tsm2_s_n30_t128x30x8_r2_s4", tsm2_s_n30_t128x30x8_r2_s4,
      {"ism2_s_n30_t128x30x16_opt1", "ism2_s_n30_t128x30x16_opt2"}, {ism2_s_n30_t128x30x16_opt1, ism2_s_n30_t128x30x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_s_n31_t128x31x4", tsm2_s_n31_t128x31x4,
      {"ism2_s_n31_t128x31x16_opt1", "ism2_s_n31_t128x31x16_opt2"}, {ism2_s_n31_t128x31x16_opt1, ism2_s_n31_t128x31x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {31, 90, "tsm2_s_n31_t128x31x8_r2_s4", tsm2_s_n31_t128x31x8_r2_s4,
+     {"ism2_s_n31_t128x31x16_opt1", "ism2_s_n31_t128x31x16_opt2"}, {ism2_s_n31_t128x31x16_opt1, ism2_s_n31_t128x31x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_s_n32_t128x32x4", tsm2_s_n32_t128x32x4,
+     {"ism2_s_n32_t128x32x16_opt1", "ism2_s_n32_t128x32x16_opt2"}, {ism2_s_n32_t128x32x16_opt1, ism2_s_n32_t128x32x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {32, 90, "tsm2_s_n32_t128x32x8_r2_s4", tsm2_s_n32_t128x32x8_r2_s4,
      {"ism2_s_n32_t128x32x16_opt1", "ism2_s_n32_t128x32x16_opt2"}, {ism2_s_n32_t128x32x16_opt1, ism2_s_n32_t128x32x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
@@ -852,109 +1360,193 @@ const TsEntry<double, double> ts_d[] = {
     {1, 75, "tsm2_d_n1_t128x1x1", tsm2_d_n1_t128x1x1,
      {"ism2_d_n1_t128x1x16_opt1", "ism2_d_n1_t128x1x16_opt2"}, {ism2_d_n1_t128x1x16_opt1, ism2_d_n1_t128x1x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {1, 90, "tsm2_d_n1_t128x1x4_r2_s4", tsm2_d_n1_t128x1x4_r2_s4,
+     {"ism2_d_n1_t128x1x16_opt1", "ism2_d_n1_t128x1x16_opt2"}, {ism2_d_n1_t128x1x16_opt1, ism2_d_n1_t128x1x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_d_n2_t128x2x1", tsm2_d_n2_t128x2x1,
      {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {2, 90, "tsm2_d_n2_t256x2x8", tsm2_d_n2_t256x2x8,
+    {2, 90, "tsm2_d_n2_t128x2x4_r2_s4", tsm2_d_n2_t128x2x4_r2_s4,
      {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_d_n3_t128x3x1", tsm2_d_n3_t128x3x1,
      {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {3, 90, "tsm2_d_n3_t128x3x8_s4", tsm2_d_n3_t128x3x8_s4,
+     {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_d_n4_t128x4x1", tsm2_d_n4_t128x4x1,
      {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {4, 90, "tsm2_d_n4_t256x4x4", tsm2_d_n4_t256x4x4,
+    {4, 90, "tsm2_d_n4_t128x4x8_s4", tsm2_d_n4_t128x4x8_s4,
      {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_d_n5_t128x5x1", tsm2_d_n5_t128x5x1,
      {"ism2_d_n5_t128x5x16_opt1", "ism2_d_n5_t128x5x16_opt2"}, {ism2_d_n5_t128x5x16_opt1, ism2_d_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {5, 90, "tsm2_d_n5_t128x5x8_s4", tsm2_d_n5_t128x5x8_s4,
+     {"ism2_d_n5_t128x5x16_opt1", "ism2_d_n5_t128x5x16_opt2"}, {ism2_d_n5_t128x5x16_opt1, ism2_d_n5_t128x5x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_d_n6_t128x6x1", tsm2_d_n6_t128x6x1,
      {"ism2_d_n6_t128x6x16_opt1", "ism2_d_n6_t128x6x16_opt2"}, {ism2_d_n6_t128x6x16_opt1, ism2_d_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {6, 90, "tsm2_d_n6_t64x6x4_r4_s4", tsm2_d_n6_t64x6x4_r4_s4,
+     {"ism2_d_n6_t128x6x8_opt1", "ism2_d_n6_t128x6x8_opt2"}, {ism2_d_n6_t128x6x8_opt1, ism2_d_n6_t128x6x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {7, 75, "tsm2_d_n7_t128x7x2", tsm2_d_n7_t128x7x2,
      {"ism2_d_n7_t128x7x16_opt1", "ism2_d_n7_t128x7x16_opt2"}, {ism2_d_n7_t128x7x16_opt1, ism2_d_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {7, 90, "tsm2_d_n7_t64x7x4_r4_s4", tsm2_d_n7_t64x7x4_r4_s4,
+     {"ism2_d_n7_t128x7x8_opt1", "ism2_d_n7_t128x7x8_opt2"}, {ism2_d_n7_t128x7x8_opt1, ism2_d_n7_t128x7x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {8, 75, "tsm2_d_n8_t128x8x2", tsm2_d_n8_t128x8x2,
      {"ism2_d_n8_t128x8x16_opt1", "ism2_d_n8_t128x8x16_opt2"}, {ism2_d_n8_t128x8x16_opt1, ism2_d_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {8, 90, "tsm2_d_n8_t128x8x8_r2", tsm2_d_n8_t128x8x8_r2,
+    {8, 90, "tsm2_d_n8_t64x8x4_r4_s4", tsm2_d_n8_t64x8x4_r4_s4,
      {"ism2_d_n8_t128x8x8_opt1", "ism2_d_n8_t128x8x8_opt2"}, {ism2_d_n8_t128x8x8_opt1, ism2_d_n8_t128x8x8_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {9, 75, "tsm2_d_n9_t128x9x2", tsm2_d_n9_t128x9x2,
      {"ism2_d_n9_t128x9x16_opt1", "ism2_d_n9_t128x9x16_opt2"}, {ism2_d_n9_t128x9x16_opt1, ism2_d_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {9, 90, "tsm2_d_n9_t64x9x4_r4_s4", tsm2_d_n9_t64x9x4_r4_s4,
+     {"ism2_d_n9_t128x9x8_opt1", "ism2_d_n9_t128x9x8_opt2"}, {ism2_d_n9_t128x9x8_opt1, ism2_d_n9_t128x9x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {10, 75, "tsm2_d_n10_t128x10x2", tsm2_d_n10_t128x10x2,
      {"ism2_d_n10_t128x10x16_opt1", "ism2_d_n10_t128x10x16_opt2"}, {ism2_d_n10_t128x10x16_opt1, ism2_d_n10_t128x10x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {10, 90, "tsm2_d_n10_t64x10x4_r4_s4", tsm2_d_n10_t64x10x4_r4_s4,
+     {"ism2_d_n10_t128x10x8_opt1", "ism2_d_n10_t128x10x8_opt2"}, {ism2_d_n10_t128x10x8_opt1, ism2_d_n10_t128x10x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {11, 75, "tsm2_d_n11_t128x11x2", tsm2_d_n11_t128x11x2,
      {"ism2_d_n11_t128x11x16_opt1", "ism2_d_n11_t128x11x16_opt2"}, {ism2_d_n11_t128x11x16_opt1, ism2_d_n11_t128x11x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {11, 90, "tsm2_d_n11_t64x11x4_r4_s4", tsm2_d_n11_t64x11x4_r4_s4,
+     {"ism2_d_n11_t128x11x8_opt1", "ism2_d_n11_t128x11x8_opt2"}, {ism2_d_n11_t128x11x8_opt1, ism2_d_n11_t128x11x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {12, 75, "tsm2_d_n12_t128x12x2", tsm2_d_n12_t128x12x2,
      {"ism2_d_n12_t128x12x16_opt1", "ism2_d_n12_t128x12x16_opt2"}, {ism2_d_n12_t128x12x16_opt1, ism2_d_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {12, 90, "tsm2_d_n12_t128x12x4_r2_s4", tsm2_d_n12_t128x12x4_r2_s4,
+     {"ism2_d_n12_t128x12x16_opt1", "ism2_d_n12_t128x12x16_opt2"}, {ism2_d_n12_t128x12x16_opt1, ism2_d_n12_t128x12x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {13, 75, "tsm2_d_n13_t128x13x2", tsm2_d_n13_t128x13x2,
      {"ism2_d_n13_t128x13x8_opt1", "ism2_d_n13_t128x13x8_opt2"}, {ism2_d_n13_t128x13x8_opt1, ism2_d_n13_t128x13x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {13, 90, "tsm2_d_n13_t128x13x4_r2_s4", tsm2_d_n13_t128x13x4_r2_s4,
+     {"ism2_d_n13_t128x13x16_opt1", "ism2_d_n13_t128x13x16_opt2"}, {ism2_d_n13_t128x13x16_opt1, ism2_d_n13_t128x13x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {14, 75, "tsm2_d_n14_t128x14x2", tsm2_d_n14_t128x14x2,
      {"ism2_d_n14_t128x14x8_opt1", "ism2_d_n14_t128x14x8_opt2"}, {ism2_d_n14_t128x14x8_opt1, ism2_d_n14_t128x14x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {14, 90, "tsm2_d_n14_t128x14x4_r2_s4", tsm2_d_n14_t128x14x4_r2_s4,
+     {"ism2_d_n14_t128x14x16_opt1", "ism2_d_n14_t128x14x16_opt2"}, {ism2_d_n14_t128x14x16_opt1, ism2_d_n14_t128x14x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {15, 75, "tsm2_d_n15_t128x15x2", tsm2_d_n15_t128x15x2,
      {"ism2_d_n15_t128x15x8_opt1", "ism2_d_n15_t128x15x8_opt2"}, {ism2_d_n15_t128x15x8_opt1, ism2_d_n15_t128x15x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {15, 90, "tsm2_d_n15_t128x15x4_r2_s4", tsm2_d_n15_t128x15x4_r2_s4,
+     {"ism2_d_n15_t128x15x16_opt1", "ism2_d_n15_t128x15x16_opt2"}, {ism2_d_n15_t128x15x16_opt1, ism2_d_n15_t128x15x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {16, 75, "tsm2_d_n16_t128x16x2", tsm2_d_n16_t128x16x2,
      {"ism2_d_n16_t128x16x8_opt1", "ism2_d_n16_t128x16x8_opt2"}, {ism2_d_n16_t128x16x8_opt1, ism2_d_n16_t128x16x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {16, 90, "tsm2_d_n16_t128x16x8_r2", tsm2_d_n16_t128x16x8_r2,
+    {16, 90, "tsm2_d_n16_t128x16x4_r2_s4", tsm2_d_n16_t128x16x4_r2_s4,
      {"ism2_d_n16_t128x16x16_opt1", "ism2_d_n16_t128x16x16_opt2"}, {ism2_d_n16_t128x16x16_opt1, ism2_d_n16_t128x16x16_opt2},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {17, 75, "tsm2_d_n17_t128x17x2", tsm2_d_n17_t128x17x2,
      {"ism2_d_n17_t128x17x8_opt1", "ism2_d_n17_t128x17x8_opt2"}, {ism2_d_n17_t128x17x8_opt1, ism2_d_n17_t128x17x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {17, 90, "tsm2_d_n17_t128x17x4_r2_s4", tsm2_d_n17_t128x17x4_r2_s4,
+     {"ism2_d_n17_t128x17x16_opt1", "ism2_d_n17_t128x17x16_opt2"}, {ism2_d_n17_t128x17x16_opt1, ism2_d_n17_t128x17x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {18, 75, "tsm2_d_n18_t128x18x2", tsm2_d_n18_t128x18x2,
      {"ism2_d_n18_t128x18x4_opt1", "ism2_d_n18_t128x18x4_opt2"}, {ism2_d_n18_t128x18x4_opt1, ism2_d_n18_t128x18x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {18, 90, "tsm2_d_n18_t128x18x4_r2_s4", tsm2_d_n18_t128x18x4_r2_s4,
+     {"ism2_d_n18_t128x18x16_opt1", "ism2_d_n18_t128x18x16_opt2"}, {ism2_d_n18_t128x18x16_opt1, ism2_d_n18_t128x18x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {19, 75, "tsm2_d_n19_t128x19x2", tsm2_d_n19_t128x19x2,
      {"ism2_d_n19_t128x19x4_opt1", "ism2_d_n19_t128x19x4_opt2"}, {ism2_d_n19_t128x19x4_opt1, ism2_d_n19_t128x19x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {19, 90, "tsm2_d_n19_t128x19x4_r2_s4", tsm2_d_n19_t128x19x4_r2_s4,
+     {"ism2_d_n19_t128x19x16_opt1", "ism2_d_n19_t128x19x16_opt2"}, {ism2_d_n19_t128x19x16_opt1, ism2_d_n19_t128x19x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {20, 75, "tsm2_d_n20_t128x20x2", tsm2_d_n20_t128x20x2,
      {"ism2_d_n20_t128x20x4_opt1", "ism2_d_n20_t128x20x4_opt2"}, {ism2_d_n20_t128x20x4_opt1, ism2_d_n20_t128x20x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {20, 90, "tsm2_d_n20_t128x20x4_r2_s4", tsm2_d_n20_t128x20x4_r2_s4,
+     {"ism2_d_n20_t128x20x16_opt1", "ism2_d_n20_t128x20x16_opt2"}, {ism2_d_n20_t128x20x16_opt1, ism2_d_n20_t128x20x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {21, 75, "tsm2_d_n21_t128x21x2", tsm2_d_n21_t128x21x2,
      {"ism2_d_n21_t128x21x2_opt1", "ism2_d_n21_t128x21x2_opt2"}, {ism2_d_n21_t128x21x2_opt1, ism2_d_n21_t128x21x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {21, 90, "tsm2_d_n21_t128x21x4_r2_s4", tsm2_d_n21_t128x21x4_r2_s4,
+     {"ism2_d_n21_t128x21x16_opt1", "ism2_d_n21_t128x21x16_opt2"}, {ism2_d_n21_t128x21x16_opt1, ism2_d_n21_t128x21x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {22, 75, "tsm2_d_n22_t128x22x2", tsm2_d_n22_t128x22x2,
      {"ism2_d_n22_t128x22x2_opt1", "ism2_d_n22_t128x22x2_opt2"}, {ism2_d_n22_t128x22x2_opt1, ism2_d_n22_t128x22x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {22, 90, "tsm2_d_n22_t128x22x4_r2_s4", tsm2_d_n22_t128x22x4_r2_s4,
+     {"ism2_d_n22_t128x22x16_opt1", "ism2_d_n22_t128x22x16_opt2"}, {ism2_d_n22_t128x22x16_opt1, ism2_d_n22_t128x22x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {23, 75, "tsm2_d_n23_t128x23x2", tsm2_d_n23_t128x23x2,
      {"ism2_d_n23_t128x23x2_opt1", "ism2_d_n23_t128x23x2_opt2"}, {ism2_d_n23_t128x23x2_opt1, ism2_d_n23_t128x23x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {23, 90, "tsm2_d_n23_t128x23x4_r2_s4", tsm2_d_n23_t128x23x4_r2_s4,
+     {"ism2_d_n23_t128x23x16_opt1", "ism2_d_n23_t128x23x16_opt2"}, {ism2_d_n23_t128x23x16_opt1, ism2_d_n23_t128x23x16_opt2},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {24, 75, "tsm2_d_n24_t128x24x2", tsm2_d_n24_t128x24x2,
+     {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {24, 90, "tsm2_d_n24_t128x24x4_s4", tsm2_d_n24_t128x24x4_s4,
      {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_d_n25_t128x25x2", tsm2_d_n25_t128x25x2,
      {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {25, 90, "tsm2_d_n25_t128x25x4_s4", tsm2_d_n25_t128x25x4_s4,
+     {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_d_n26_t128x26x2", tsm2_d_n26_t128x26x2,
+     {"ism2_d_n26_t128x26x2_opt1", "ism2_d_n26_t128x26x2_opt2"}, {ism2_d_n26_t128x26x2_opt1, ism2_d_n26_t128x26x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {26, 90, "tsm2_d_n26_t128x26x4_s4", tsm2_d_n26_t128x26x4_s4,
      {"ism2_d_n26_t128x26x2_opt1", "ism2_d_n26_t128x26x2_opt2"}, {ism2_d_n26_t128x26x2_opt1, ism2_d_n26_t128x26x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_d_n27_t128x27x2", tsm2_d_n27_t128x27x2,
      {"ism2_d_n27_t128x27x2_opt1", "ism2_d_n27_t128x27x2_opt2"}, {ism2_d_n27_t128x27x2_opt1, ism2_d_n27_t128x27x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {27, 90, "tsm2_d_n27_t128x27x4_s4", tsm2_d_n27_t128x27x4_s4,
+     {"ism2_d_n27_t128x27x2_opt1", "ism2_d_n27_t128x27x2_opt2"}, {ism2_d_n27_t128x27x2_opt1, ism2_d_n27_t128x27x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_d_n28_t128x28x2", tsm2_d_n28_t128x28x2,
+     {"ism2_d_n28_t128x28x2_opt1", "ism2_d_n28_t128x28x2_opt2"}, {ism2_d_n28_t128x28x2_opt1, ism2_d_n28_t128x28x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {28, 90, "tsm2_d_n28_t128x28x4_s4", tsm2_d_n28_t128x28x4_s4,
      {"ism2_d_n28_t128x28x2_opt1", "ism2_d_n28_t128x28x2_opt2"}, {ism2_d_n28_t128x28x2_opt1, ism2_d_n28_t128x28x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_d_n29_t128x29x4", tsm2_d_n29_t128x29x4,
      {"ism2_d_n29_t128x29x4_opt1", "ism2_d_n29_t128x29x4_opt2"}, {ism2_d_n29_t128x29x4_opt1, ism2_d_n29_t128x29x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {29, 90, "tsm2_d_n29_t128x29x4_s4", tsm2_d_n29_t128x29x4_s4,
+     {"ism2_d_n29_t128x29x4_opt1", "ism2_d_n29_t128x29x4_opt2"}, {ism2_d_n29_t128x29x4_opt1, ism2_d_n29_t128x29x4_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_d_n30_t128x30x4", tsm2_d_n30_t128x30x4,
+     {"ism2_d_n30_t128x30x4_opt1", "ism2_d_n30_t128x30x4_opt2"}, {ism2_d_n30_t128x30x4_opt1, ism2_d_n30_t128x30x4_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {30, 90, "tsm2_d_n30_t128x30x4_s4", tsm2_d_n30_t128x30x4_s4,
      {"ism2_d_n30_t128x30x4_opt1", "ism2_d_n30_t128x30x4_opt2"}, {ism2_d_n30_t128x30x4_opt1, ism2_d_n30_t128x30x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_d_n31_t128x31x4", tsm2_d_n31_t128x31x4,
      {"ism2_d_n31_t128x31x4_opt1", "ism2_d_n31_t128x31x4_opt2"}, {ism2_d_n31_t128x31x4_opt1, ism2_d_n31_t128x31x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {31, 90, "tsm2_d_n31_t128x31x4_s4", tsm2_d_n31_t128x31x4_s4,
+     {"ism2_d_n31_t128x31x4_opt1", "ism2_d_n31_t128x31x4_opt2"}, {ism2_d_n31_t128x31x4_opt1, ism2_d_n31_t128x31x4_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_d_n32_t128x32x4", tsm2_d_n32_t128x32x4,
+     {"ism2_d_n32_t128x32x4_opt1", "ism2_d_n32_t128x32x4_opt2"}, {ism2_d_n32_t128x32x4_opt1, ism2_d_n32_t128x32x4_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {32, 90, "tsm2_d_n32_t128x32x4_s4", tsm2_d_n32_t128x32x4_s4,
      {"ism2_d_n32_t128x32x4_opt1", "ism2_d_n32_t128x32x4_opt2"}, {ism2_d_n32_t128x32x4_opt1, ism2_d_n32_t128x32x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},

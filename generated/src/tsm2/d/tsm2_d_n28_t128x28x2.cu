@@ -3,8 +3,7 @@
 // tsm2_d_n28_t128x28x2
 //   fp64: C = alpha·op(A)·op(B) + beta·C, op(B) k×28, any m and k.
 //   TSM2 (Alg. 4): t1 = 128 threads per group and B-tile rows, t2 = 28 columns of C per pass,
-//   t3 = 2 elements of A per load, 1 row(s) of C per thread; `split` = k-groups per block
-//   (0: chosen from m and the device).
+//   t3 = 2 elements of A per load, 1 row(s) of C per thread; A through registers; `split` = k-groups per block (0: chosen from m and the device).
 #include "gemmgen_tallskinny.cuh"
 
 namespace {
@@ -22,16 +21,16 @@ extern "C" int tsm2_d_n28_t128x28x2(char transa, char transb, int m, int k, Scal
     const char tb = gemmgen::normalize_trans(transb, false);
     switch (gemmgen::trans_code(ta, tb)) {
     case gemmgen::trans_code('N', 'N'):
-        return gemmgen::ts::launch_tsm2<S, N, 'N', 'N', T1, T2, T2P, T3, 1>(
+        return gemmgen::ts::launch_tsm2<S, N, 'N', 'N', T1, T2, T2P, T3, 1, 0>(
             m, k, alpha, A, lda, B, ldb, beta, C, ldc, split, stream);
     case gemmgen::trans_code('N', 'T'):
-        return gemmgen::ts::launch_tsm2<S, N, 'N', 'T', T1, T2, T2P, T3, 1>(
+        return gemmgen::ts::launch_tsm2<S, N, 'N', 'T', T1, T2, T2P, T3, 1, 0>(
             m, k, alpha, A, lda, B, ldb, beta, C, ldc, split, stream);
     case gemmgen::trans_code('T', 'N'):
-        return gemmgen::ts::launch_tsm2<S, N, 'T', 'N', T1, T2, T2P, T3, 1>(
+        return gemmgen::ts::launch_tsm2<S, N, 'T', 'N', T1, T2, T2P, T3, 1, 0>(
             m, k, alpha, A, lda, B, ldb, beta, C, ldc, split, stream);
     case gemmgen::trans_code('T', 'T'):
-        return gemmgen::ts::launch_tsm2<S, N, 'T', 'T', T1, T2, T2P, T3, 1>(
+        return gemmgen::ts::launch_tsm2<S, N, 'T', 'T', T1, T2, T2P, T3, 1, 0>(
             m, k, alpha, A, lda, B, ldb, beta, C, ldc, split, stream);
     default:
         return GEMMGEN_NOT_GENERATED;   // a transpose pair this instance was not emitted for
