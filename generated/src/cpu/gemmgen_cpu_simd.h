@@ -198,6 +198,37 @@ GEMMGEN_INLINE void store_n(float* p, __m256 v, int n)
 GEMMGEN_INLINE __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 GEMMGEN_INLINE __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 GEMMGEN_INLINE __m256 swap_pairs(__m256 v) { return _mm256_permute_ps(v, 0xB1); }
+
+// C += A·B for one contiguous 2 x 2 matrix (lda = ldb = ldc = 2): all of C in one vector,
+// C(:, 0:1) += [A(:,0) A(:,0)]·[b00 b00 b01 b01] + [A(:,1) A(:,1)]·[b10 b10 b11 b11], the columns
+// of A loaded duplicated and B's rows made by lane duplicates of one load: 4 loads, 2 shuffles,
+// 2 FMAs and 1 store per product instead of 2 tiles' 8 loads, 4 FMAs and 2 stores.  The
+// products are added in the same order as the tiles add them (the bits are the same).
+constexpr bool HAS_WHOLE_2X2 = true;
+GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c)
+{
+    const __m128 bv = _mm_loadu_ps(b);
+    const __m128 a0 = _mm_castpd_ps(_mm_loaddup_pd(reinterpret_cast<const double*>(a)));
+    const __m128 a1 = _mm_castpd_ps(_mm_loaddup_pd(reinterpret_cast<const double*>(a + 2)));
+    __m128 cv = _mm_fmadd_ps(a0, _mm_moveldup_ps(bv), _mm_loadu_ps(c));
+    cv = _mm_fmadd_ps(a1, _mm_movehdup_ps(bv), cv);
+    _mm_storeu_ps(c, cv);
+}
+GEMMGEN_INLINE void whole_2x2(const double* a, const double* b, double* c)
+{
+    const __m256d bv = _mm256_loadu_pd(b);
+    const __m256d a0 = _mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a));
+    const __m256d a1 = _mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a + 2));
+    __m256d cv = _mm256_fmadd_pd(a0, _mm256_movedup_pd(bv), _mm256_loadu_pd(c));
+    cv = _mm256_fmadd_pd(a1, _mm256_permute_pd(bv, 0xF), cv);
+    _mm256_storeu_pd(c, cv);
+}
+#else
+constexpr bool HAS_WHOLE_2X2 = false;
+template <class T>
+GEMMGEN_INLINE void whole_2x2(const T*, const T*, T*)
+{
+}
 #endif
 
 #if defined(GEMMGEN_CPU_ISA_AVX512)
@@ -547,6 +578,12 @@ void run(const Args& args, long long begin, long long end, Product product)
         const T* a = a0 + begin * sa;
         const T* b = b0 + begin * sb;
         T* c = c0 + begin * sc;
+        if (HAS_WHOLE_2X2 && !CPLX && M == 2 && N == 2 && K == 2 && lda == 2 && args.ldb == 2 && ldc == 2 &&
+            args.transb == 'N') {
+            for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc)
+                whole_2x2(a, b, c);
+            return;
+        }
         for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc) {
             if (DISTANCE) {
                 const long long ahead = i + DISTANCE < end ? DISTANCE : 0;
