@@ -351,27 +351,36 @@ def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes
 
 @bench.command("tallskinny")
 @click.option("--precisions", default="s,d", show_default=True, help="Subset of h,s,d.")
+@click.option("--ns", default="2,4,8,16", show_default=True,
+              help="n of the TSM2 workloads (the papers' 2,4,8,16; others go to a table of their own).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/ts"), show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
 @click.option("--jobs", "-j", type=int, default=0)
-def bench_tallskinny(precisions, build_dir, out_dir, jobs):
+def bench_tallskinny(precisions, ns, build_dir, out_dir, jobs):
     """The TSM2 and ISM2 papers' workloads vs cuBLAS (one run, same buffers): fraction of the
     copy-bandwidth floor, speedup; JSON, table and plot into docs/perf/."""
     from generator import tsm2
     from harness.api import TallSkinnyLibrary
-    from harness.bench_tallskinny import run_bench
+    from harness.bench_tallskinny import TSM2_NS, run_bench
     from harness.run_check import device_arch
     from harness.tallskinny_build import build_tallskinny
     from harness.toolchain import gpu_available
 
+    try:
+        n_values = tsm2.parse_ns(ns)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--ns") from None
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen bench needs CuPy and a CUDA device")
     precs = tuple(p for p in "hsd" if p in precisions.split(","))
     arch, device = device_arch()
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tsm2.DEFAULT_NS, arch,
                                 (), jobs or None, library_name="libgemmgen_tallskinny_bench.so")
-    run_bench(TallSkinnyLibrary(build.library), device, arch, out_dir, precs,
-              command=f"gemmgen bench tallskinny --precisions {','.join(precs)}")
+    papers = n_values == TSM2_NS
+    run_bench(TallSkinnyLibrary(build.library), device, arch, out_dir, precs, ns=n_values,
+              **({} if papers else {"ms": (), "stem": f"bench_tallskinny_other_n_{arch}"}),
+              command=f"gemmgen bench tallskinny --precisions {','.join(precs)}"
+                      + ("" if papers else f" --ns {ns}"))
 
 
 if __name__ == "__main__":

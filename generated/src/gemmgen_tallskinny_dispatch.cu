@@ -31,9 +31,9 @@ extern "C" int ism2_h_n12_t128x12x16_opt1(char, char, int, int, float, const __h
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n12_t128x12x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n12_t128x12x8_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n12_t128x12x8_opt2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int ism2_h_n12_t256x12x8_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n13_t128x13x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -107,25 +107,13 @@ extern "C" int ism2_h_n21_t128x21x16_opt1(char, char, int, int, float, const __h
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n21_t128x21x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n21_t128x21x8_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n21_t128x21x8_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n22_t128x22x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n22_t128x22x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n22_t128x22x8_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n22_t128x22x8_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n23_t128x23x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n23_t128x23x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n23_t128x23x8_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n23_t128x23x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n24_t128x24x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -183,10 +171,6 @@ extern "C" int ism2_h_n6_t128x6x16_opt1(char, char, int, int, float, const __hal
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n6_t128x6x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n6_t128x6x8_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n6_t256x6x8_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n7_t128x7x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n7_t128x7x16_opt2(char, char, int, int, float, const __half*, int,
@@ -219,9 +203,9 @@ extern "C" int tsm2_h_n11_t128x11x4(char, char, int, int, float, const __half*, 
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n11_t64x11x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n12_t128x12x2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n12_t128x12x4(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n12_t64x12x4_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n13_t128x13x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -259,37 +243,37 @@ extern "C" int tsm2_h_n20_t128x20x2(char, char, int, int, float, const __half*, 
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n20_t128x20x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n21_t128x21x2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n21_t128x21x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n22_t128x22x2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n21_t32x21x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n22_t128x22x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n23_t128x23x2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n22_t32x22x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n23_t128x23x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+extern "C" int tsm2_h_n23_t32x23x2_r2(char, char, int, int, float, const __half*, int,
+    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n24_t128x24x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n24_t32x24x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n24_t32x24x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n25_t128x25x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n25_t32x25x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n25_t32x25x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n26_t128x26x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n26_t32x26x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n26_t32x26x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n27_t128x27x4(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n27_t32x27x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n27_t32x27x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n28_t128x28x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n28_t32x28x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n28_t32x28x2_r2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n29_t128x29x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -325,7 +309,7 @@ extern "C" int tsm2_h_n5_t32x5x8(char, char, int, int, float, const __half*, int
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n6_t128x6x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsm2_h_n6_t64x6x4_r2(char, char, int, int, float, const __half*, int,
+extern "C" int tsm2_h_n6_t32x6x8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n7_t128x7x2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -358,6 +342,10 @@ extern "C" int ism2_s_n11_t128x11x8_opt2(char, char, int, int, float, const floa
 extern "C" int ism2_s_n12_t128x12x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n12_t128x12x16_opt2(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n12_t128x12x8_opt1(char, char, int, int, float, const float*, int,
+    const float*, int, float, float*, int, int, cudaStream_t);
+extern "C" int ism2_s_n12_t128x12x8_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n13_t128x13x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -463,10 +451,6 @@ extern "C" int ism2_s_n6_t128x6x16_opt1(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n6_t128x6x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n6_t128x6x8_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n6_t128x6x8_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n7_t128x7x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n7_t128x7x16_opt2(char, char, int, int, float, const float*, int,
@@ -493,15 +477,15 @@ extern "C" int ism2_s_n9_t128x9x8_opt2(char, char, int, int, float, const float*
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n10_t128x10x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n10_t128x10x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n10_t128x10x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n11_t128x11x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n11_t128x11x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n11_t128x11x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n12_t128x12x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n12_t128x12x8_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n12_t128x12x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n13_t128x13x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -597,27 +581,27 @@ extern "C" int tsm2_s_n3_t128x3x4_r2_s8(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n4_t128x4x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n4_t128x4x4_r2_s8(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n4_t128x4x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n5_t128x5x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n5_t128x5x4_r2_s8(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n5_t128x5x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n6_t128x6x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n6_t128x6x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n6_t128x6x8_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n7_t128x7x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n7_t128x7x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n7_t128x7x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n8_t128x8x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n8_t128x8x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n8_t128x8x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n9_t128x9x2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int tsm2_s_n9_t128x9x4_r2_s4(char, char, int, int, float, const float*, int,
+extern "C" int tsm2_s_n9_t128x9x8_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_d_n10_t128x10x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -638,6 +622,10 @@ extern "C" int ism2_d_n11_t128x11x8_opt2(char, char, int, int, double, const dou
 extern "C" int ism2_d_n12_t128x12x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x16_opt2(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n12_t128x12x8_opt1(char, char, int, int, double, const double*, int,
+    const double*, int, double, double*, int, int, cudaStream_t);
+extern "C" int ism2_d_n12_t128x12x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n13_t128x13x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -707,25 +695,13 @@ extern "C" int ism2_d_n20_t128x20x4_opt1(char, char, int, int, double, const dou
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n20_t128x20x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n21_t128x21x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n21_t128x21x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n22_t128x22x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n22_t128x22x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n22_t128x22x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n22_t128x22x2_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n23_t128x23x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n23_t128x23x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n23_t128x23x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -787,10 +763,6 @@ extern "C" int ism2_d_n6_t128x6x16_opt1(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n6_t128x6x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n6_t128x6x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n6_t128x6x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n7_t128x7x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n7_t128x7x16_opt2(char, char, int, int, double, const double*, int,
@@ -825,43 +797,43 @@ extern "C" int tsm2_d_n11_t64x11x4_r4_s4(char, char, int, int, double, const dou
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n12_t128x12x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n12_t128x12x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n12_t64x12x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n13_t128x13x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n13_t128x13x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n13_t128x13x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n14_t128x14x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n14_t128x14x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n14_t128x14x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n15_t128x15x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n15_t128x15x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n15_t128x15x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n16_t128x16x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n16_t128x16x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n16_t128x16x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n17_t128x17x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n17_t128x17x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n17_t128x17x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n18_t128x18x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n18_t128x18x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n18_t128x18x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n19_t128x19x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n19_t128x19x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n19_t128x19x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n1_t128x1x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n1_t128x1x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n1_t128x1x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n20_t128x20x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n20_t128x20x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n20_t128x20x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n21_t128x21x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -877,11 +849,11 @@ extern "C" int tsm2_d_n23_t128x23x4_r2_s4(char, char, int, int, double, const do
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n24_t128x24x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n24_t128x24x4_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n24_t128x24x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n25_t128x25x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n25_t128x25x4_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n25_t128x25x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n26_t128x26x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -901,7 +873,7 @@ extern "C" int tsm2_d_n29_t128x29x4_s4(char, char, int, int, double, const doubl
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n2_t128x2x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n2_t128x2x4_r2_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n2_t128x2x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n30_t128x30x4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -917,19 +889,19 @@ extern "C" int tsm2_d_n32_t128x32x4_s4(char, char, int, int, double, const doubl
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n3_t128x3x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n3_t128x3x8_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n3_t128x3x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n4_t128x4x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n4_t128x4x8_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n4_t128x4x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n5_t128x5x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n5_t128x5x8_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n5_t128x5x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n6_t128x6x1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n6_t64x6x4_r4_s4(char, char, int, int, double, const double*, int,
+extern "C" int tsm2_d_n6_t128x6x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n7_t128x7x2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -998,9 +970,9 @@ const TsEntry<__half, float> ts_h[] = {
     {6, 75, "tsm2_h_n6_t128x6x2", tsm2_h_n6_t128x6x2,
      {"ism2_h_n6_t128x6x16_opt1", "ism2_h_n6_t128x6x16_opt2"}, {ism2_h_n6_t128x6x16_opt1, ism2_h_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {6, 90, "tsm2_h_n6_t64x6x4_r2", tsm2_h_n6_t64x6x4_r2,
-     {"ism2_h_n6_t256x6x8_opt1", "ism2_h_n6_t128x6x8_opt2"}, {ism2_h_n6_t256x6x8_opt1, ism2_h_n6_t128x6x8_opt2},
-     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
+    {6, 90, "tsm2_h_n6_t32x6x8", tsm2_h_n6_t32x6x8,
+     {"ism2_h_n6_t128x6x16_opt1", "ism2_h_n6_t128x6x16_opt2"}, {ism2_h_n6_t128x6x16_opt1, ism2_h_n6_t128x6x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_h_n7_t128x7x2", tsm2_h_n7_t128x7x2,
      {"ism2_h_n7_t128x7x16_opt1", "ism2_h_n7_t128x7x16_opt2"}, {ism2_h_n7_t128x7x16_opt1, ism2_h_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -1034,9 +1006,9 @@ const TsEntry<__half, float> ts_h[] = {
     {12, 75, "tsm2_h_n12_t128x12x4", tsm2_h_n12_t128x12x4,
      {"ism2_h_n12_t128x12x16_opt1", "ism2_h_n12_t128x12x16_opt2"}, {ism2_h_n12_t128x12x16_opt1, ism2_h_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {12, 90, "tsm2_h_n12_t128x12x2", tsm2_h_n12_t128x12x2,
-     {"ism2_h_n12_t128x12x8_opt1", "ism2_h_n12_t128x12x8_opt2"}, {ism2_h_n12_t128x12x8_opt1, ism2_h_n12_t128x12x8_opt2},
-     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
+    {12, 90, "tsm2_h_n12_t64x12x4_r2", tsm2_h_n12_t64x12x4_r2,
+     {"ism2_h_n12_t256x12x8_opt1", "ism2_h_n12_t128x12x8_opt2"}, {ism2_h_n12_t256x12x8_opt1, ism2_h_n12_t128x12x8_opt2},
+     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {13, 75, "tsm2_h_n13_t128x13x4", tsm2_h_n13_t128x13x4,
      {"ism2_h_n13_t128x13x16_opt1", "ism2_h_n13_t128x13x16_opt2"}, {ism2_h_n13_t128x13x16_opt1, ism2_h_n13_t128x13x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -1088,49 +1060,49 @@ const TsEntry<__half, float> ts_h[] = {
     {21, 75, "tsm2_h_n21_t128x21x4", tsm2_h_n21_t128x21x4,
      {"ism2_h_n21_t128x21x16_opt1", "ism2_h_n21_t128x21x16_opt2"}, {ism2_h_n21_t128x21x16_opt1, ism2_h_n21_t128x21x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {21, 90, "tsm2_h_n21_t128x21x2", tsm2_h_n21_t128x21x2,
-     {"ism2_h_n21_t128x21x8_opt1", "ism2_h_n21_t128x21x8_opt2"}, {ism2_h_n21_t128x21x8_opt1, ism2_h_n21_t128x21x8_opt2},
-     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
+    {21, 90, "tsm2_h_n21_t32x21x2_r2", tsm2_h_n21_t32x21x2_r2,
+     {"ism2_h_n21_t128x21x16_opt1", "ism2_h_n21_t128x21x16_opt2"}, {ism2_h_n21_t128x21x16_opt1, ism2_h_n21_t128x21x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_h_n22_t128x22x4", tsm2_h_n22_t128x22x4,
      {"ism2_h_n22_t128x22x16_opt1", "ism2_h_n22_t128x22x16_opt2"}, {ism2_h_n22_t128x22x16_opt1, ism2_h_n22_t128x22x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {22, 90, "tsm2_h_n22_t128x22x2", tsm2_h_n22_t128x22x2,
-     {"ism2_h_n22_t128x22x8_opt1", "ism2_h_n22_t128x22x8_opt2"}, {ism2_h_n22_t128x22x8_opt1, ism2_h_n22_t128x22x8_opt2},
-     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
+    {22, 90, "tsm2_h_n22_t32x22x2_r2", tsm2_h_n22_t32x22x2_r2,
+     {"ism2_h_n22_t128x22x16_opt1", "ism2_h_n22_t128x22x16_opt2"}, {ism2_h_n22_t128x22x16_opt1, ism2_h_n22_t128x22x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_h_n23_t128x23x4", tsm2_h_n23_t128x23x4,
      {"ism2_h_n23_t128x23x16_opt1", "ism2_h_n23_t128x23x16_opt2"}, {ism2_h_n23_t128x23x16_opt1, ism2_h_n23_t128x23x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {23, 90, "tsm2_h_n23_t128x23x2", tsm2_h_n23_t128x23x2,
-     {"ism2_h_n23_t128x23x8_opt1", "ism2_h_n23_t128x23x8_opt2"}, {ism2_h_n23_t128x23x8_opt1, ism2_h_n23_t128x23x8_opt2},
-     256, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
+    {23, 90, "tsm2_h_n23_t32x23x2_r2", tsm2_h_n23_t32x23x2_r2,
+     {"ism2_h_n23_t128x23x16_opt1", "ism2_h_n23_t128x23x16_opt2"}, {ism2_h_n23_t128x23x16_opt1, ism2_h_n23_t128x23x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_h_n24_t128x24x4", tsm2_h_n24_t128x24x4,
      {"ism2_h_n24_t128x24x16_opt1", "ism2_h_n24_t128x24x16_opt2"}, {ism2_h_n24_t128x24x16_opt1, ism2_h_n24_t128x24x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {24, 90, "tsm2_h_n24_t32x24x4_r2", tsm2_h_n24_t32x24x4_r2,
+    {24, 90, "tsm2_h_n24_t32x24x2_r2", tsm2_h_n24_t32x24x2_r2,
      {"ism2_h_n24_t128x24x16_opt1", "ism2_h_n24_t128x24x16_opt2"}, {ism2_h_n24_t128x24x16_opt1, ism2_h_n24_t128x24x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_h_n25_t128x25x4", tsm2_h_n25_t128x25x4,
      {"ism2_h_n25_t128x25x16_opt1", "ism2_h_n25_t128x25x16_opt2"}, {ism2_h_n25_t128x25x16_opt1, ism2_h_n25_t128x25x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {25, 90, "tsm2_h_n25_t32x25x4_r2", tsm2_h_n25_t32x25x4_r2,
+    {25, 90, "tsm2_h_n25_t32x25x2_r2", tsm2_h_n25_t32x25x2_r2,
      {"ism2_h_n25_t128x25x16_opt1", "ism2_h_n25_t128x25x16_opt2"}, {ism2_h_n25_t128x25x16_opt1, ism2_h_n25_t128x25x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_h_n26_t128x26x4", tsm2_h_n26_t128x26x4,
      {"ism2_h_n26_t128x26x16_opt1", "ism2_h_n26_t128x26x16_opt2"}, {ism2_h_n26_t128x26x16_opt1, ism2_h_n26_t128x26x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {26, 90, "tsm2_h_n26_t32x26x4_r2", tsm2_h_n26_t32x26x4_r2,
+    {26, 90, "tsm2_h_n26_t32x26x2_r2", tsm2_h_n26_t32x26x2_r2,
      {"ism2_h_n26_t128x26x16_opt1", "ism2_h_n26_t128x26x16_opt2"}, {ism2_h_n26_t128x26x16_opt1, ism2_h_n26_t128x26x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_h_n27_t128x27x4", tsm2_h_n27_t128x27x4,
      {"ism2_h_n27_t128x27x16_opt1", "ism2_h_n27_t128x27x16_opt2"}, {ism2_h_n27_t128x27x16_opt1, ism2_h_n27_t128x27x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {27, 90, "tsm2_h_n27_t32x27x4_r2", tsm2_h_n27_t32x27x4_r2,
+    {27, 90, "tsm2_h_n27_t32x27x2_r2", tsm2_h_n27_t32x27x2_r2,
      {"ism2_h_n27_t128x27x16_opt1", "ism2_h_n27_t128x27x16_opt2"}, {ism2_h_n27_t128x27x16_opt1, ism2_h_n27_t128x27x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_h_n28_t128x28x8", tsm2_h_n28_t128x28x8,
      {"ism2_h_n28_t128x28x16_opt1", "ism2_h_n28_t128x28x16_opt2"}, {ism2_h_n28_t128x28x16_opt1, ism2_h_n28_t128x28x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {28, 90, "tsm2_h_n28_t32x28x4_r2", tsm2_h_n28_t32x28x4_r2,
+    {28, 90, "tsm2_h_n28_t32x28x2_r2", tsm2_h_n28_t32x28x2_r2,
      {"ism2_h_n28_t128x28x16_opt1", "ism2_h_n28_t128x28x16_opt2"}, {ism2_h_n28_t128x28x16_opt1, ism2_h_n28_t128x28x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_h_n29_t128x29x8", tsm2_h_n29_t128x29x8,
@@ -1182,123 +1154,123 @@ const TsEntry<float, float> ts_s[] = {
     {4, 75, "tsm2_s_n4_t128x4x2", tsm2_s_n4_t128x4x2,
      {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {4, 90, "tsm2_s_n4_t128x4x4_r2_s8", tsm2_s_n4_t128x4x4_r2_s8,
+    {4, 90, "tsm2_s_n4_t128x4x8_r2_s4", tsm2_s_n4_t128x4x8_r2_s4,
      {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_s_n5_t128x5x2", tsm2_s_n5_t128x5x2,
      {"ism2_s_n5_t128x5x16_opt1", "ism2_s_n5_t128x5x16_opt2"}, {ism2_s_n5_t128x5x16_opt1, ism2_s_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {5, 90, "tsm2_s_n5_t128x5x4_r2_s8", tsm2_s_n5_t128x5x4_r2_s8,
+    {5, 90, "tsm2_s_n5_t128x5x8_r2_s4", tsm2_s_n5_t128x5x8_r2_s4,
      {"ism2_s_n5_t128x5x16_opt1", "ism2_s_n5_t128x5x16_opt2"}, {ism2_s_n5_t128x5x16_opt1, ism2_s_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_s_n6_t128x6x2", tsm2_s_n6_t128x6x2,
      {"ism2_s_n6_t128x6x16_opt1", "ism2_s_n6_t128x6x16_opt2"}, {ism2_s_n6_t128x6x16_opt1, ism2_s_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {6, 90, "tsm2_s_n6_t128x6x4_r2_s4", tsm2_s_n6_t128x6x4_r2_s4,
-     {"ism2_s_n6_t128x6x8_opt1", "ism2_s_n6_t128x6x8_opt2"}, {ism2_s_n6_t128x6x8_opt1, ism2_s_n6_t128x6x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+    {6, 90, "tsm2_s_n6_t128x6x8_r2_s4", tsm2_s_n6_t128x6x8_r2_s4,
+     {"ism2_s_n6_t128x6x16_opt1", "ism2_s_n6_t128x6x16_opt2"}, {ism2_s_n6_t128x6x16_opt1, ism2_s_n6_t128x6x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_s_n7_t128x7x2", tsm2_s_n7_t128x7x2,
      {"ism2_s_n7_t128x7x16_opt1", "ism2_s_n7_t128x7x16_opt2"}, {ism2_s_n7_t128x7x16_opt1, ism2_s_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {7, 90, "tsm2_s_n7_t128x7x4_r2_s4", tsm2_s_n7_t128x7x4_r2_s4,
+    {7, 90, "tsm2_s_n7_t128x7x8_s4", tsm2_s_n7_t128x7x8_s4,
      {"ism2_s_n7_t128x7x8_opt1", "ism2_s_n7_t128x7x8_opt2"}, {ism2_s_n7_t128x7x8_opt1, ism2_s_n7_t128x7x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {8, 75, "tsm2_s_n8_t128x8x2", tsm2_s_n8_t128x8x2,
      {"ism2_s_n8_t128x8x16_opt1", "ism2_s_n8_t128x8x16_opt2"}, {ism2_s_n8_t128x8x16_opt1, ism2_s_n8_t128x8x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {8, 90, "tsm2_s_n8_t128x8x4_r2_s4", tsm2_s_n8_t128x8x4_r2_s4,
+    {8, 90, "tsm2_s_n8_t128x8x8_s4", tsm2_s_n8_t128x8x8_s4,
      {"ism2_s_n8_t128x8x8_opt1", "ism2_s_n8_t128x8x8_opt2"}, {ism2_s_n8_t128x8x8_opt1, ism2_s_n8_t128x8x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {9, 75, "tsm2_s_n9_t128x9x2", tsm2_s_n9_t128x9x2,
      {"ism2_s_n9_t128x9x16_opt1", "ism2_s_n9_t128x9x16_opt2"}, {ism2_s_n9_t128x9x16_opt1, ism2_s_n9_t128x9x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {9, 90, "tsm2_s_n9_t128x9x4_r2_s4", tsm2_s_n9_t128x9x4_r2_s4,
+    {9, 90, "tsm2_s_n9_t128x9x8_s4", tsm2_s_n9_t128x9x8_s4,
      {"ism2_s_n9_t128x9x8_opt1", "ism2_s_n9_t128x9x8_opt2"}, {ism2_s_n9_t128x9x8_opt1, ism2_s_n9_t128x9x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {10, 75, "tsm2_s_n10_t128x10x2", tsm2_s_n10_t128x10x2,
      {"ism2_s_n10_t128x10x16_opt1", "ism2_s_n10_t128x10x16_opt2"}, {ism2_s_n10_t128x10x16_opt1, ism2_s_n10_t128x10x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {10, 90, "tsm2_s_n10_t128x10x4_r2_s4", tsm2_s_n10_t128x10x4_r2_s4,
+    {10, 90, "tsm2_s_n10_t128x10x8_s4", tsm2_s_n10_t128x10x8_s4,
      {"ism2_s_n10_t128x10x8_opt1", "ism2_s_n10_t128x10x8_opt2"}, {ism2_s_n10_t128x10x8_opt1, ism2_s_n10_t128x10x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {11, 75, "tsm2_s_n11_t128x11x2", tsm2_s_n11_t128x11x2,
      {"ism2_s_n11_t128x11x16_opt1", "ism2_s_n11_t128x11x16_opt2"}, {ism2_s_n11_t128x11x16_opt1, ism2_s_n11_t128x11x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {11, 90, "tsm2_s_n11_t128x11x4_r2_s4", tsm2_s_n11_t128x11x4_r2_s4,
+    {11, 90, "tsm2_s_n11_t128x11x8_s4", tsm2_s_n11_t128x11x8_s4,
      {"ism2_s_n11_t128x11x8_opt1", "ism2_s_n11_t128x11x8_opt2"}, {ism2_s_n11_t128x11x8_opt1, ism2_s_n11_t128x11x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {12, 75, "tsm2_s_n12_t128x12x2", tsm2_s_n12_t128x12x2,
      {"ism2_s_n12_t128x12x16_opt1", "ism2_s_n12_t128x12x16_opt2"}, {ism2_s_n12_t128x12x16_opt1, ism2_s_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {12, 90, "tsm2_s_n12_t128x12x8_r2_s4", tsm2_s_n12_t128x12x8_r2_s4,
-     {"ism2_s_n12_t128x12x16_opt1", "ism2_s_n12_t128x12x16_opt2"}, {ism2_s_n12_t128x12x16_opt1, ism2_s_n12_t128x12x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+    {12, 90, "tsm2_s_n12_t128x12x8_s4", tsm2_s_n12_t128x12x8_s4,
+     {"ism2_s_n12_t128x12x8_opt1", "ism2_s_n12_t128x12x8_opt2"}, {ism2_s_n12_t128x12x8_opt1, ism2_s_n12_t128x12x8_opt2},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 2}},
     {13, 75, "tsm2_s_n13_t128x13x2", tsm2_s_n13_t128x13x2,
      {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"}, {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {13, 90, "tsm2_s_n13_t128x13x8_r2_s4", tsm2_s_n13_t128x13x8_r2_s4,
      {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"}, {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {14, 75, "tsm2_s_n14_t128x14x2", tsm2_s_n14_t128x14x2,
      {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"}, {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {14, 90, "tsm2_s_n14_t128x14x8_r2_s4", tsm2_s_n14_t128x14x8_r2_s4,
      {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"}, {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {15, 75, "tsm2_s_n15_t128x15x2", tsm2_s_n15_t128x15x2,
      {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"}, {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {15, 90, "tsm2_s_n15_t128x15x8_r2_s4", tsm2_s_n15_t128x15x8_r2_s4,
      {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"}, {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {16, 75, "tsm2_s_n16_t128x16x2", tsm2_s_n16_t128x16x2,
      {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {16, 90, "tsm2_s_n16_t128x16x8_r2_s4", tsm2_s_n16_t128x16x8_r2_s4,
      {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {17, 75, "tsm2_s_n17_t128x17x2", tsm2_s_n17_t128x17x2,
      {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {17, 90, "tsm2_s_n17_t128x17x8_r2_s4", tsm2_s_n17_t128x17x8_r2_s4,
      {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {18, 75, "tsm2_s_n18_t128x18x2", tsm2_s_n18_t128x18x2,
      {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"}, {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {18, 90, "tsm2_s_n18_t128x18x8_r2_s4", tsm2_s_n18_t128x18x8_r2_s4,
      {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"}, {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {19, 75, "tsm2_s_n19_t128x19x2", tsm2_s_n19_t128x19x2,
      {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"}, {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {19, 90, "tsm2_s_n19_t128x19x8_r2_s4", tsm2_s_n19_t128x19x8_r2_s4,
      {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"}, {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {20, 75, "tsm2_s_n20_t128x20x2", tsm2_s_n20_t128x20x2,
      {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"}, {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {20, 90, "tsm2_s_n20_t128x20x8_r2_s4", tsm2_s_n20_t128x20x8_r2_s4,
      {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"}, {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {21, 75, "tsm2_s_n21_t128x21x2", tsm2_s_n21_t128x21x2,
      {"ism2_s_n21_t128x21x16_opt1", "ism2_s_n21_t128x21x16_opt2"}, {ism2_s_n21_t128x21x16_opt1, ism2_s_n21_t128x21x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {21, 90, "tsm2_s_n21_t128x21x8_r2_s4", tsm2_s_n21_t128x21x8_r2_s4,
      {"ism2_s_n21_t128x21x16_opt1", "ism2_s_n21_t128x21x16_opt2"}, {ism2_s_n21_t128x21x16_opt1, ism2_s_n21_t128x21x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_s_n22_t128x22x2", tsm2_s_n22_t128x22x2,
      {"ism2_s_n22_t128x22x16_opt1", "ism2_s_n22_t128x22x16_opt2"}, {ism2_s_n22_t128x22x16_opt1, ism2_s_n22_t128x22x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 90, "tsm2_s_n22_t128x22x8_r2_s4", tsm2_s_n22_t128x22x8_r2_s4,
      {"ism2_s_n22_t128x22x16_opt1", "ism2_s_n22_t128x22x16_opt2"}, {ism2_s_n22_t128x22x16_opt1, ism2_s_n22_t128x22x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_s_n23_t128x23x2", tsm2_s_n23_t128x23x2,
      {"ism2_s_n23_t128x23x16_opt1", "ism2_s_n23_t128x23x16_opt2"}, {ism2_s_n23_t128x23x16_opt1, ism2_s_n23_t128x23x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 90, "tsm2_s_n23_t128x23x8_r2_s4", tsm2_s_n23_t128x23x8_r2_s4,
      {"ism2_s_n23_t128x23x16_opt1", "ism2_s_n23_t128x23x16_opt2"}, {ism2_s_n23_t128x23x16_opt1, ism2_s_n23_t128x23x16_opt2},
-     128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 8}},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_s_n24_t128x24x2", tsm2_s_n24_t128x24x2,
      {"ism2_s_n24_t128x24x16_opt1", "ism2_s_n24_t128x24x16_opt2"}, {ism2_s_n24_t128x24x16_opt1, ism2_s_n24_t128x24x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -1360,39 +1332,39 @@ const TsEntry<double, double> ts_d[] = {
     {1, 75, "tsm2_d_n1_t128x1x1", tsm2_d_n1_t128x1x1,
      {"ism2_d_n1_t128x1x16_opt1", "ism2_d_n1_t128x1x16_opt2"}, {ism2_d_n1_t128x1x16_opt1, ism2_d_n1_t128x1x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {1, 90, "tsm2_d_n1_t128x1x4_r2_s4", tsm2_d_n1_t128x1x4_r2_s4,
+    {1, 90, "tsm2_d_n1_t128x1x2_r2_s8", tsm2_d_n1_t128x1x2_r2_s8,
      {"ism2_d_n1_t128x1x16_opt1", "ism2_d_n1_t128x1x16_opt2"}, {ism2_d_n1_t128x1x16_opt1, ism2_d_n1_t128x1x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_d_n2_t128x2x1", tsm2_d_n2_t128x2x1,
      {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {2, 90, "tsm2_d_n2_t128x2x4_r2_s4", tsm2_d_n2_t128x2x4_r2_s4,
+    {2, 90, "tsm2_d_n2_t128x2x2_r2_s8", tsm2_d_n2_t128x2x2_r2_s8,
      {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_d_n3_t128x3x1", tsm2_d_n3_t128x3x1,
      {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {3, 90, "tsm2_d_n3_t128x3x8_s4", tsm2_d_n3_t128x3x8_s4,
+    {3, 90, "tsm2_d_n3_t128x3x2_r2_s8", tsm2_d_n3_t128x3x2_r2_s8,
      {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_d_n4_t128x4x1", tsm2_d_n4_t128x4x1,
      {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {4, 90, "tsm2_d_n4_t128x4x8_s4", tsm2_d_n4_t128x4x8_s4,
+    {4, 90, "tsm2_d_n4_t128x4x4_r2_s4", tsm2_d_n4_t128x4x4_r2_s4,
      {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_d_n5_t128x5x1", tsm2_d_n5_t128x5x1,
      {"ism2_d_n5_t128x5x16_opt1", "ism2_d_n5_t128x5x16_opt2"}, {ism2_d_n5_t128x5x16_opt1, ism2_d_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {5, 90, "tsm2_d_n5_t128x5x8_s4", tsm2_d_n5_t128x5x8_s4,
+    {5, 90, "tsm2_d_n5_t128x5x4_r2_s4", tsm2_d_n5_t128x5x4_r2_s4,
      {"ism2_d_n5_t128x5x16_opt1", "ism2_d_n5_t128x5x16_opt2"}, {ism2_d_n5_t128x5x16_opt1, ism2_d_n5_t128x5x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_d_n6_t128x6x1", tsm2_d_n6_t128x6x1,
      {"ism2_d_n6_t128x6x16_opt1", "ism2_d_n6_t128x6x16_opt2"}, {ism2_d_n6_t128x6x16_opt1, ism2_d_n6_t128x6x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {6, 90, "tsm2_d_n6_t64x6x4_r4_s4", tsm2_d_n6_t64x6x4_r4_s4,
-     {"ism2_d_n6_t128x6x8_opt1", "ism2_d_n6_t128x6x8_opt2"}, {ism2_d_n6_t128x6x8_opt1, ism2_d_n6_t128x6x8_opt2},
-     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
+    {6, 90, "tsm2_d_n6_t128x6x4_r2_s4", tsm2_d_n6_t128x6x4_r2_s4,
+     {"ism2_d_n6_t128x6x16_opt1", "ism2_d_n6_t128x6x16_opt2"}, {ism2_d_n6_t128x6x16_opt1, ism2_d_n6_t128x6x16_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_d_n7_t128x7x2", tsm2_d_n7_t128x7x2,
      {"ism2_d_n7_t128x7x16_opt1", "ism2_d_n7_t128x7x16_opt2"}, {ism2_d_n7_t128x7x16_opt1, ism2_d_n7_t128x7x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
@@ -1426,85 +1398,85 @@ const TsEntry<double, double> ts_d[] = {
     {12, 75, "tsm2_d_n12_t128x12x2", tsm2_d_n12_t128x12x2,
      {"ism2_d_n12_t128x12x16_opt1", "ism2_d_n12_t128x12x16_opt2"}, {ism2_d_n12_t128x12x16_opt1, ism2_d_n12_t128x12x16_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {12, 90, "tsm2_d_n12_t128x12x4_r2_s4", tsm2_d_n12_t128x12x4_r2_s4,
-     {"ism2_d_n12_t128x12x16_opt1", "ism2_d_n12_t128x12x16_opt2"}, {ism2_d_n12_t128x12x16_opt1, ism2_d_n12_t128x12x16_opt2},
-     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
+    {12, 90, "tsm2_d_n12_t64x12x4_r4_s4", tsm2_d_n12_t64x12x4_r4_s4,
+     {"ism2_d_n12_t128x12x8_opt1", "ism2_d_n12_t128x12x8_opt2"}, {ism2_d_n12_t128x12x8_opt1, ism2_d_n12_t128x12x8_opt2},
+     256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {13, 75, "tsm2_d_n13_t128x13x2", tsm2_d_n13_t128x13x2,
      {"ism2_d_n13_t128x13x8_opt1", "ism2_d_n13_t128x13x8_opt2"}, {ism2_d_n13_t128x13x8_opt1, ism2_d_n13_t128x13x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {13, 90, "tsm2_d_n13_t128x13x4_r2_s4", tsm2_d_n13_t128x13x4_r2_s4,
+    {13, 90, "tsm2_d_n13_t128x13x2_r2_s8", tsm2_d_n13_t128x13x2_r2_s8,
      {"ism2_d_n13_t128x13x16_opt1", "ism2_d_n13_t128x13x16_opt2"}, {ism2_d_n13_t128x13x16_opt1, ism2_d_n13_t128x13x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {14, 75, "tsm2_d_n14_t128x14x2", tsm2_d_n14_t128x14x2,
      {"ism2_d_n14_t128x14x8_opt1", "ism2_d_n14_t128x14x8_opt2"}, {ism2_d_n14_t128x14x8_opt1, ism2_d_n14_t128x14x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {14, 90, "tsm2_d_n14_t128x14x4_r2_s4", tsm2_d_n14_t128x14x4_r2_s4,
+    {14, 90, "tsm2_d_n14_t128x14x2_r2_s8", tsm2_d_n14_t128x14x2_r2_s8,
      {"ism2_d_n14_t128x14x16_opt1", "ism2_d_n14_t128x14x16_opt2"}, {ism2_d_n14_t128x14x16_opt1, ism2_d_n14_t128x14x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {15, 75, "tsm2_d_n15_t128x15x2", tsm2_d_n15_t128x15x2,
      {"ism2_d_n15_t128x15x8_opt1", "ism2_d_n15_t128x15x8_opt2"}, {ism2_d_n15_t128x15x8_opt1, ism2_d_n15_t128x15x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {15, 90, "tsm2_d_n15_t128x15x4_r2_s4", tsm2_d_n15_t128x15x4_r2_s4,
+    {15, 90, "tsm2_d_n15_t128x15x2_r2_s8", tsm2_d_n15_t128x15x2_r2_s8,
      {"ism2_d_n15_t128x15x16_opt1", "ism2_d_n15_t128x15x16_opt2"}, {ism2_d_n15_t128x15x16_opt1, ism2_d_n15_t128x15x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {16, 75, "tsm2_d_n16_t128x16x2", tsm2_d_n16_t128x16x2,
      {"ism2_d_n16_t128x16x8_opt1", "ism2_d_n16_t128x16x8_opt2"}, {ism2_d_n16_t128x16x8_opt1, ism2_d_n16_t128x16x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {16, 90, "tsm2_d_n16_t128x16x4_r2_s4", tsm2_d_n16_t128x16x4_r2_s4,
+    {16, 90, "tsm2_d_n16_t128x16x2_r2_s8", tsm2_d_n16_t128x16x2_r2_s8,
      {"ism2_d_n16_t128x16x16_opt1", "ism2_d_n16_t128x16x16_opt2"}, {ism2_d_n16_t128x16x16_opt1, ism2_d_n16_t128x16x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {17, 75, "tsm2_d_n17_t128x17x2", tsm2_d_n17_t128x17x2,
      {"ism2_d_n17_t128x17x8_opt1", "ism2_d_n17_t128x17x8_opt2"}, {ism2_d_n17_t128x17x8_opt1, ism2_d_n17_t128x17x8_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {17, 90, "tsm2_d_n17_t128x17x4_r2_s4", tsm2_d_n17_t128x17x4_r2_s4,
+    {17, 90, "tsm2_d_n17_t128x17x2_r2_s8", tsm2_d_n17_t128x17x2_r2_s8,
      {"ism2_d_n17_t128x17x16_opt1", "ism2_d_n17_t128x17x16_opt2"}, {ism2_d_n17_t128x17x16_opt1, ism2_d_n17_t128x17x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {18, 75, "tsm2_d_n18_t128x18x2", tsm2_d_n18_t128x18x2,
      {"ism2_d_n18_t128x18x4_opt1", "ism2_d_n18_t128x18x4_opt2"}, {ism2_d_n18_t128x18x4_opt1, ism2_d_n18_t128x18x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {18, 90, "tsm2_d_n18_t128x18x4_r2_s4", tsm2_d_n18_t128x18x4_r2_s4,
+    {18, 90, "tsm2_d_n18_t128x18x2_r2_s8", tsm2_d_n18_t128x18x2_r2_s8,
      {"ism2_d_n18_t128x18x16_opt1", "ism2_d_n18_t128x18x16_opt2"}, {ism2_d_n18_t128x18x16_opt1, ism2_d_n18_t128x18x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {19, 75, "tsm2_d_n19_t128x19x2", tsm2_d_n19_t128x19x2,
      {"ism2_d_n19_t128x19x4_opt1", "ism2_d_n19_t128x19x4_opt2"}, {ism2_d_n19_t128x19x4_opt1, ism2_d_n19_t128x19x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {19, 90, "tsm2_d_n19_t128x19x4_r2_s4", tsm2_d_n19_t128x19x4_r2_s4,
+    {19, 90, "tsm2_d_n19_t128x19x2_r2_s8", tsm2_d_n19_t128x19x2_r2_s8,
      {"ism2_d_n19_t128x19x16_opt1", "ism2_d_n19_t128x19x16_opt2"}, {ism2_d_n19_t128x19x16_opt1, ism2_d_n19_t128x19x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {20, 75, "tsm2_d_n20_t128x20x2", tsm2_d_n20_t128x20x2,
      {"ism2_d_n20_t128x20x4_opt1", "ism2_d_n20_t128x20x4_opt2"}, {ism2_d_n20_t128x20x4_opt1, ism2_d_n20_t128x20x4_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {20, 90, "tsm2_d_n20_t128x20x4_r2_s4", tsm2_d_n20_t128x20x4_r2_s4,
+    {20, 90, "tsm2_d_n20_t128x20x2_r2_s8", tsm2_d_n20_t128x20x2_r2_s8,
      {"ism2_d_n20_t128x20x16_opt1", "ism2_d_n20_t128x20x16_opt2"}, {ism2_d_n20_t128x20x16_opt1, ism2_d_n20_t128x20x16_opt2},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {21, 75, "tsm2_d_n21_t128x21x2", tsm2_d_n21_t128x21x2,
      {"ism2_d_n21_t128x21x2_opt1", "ism2_d_n21_t128x21x2_opt2"}, {ism2_d_n21_t128x21x2_opt1, ism2_d_n21_t128x21x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {21, 90, "tsm2_d_n21_t128x21x4_r2_s4", tsm2_d_n21_t128x21x4_r2_s4,
-     {"ism2_d_n21_t128x21x16_opt1", "ism2_d_n21_t128x21x16_opt2"}, {ism2_d_n21_t128x21x16_opt1, ism2_d_n21_t128x21x16_opt2},
-     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
+     {"ism2_d_n21_t128x21x2_opt1", "ism2_d_n21_t128x21x2_opt2"}, {ism2_d_n21_t128x21x2_opt1, ism2_d_n21_t128x21x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_d_n22_t128x22x2", tsm2_d_n22_t128x22x2,
      {"ism2_d_n22_t128x22x2_opt1", "ism2_d_n22_t128x22x2_opt2"}, {ism2_d_n22_t128x22x2_opt1, ism2_d_n22_t128x22x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 90, "tsm2_d_n22_t128x22x4_r2_s4", tsm2_d_n22_t128x22x4_r2_s4,
-     {"ism2_d_n22_t128x22x16_opt1", "ism2_d_n22_t128x22x16_opt2"}, {ism2_d_n22_t128x22x16_opt1, ism2_d_n22_t128x22x16_opt2},
-     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
+     {"ism2_d_n22_t128x22x2_opt1", "ism2_d_n22_t128x22x2_opt2"}, {ism2_d_n22_t128x22x2_opt1, ism2_d_n22_t128x22x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_d_n23_t128x23x2", tsm2_d_n23_t128x23x2,
      {"ism2_d_n23_t128x23x2_opt1", "ism2_d_n23_t128x23x2_opt2"}, {ism2_d_n23_t128x23x2_opt1, ism2_d_n23_t128x23x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 90, "tsm2_d_n23_t128x23x4_r2_s4", tsm2_d_n23_t128x23x4_r2_s4,
-     {"ism2_d_n23_t128x23x16_opt1", "ism2_d_n23_t128x23x16_opt2"}, {ism2_d_n23_t128x23x16_opt1, ism2_d_n23_t128x23x16_opt2},
-     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
+     {"ism2_d_n23_t128x23x2_opt1", "ism2_d_n23_t128x23x2_opt2"}, {ism2_d_n23_t128x23x2_opt1, ism2_d_n23_t128x23x2_opt2},
+     32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_d_n24_t128x24x2", tsm2_d_n24_t128x24x2,
      {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {24, 90, "tsm2_d_n24_t128x24x4_s4", tsm2_d_n24_t128x24x4_s4,
+    {24, 90, "tsm2_d_n24_t128x24x4_r2_s4", tsm2_d_n24_t128x24x4_r2_s4,
      {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_d_n25_t128x25x2", tsm2_d_n25_t128x25x2,
      {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
-    {25, 90, "tsm2_d_n25_t128x25x4_s4", tsm2_d_n25_t128x25x4_s4,
+    {25, 90, "tsm2_d_n25_t128x25x4_r2_s4", tsm2_d_n25_t128x25x4_r2_s4,
      {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_d_n26_t128x26x2", tsm2_d_n26_t128x26x2,
