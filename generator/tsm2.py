@@ -84,7 +84,7 @@ class Tsm2Spec(Spec):
     rows: int = 1   # rows of C per thread (beyond the paper: B values reused from registers)
     stages: int = 0  # 0: A chunks through registers (Alg. 4); else a ring of this many chunks in
                      # shared memory filled by cp.async (beyond the paper: bytes in flight without
-                     # registers, which bound n = 16 on the H100)
+                     # registers, which bound n = 16 on the H100); fp16 copies pairs of rows
 
     family = "tsm2"
 
@@ -119,18 +119,21 @@ class Tsm2Spec(Spec):
 
     @property
     def registers(self) -> int:
-        if self.stages:
-            return ring_register_estimate(self.precision, self.t2, self.rows)
-        return register_estimate(self.precision, self.t2, self.t3, rows=self.rows)
+        path = register_estimate(self.precision, self.t2, self.t3, rows=self.rows)
+        if not self.stages:
+            return path
+        ring = ring_register_estimate(self.precision, self.t2, self.rows)
+        # fp16 rings keep the register path for unaligned or transposed A in the same kernel.
+        return max(ring, path) if storage_bytes(self.precision) == 2 else ring
 
     def validate(self, arch: str | None = None) -> "Tsm2Spec":
         _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
         require(self.rows in (1, 2, 4), "rows", f"rows={self.rows} must be 1, 2 or 4")
         require(self.stages == 0 or self.stages in RING_STAGES, "stages",
                 f"stages={self.stages} must be 0 (no ring) or {RING_STAGES[0]}..{RING_STAGES[-1]}")
-        require(self.stages == 0 or storage_bytes(self.precision) in (4, 8), "cp.async element",
-                f"the ring copies 4- or 8-byte elements with cp.async; {self.precision} elements are "
-                f"{storage_bytes(self.precision)} bytes (use stages=0)")
+        require(self.stages == 0 or storage_bytes(self.precision) in (4, 8) or self.rows % 2 == 0,
+                "cp.async element", f"cp.async copies at least 4 bytes: a {self.precision} ring copies pairs "
+                                    f"of adjacent rows, so rows must be 2 or 4 (rows={self.rows})")
         require(self.registers <= MAX_REGS, "registers",
                 f"{self.rows} rows per thread need about {self.registers} registers (> {MAX_REGS})")
         limit = RING_SMEM_LIMIT if self.stages else SMEM_LIMIT
@@ -399,9 +402,10 @@ def tsm2_sweep(precision: str, n: int, half_t2: bool = False) -> list[Tsm2Spec]:
     out += [Tsm2Spec(precision, n, t1, model.t2, model.t3) for t1 in TSM2_SWEEP_T1]
     if n >= 8:   # two rows per thread: half the shared-memory reads per FMA
         out += [Tsm2Spec(precision, n, t1, n, t3, 2) for t1 in TSM2_SWEEP_T1 for t3 in (2, 4, 8)]
-    if storage_bytes(precision) in (4, 8):   # the cp.async ring
-        out += [Tsm2Spec(precision, n, t1, n, t3, rows, stages) for t1 in RING_SWEEP_T1
-                for t3 in RING_SWEEP_T3 for rows in RING_SWEEP_ROWS for stages in RING_SWEEP_STAGES]
+    # the cp.async ring (fp16: pairs of rows, so an even number of rows)
+    ring_rows = RING_SWEEP_ROWS if storage_bytes(precision) >= 4 else (2, 4)
+    out += [Tsm2Spec(precision, n, t1, n, t3, rows, stages) for t1 in RING_SWEEP_T1
+            for t3 in RING_SWEEP_T3 for rows in ring_rows for stages in RING_SWEEP_STAGES]
     return sorted({s for s in out if s.is_valid()})
 
 

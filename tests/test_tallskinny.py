@@ -56,7 +56,7 @@ def test_ring_rules_and_names():
     assert tsm2.Tsm2Spec("s", 8, 64, 8, 4, 1, 3).name == "tsm2_s_n8_t64x8x4_s3"
     for args, rule in (((("s", 8, 64, 8, 4, 1, 1)), "stages"),          # a ring of one chunk cannot overlap
                        ((("s", 8, 64, 8, 4, 1, 9)), "stages"),
-                       ((("h", 8, 64, 8, 4, 1, 4)), "cp.async element"),  # 2-byte elements
+                       ((("h", 8, 64, 8, 4, 1, 4)), "cp.async element"),  # 2-byte elements, no pair
                        ((("s", 16, 256, 16, 8, 2, 8)), "shared memory"),   # 128 KB of ring
                        ((("d", 32, 128, 32, 2, 2, 8)), "registers")):      # 64 accumulators + 32 B values
         with pytest.raises(SpecError) as err:
@@ -67,7 +67,8 @@ def test_ring_rules_and_names():
     assert not tsm2.Tsm2Spec("d", 12, 64, 12, 8, 4).is_valid()
     sweep = tsm2.tsm2_sweep("d", 16)
     assert any(s.stages for s in sweep) and any(not s.stages for s in sweep)
-    assert not any(s.stages for s in tsm2.tsm2_sweep("h", 16))
+    assert tsm2.Tsm2Spec("h", 8, 64, 8, 4, 2, 4).is_valid()                  # pairs of rows
+    assert all(s.rows % 2 == 0 for s in tsm2.tsm2_sweep("h", 16) if s.stages)
 
 
 def test_table_rows_round_trip_into_entries():

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gemmgen_device.cuh"
 
@@ -201,6 +202,27 @@ __device__ __forceinline__ void async_wait()
 #endif
 }
 
+// fp16 rings copy pairs of adjacent rows of a column (4 bytes, the smallest cp.async): a thread
+// then owns rows 2·lane and 2·lane + 1 of each 2·T1-row strip (PAIRS), instead of row lane of each
+// T1-row strip.  `bytes` < 4 zero-fills the rest (a pair's second row past m, columns past kend).
+__device__ __forceinline__ void copy_async_pair(unsigned* dst, const __half* src, int bytes)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+#else
+    const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
+    *dst = (bytes >= 2 ? (unsigned)s[0] : 0u) | (bytes >= 4 ? (unsigned)s[1] << 16 : 0u);
+#endif
+}
+
+// Row r of a thread's RM rows of C (see PAIRS above).
+template <int RM, int T1, bool PAIRS>
+__device__ __forceinline__ long long thread_row(long long base, int r, int lane)
+{
+    return PAIRS ? base + (r / 2) * 2 * T1 + 2 * lane + r % 2 : base + (long long)r * T1 + lane;
+}
+
 // The ring's chunk of T3 columns of op(A) from column `col` for the thread's RM rows, into slot
 // `dst` (element (r, i) at dst[(r·T3 + i)·T1]); one commit group per chunk, empty past kend.
 // Full chunks (the common case) need no per-element bound check.
@@ -228,17 +250,66 @@ __device__ __forceinline__ void ring_issue(S* dst, const S* const (&arow)[RM], l
     async_commit();
 }
 
+// The same chunk for fp16 pairs: word (q, i) of the slot, q = pair of rows, holds rows 2q, 2q + 1
+// at column col + i; pair_bytes[q] = 4, or 2 when the pair's second row is past m, 0 past both.
+template <int RM, int T1, int T3>
+__device__ __forceinline__ void ring_issue_pairs(unsigned* dst, const __half* const (&arow)[RM],
+                                                 const int (&pair_bytes)[RM / 2], long long cstep, int col,
+                                                 int kend, const __half* A)
+{
+#pragma unroll
+    for (int q = 0; q < RM / 2; ++q)
+#pragma unroll
+        for (int i = 0; i < T3; ++i) {
+            const bool ok = col + i < kend && pair_bytes[q] > 0;   // else zeros, from an aligned address
+            copy_async_pair(dst + (q * T3 + i) * T1, ok ? arow[2 * q] + (col + i) * cstep : A,
+                            ok ? pair_bytes[q] : 0);
+        }
+    async_commit();
+}
+
+// One chunk into a ring slot, and element (r, i) of a slot: one element per copy, or (fp16) pairs of
+// rows per copy.  Overloads on std::integral_constant<bool, PAIRS>, so each kernel instantiates one.
+template <char TA, int RM, int T1, int T3, int PB, typename S>
+__device__ __forceinline__ void issue_chunk(std::false_type, S* slot, const S* const (&arow)[RM], const int (&)[PB],
+                                            long long cstep, int col, int kend, const S* A)
+{
+    ring_issue<TA, RM, T1, T3>(slot, arow, cstep, col, kend, A);
+}
+
+template <char TA, int RM, int T1, int T3, int PB>
+__device__ __forceinline__ void issue_chunk(std::true_type, __half* slot, const __half* const (&arow)[RM],
+                                            const int (&pair_bytes)[PB], long long cstep, int col, int kend,
+                                            const __half* A)
+{
+    ring_issue_pairs<RM, T1, T3>(reinterpret_cast<unsigned*>(slot), arow, pair_bytes, cstep, col, kend, A);
+}
+
+template <int RM, int T1, int T3, typename R, typename S>
+__device__ __forceinline__ R ring_element(std::false_type, const S* slot, int r, int i)
+{
+    return R(slot[(r * T3 + i) * T1]);
+}
+
+template <int RM, int T1, int T3, typename R>
+__device__ __forceinline__ R ring_element(std::true_type, const __half* slot, int r, int i)
+{
+    const __half2 pair = reinterpret_cast<const __half2*>(slot)[((r / 2) * T3 + i) * T1];
+    return __half2float(r % 2 ? __high2half(pair) : __low2half(pair));
+}
+
 // acc[r][c] += op(A)(row r, j + l0 + i) · sB[l0 + i][c] over one B tile, the A chunks taken from the
 // ring: every chunk first issues the copy STAGES - 1 chunks ahead, then waits for its own.
-template <char TA, int RM, int T1, int T2, int T2P, int T3, int STAGES, typename S, typename R>
+template <char TA, int RM, int T1, int T2, int T2P, int T3, int STAGES, bool PAIRS, int PB, typename S, typename R>
 __device__ __forceinline__ void tile_product_ring(R (&acc)[RM][T2], S* ring, int& rslot, int& next,
-                                                  const S* const (&arow)[RM], long long cstep, int klen,
-                                                  int kend, const S* A, const R* sB)
+                                                  const S* const (&arow)[RM], const int (&pair_bytes)[PB],
+                                                  long long cstep, int klen, int kend, const S* A, const R* sB)
 {
     constexpr int SLOT = RM * T3 * T1;
+    using Pairs = std::integral_constant<bool, PAIRS>;
     for (int l0 = 0; l0 < klen; l0 += T3) {
         const int wslot = rslot == 0 ? STAGES - 1 : rslot - 1;   // the slot read one chunk ago
-        ring_issue<TA, RM, T1, T3>(ring + wslot * SLOT, arow, cstep, next, kend, A);
+        issue_chunk<TA, RM, T1, T3>(Pairs(), ring + wslot * SLOT, arow, pair_bytes, cstep, next, kend, A);
         next += T3;
         async_wait<STAGES - 1>();
         const S* ra = ring + rslot * SLOT;
@@ -250,7 +321,7 @@ __device__ __forceinline__ void tile_product_ring(R (&acc)[RM][T2], S* ring, int
                 b[c] = sB[(l0 + i) * T2P + c];
 #pragma unroll
             for (int r = 0; r < RM; ++r) {
-                const R a = R(ra[(r * T3 + i) * T1]);
+                const R a = ring_element<RM, T1, T3, R>(Pairs(), ra, r, i);
 #pragma unroll
                 for (int c = 0; c < T2; ++c)
                     acc[r][c] = mul_add(a, b[c], acc[r][c]);
@@ -290,6 +361,12 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
     constexpr int RING_STAGES = STAGES > 0 ? STAGES : 1;   // the ring code is compiled, not run, without one
     extern __shared__ __align__(16) unsigned char smem_raw[];
     R* smem = reinterpret_cast<R*>(smem_raw);
+    // fp16 rings copy pairs of rows: only where every pair is 4-byte aligned (op(A) = A, lda even,
+    // A 4-byte aligned); otherwise the kernel takes the register path (same row mapping).
+    constexpr bool PAIRS = sizeof(S) == 2 && STAGES > 0 && RM % 2 == 0;
+    constexpr int PB = RM / 2 > 0 ? RM / 2 : 1;
+    const bool use_ring = STAGES > 0 &&
+                          (!PAIRS || (TA == 'N' && lda % 2 == 0 && reinterpret_cast<size_t>(A) % 4 == 0));
     const int kg = blockDim.x / T1;
     const int lane = threadIdx.x % T1;
     const int g = threadIdx.x / T1;
@@ -298,9 +375,15 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
     bool rows_ok[RM];
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
-        const long long row = base + r * T1 + lane;
+        const long long row = thread_row<RM, T1, PAIRS>(base, r, lane);
         rows_ok[r] = row < m;
         rows[r] = rows_ok[r] ? row : (long long)m - 1;   // clamped: a valid row is read, nothing stored
+    }
+    int pair_bytes[PB];                                    // bytes of each pair of rows inside m
+#pragma unroll
+    for (int q = 0; q < PB; ++q) {
+        const long long row0 = thread_row<RM, T1, PAIRS>(base, 2 * q, lane);
+        pair_bytes[q] = row0 + 1 < m ? 4 : row0 < m ? 2 : 0;
     }
     // blockIdx.y: a k-slice of kblock columns (split across blocks, partial sums added atomically
     // into C, which the launcher pre-scaled by beta); inside it, group g owns kchunk columns.
@@ -310,7 +393,7 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
     const int kbeg = (int)min(kslice + (long long)g * kchunk, kslice_end);
     const int kend = (int)min((long long)kbeg + kchunk, kslice_end);
     R* sB = smem + g * GROUP;
-    S* ring = reinterpret_cast<S*>(sB + Smem::TILE) + lane;
+    S* ring = reinterpret_cast<S*>(sB + Smem::TILE) + (PAIRS ? 2 : 1) * lane;   // the thread's elements or words
     const R ralpha = R(alpha);
     const S* arow[RM];                                          // op(A)(rows[r], 0)
 #pragma unroll
@@ -325,17 +408,18 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 #pragma unroll
             for (int c = 0; c < T2; ++c)
                 acc[r][c] = zero<R>();
-        if (kbeg < kend && STAGES > 0) {
+        if (kbeg < kend && use_ring) {
             R nb[T2];
             fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
             int next = kbeg, rslot = 0;
 #pragma unroll
             for (int st = 0; st < RING_STAGES - 1; ++st, next += T3)
-                ring_issue<TA, RM, T1, T3>(ring + st * RM * T3 * T1, arow, cstep, next, kend, A);
+                issue_chunk<TA, RM, T1, T3>(std::integral_constant<bool, PAIRS>(), ring + st * RM * T3 * T1, arow,
+                                            pair_bytes, cstep, next, kend, A);
             for (int j = kbeg; j < kend; j += T1) {
                 next_b_tile<TB, N, T1, T2, T2P>(nb, sB, g, lane, B, ldb, j, kend, p, ralpha);
-                tile_product_ring<TA, RM, T1, T2, T2P, T3, RING_STAGES>(acc, ring, rslot, next, arow, cstep,
-                                                                       min(T1, kend - j), kend, A, sB);
+                tile_product_ring<TA, RM, T1, T2, T2P, T3, RING_STAGES, PAIRS>(
+                    acc, ring, rslot, next, arow, pair_bytes, cstep, min(T1, kend - j), kend, A, sB);
             }
             async_wait<0>();
         } else if (kbeg < kend) {
@@ -381,7 +465,7 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
             R sum = smem[o];
             for (int h = 1; h < kg; ++h)
                 sum = sum + smem[h * GROUP + o];
-            const long long orow = base + r * T1 + l;
+            const long long orow = thread_row<RM, T1, PAIRS>(base, r, l);
             if (orow < m && p + c < N) {
                 S* cp = C + orow + (long long)(p + c) * ldc;
                 if (atomic)
@@ -558,9 +642,10 @@ constexpr long long MAX_GRID = 2147483647LL;
 // bounded by the block size the kernel's registers allow, the shared memory, the named barriers and
 // one tile per group.  Then, for float and double, k is also split across blocks (grid.y) until the
 // grid has about 8 waves of resident blocks (each group keeping at least 4 tiles).
-// Ring path (STAGES > 0): the bytes in flight sit in shared memory, not registers, so one group per
-// block (kg = 0 -> 1) and k split across blocks until about 4 waves of resident blocks, each slice at
-// least 2 tiles (measured on the H100 at m = k = 10240..30720: within 3 % of the best kg, ks).
+// Ring path (STAGES > 0), s and d: the bytes in flight sit in shared memory, not registers, so one
+// group per block (kg = 0 -> 1) and k split across blocks until about 4 waves of resident blocks,
+// each slice at least 2 tiles (measured on the H100 at m = k = 10240..30720: within 3 % of the best
+// kg, ks).  fp16 rings take the register path's groups (no split across blocks).
 // With k split across blocks C is pre-scaled by beta and the slices' partial sums are added
 // atomically (the wave tail of m/T1 row blocks alone costs up to 40 % at m = 10^4).  fp16 C is never
 // split (atomic fp16 sums would round every addition).
@@ -590,7 +675,9 @@ int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int
     cap = std::min(cap, tiles);
     if (kg <= 0) {
         const long long target = (long long)dev.sms * dev.threads_per_sm;
-        kg = STAGES > 0 ? 1 : (int)((target + blocks * T1 - 1) / (blocks * T1));
+        // One group per block when k can also be split across blocks (s, d, ring); fp16 C is never
+        // split across blocks, so there the groups are the only way to fill the device.
+        kg = STAGES > 0 && sizeof(S) >= 4 ? 1 : (int)((target + blocks * T1 - 1) / (blocks * T1));
     }
     kg = std::max(1, std::min(kg, std::max(cap, 1)));
     const size_t smem = (size_t)kg * GROUP_BYTES;
