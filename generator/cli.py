@@ -196,8 +196,9 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 
 
 @tune.command("tsm2")
-@click.option("--precisions", default="s,d", show_default=True, help="Subset of h,s,d.")
-@click.option("--tsm2-n", default="2,4,8,16", show_default=True, help="n values for the TSM2 sweep.")
+@click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
+@click.option("--tsm2-n", default="2,4,8,16,24,32", show_default=True,
+              help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
 @click.option("--ism2-n", default="8,16", show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
               default=Path("docs/perf/tune_tallskinny_results.jsonl"), show_default=True,
@@ -217,13 +218,13 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
     from harness.toolchain import gpu_available
     from harness.tune_tallskinny import run_tune
 
-    if not gpu_available():
-        raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
         ts_ns, is_ns = tsm2.parse_ns(tsm2_n), tsm2.parse_ns(ism2_n)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
     arch, device = device_arch()
     extra = ([s for p in precs for n in ts_ns for s in tsm2.tsm2_sweep(p, n)]
              + [s for p in precs for n in is_ns for s in tsm2.ism2_sweep(p, n)])
