@@ -204,8 +204,11 @@ GEMMGEN_INLINE __m256 swap_pairs(__m256 v) { return _mm256_permute_ps(v, 0xB1); 
 // of A loaded duplicated and B's rows made by lane duplicates of one load: 4 loads, 2 shuffles,
 // 2 FMAs and 1 store per product instead of 2 tiles' 8 loads, 4 FMAs and 2 stores.  The
 // products are added in the same order as the tiles add them (the bits are the same).
+// s and d, and c (a complex float is 64 bits: C is one 256-bit vector); not z.
 constexpr bool HAS_WHOLE_2X2 = true;
-GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c)
+template <class T, bool CPLX>
+struct whole_2x2_fits : std::integral_constant<bool, !CPLX || sizeof(T) == 4> {};
+GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c, std::false_type)
 {
     const __m128 bv = _mm_loadu_ps(b);
     const __m128 a0 = _mm_castpd_ps(_mm_loaddup_pd(reinterpret_cast<const double*>(a)));
@@ -214,7 +217,7 @@ GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c)
     cv = _mm_fmadd_ps(a1, _mm_movehdup_ps(bv), cv);
     _mm_storeu_ps(c, cv);
 }
-GEMMGEN_INLINE void whole_2x2(const double* a, const double* b, double* c)
+GEMMGEN_INLINE void whole_2x2(const double* a, const double* b, double* c, std::false_type)
 {
     const __m256d bv = _mm256_loadu_pd(b);
     const __m256d a0 = _mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a));
@@ -223,13 +226,31 @@ GEMMGEN_INLINE void whole_2x2(const double* a, const double* b, double* c)
     cv = _mm256_fmadd_pd(a1, _mm256_permute_pd(bv, 0xF), cv);
     _mm256_storeu_pd(c, cv);
 }
+// Complex float: the same lane pattern on 64-bit (re, im) pairs, then the tiles' complex
+// product: acc_re (from C) += a·Re b, acc_im += a·Im b, C = acc_re + (−1, +1)·swap(acc_im).
+GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c, std::true_type)
+{
+    const __m256d bv = _mm256_loadu_pd(reinterpret_cast<const double*>(b));
+    const __m256 b0 = _mm256_castpd_ps(_mm256_movedup_pd(bv));        // b00 b00 b01 b01
+    const __m256 b1 = _mm256_castpd_ps(_mm256_permute_pd(bv, 0xF));   // b10 b10 b11 b11
+    const __m256 a0 = _mm256_castpd_ps(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a)));
+    const __m256 a1 = _mm256_castpd_ps(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a + 4)));
+    __m256 re = _mm256_fmadd_ps(a0, _mm256_moveldup_ps(b0), _mm256_loadu_ps(c));
+    __m256 im = _mm256_mul_ps(a0, _mm256_movehdup_ps(b0));
+    re = _mm256_fmadd_ps(a1, _mm256_moveldup_ps(b1), re);
+    im = _mm256_fmadd_ps(a1, _mm256_movehdup_ps(b1), im);
+    _mm256_storeu_ps(c, _mm256_fmadd_ps(_mm256_permute_ps(im, 0xB1), _mm256_setr_ps(-1, 1, -1, 1, -1, 1, -1, 1), re));
+}
 #else
 constexpr bool HAS_WHOLE_2X2 = false;
-template <class T>
-GEMMGEN_INLINE void whole_2x2(const T*, const T*, T*)
+template <class T, bool CPLX>
+struct whole_2x2_fits : std::false_type {};
+#endif
+// Instantiated, never called, where whole_2x2_fits is false (z; ISAs without the overloads).
+template <class T, class C>
+GEMMGEN_INLINE void whole_2x2(const T*, const T*, T*, C)
 {
 }
-#endif
 
 #if defined(GEMMGEN_CPU_ISA_AVX512)
 // ---- AVX-512F: 32 registers of 512 bits, native lane masks ----------------------------------
@@ -578,10 +599,10 @@ void run(const Args& args, long long begin, long long end, Product product)
         const T* a = a0 + begin * sa;
         const T* b = b0 + begin * sb;
         T* c = c0 + begin * sc;
-        if (HAS_WHOLE_2X2 && !CPLX && M == 2 && N == 2 && K == 2 && lda == 2 && args.ldb == 2 && ldc == 2 &&
-            args.transb == 'N') {
+        if (HAS_WHOLE_2X2 && whole_2x2_fits<T, CPLX>::value && M == 2 && N == 2 && K == 2 && lda == 2 &&
+            args.ldb == 2 && ldc == 2 && args.transb == 'N') {
             for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc)
-                whole_2x2(a, b, c);
+                whole_2x2(a, b, c, std::integral_constant<bool, CPLX>{});
             return;
         }
         for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc) {

@@ -69,7 +69,7 @@ struct Product {
 
 void cpu_c_m17n17k17_avx2_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

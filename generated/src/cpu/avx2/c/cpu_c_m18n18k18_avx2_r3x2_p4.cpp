@@ -69,7 +69,7 @@ struct Product {
 
 void cpu_c_m18n18k18_avx2_r3x2_p4(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

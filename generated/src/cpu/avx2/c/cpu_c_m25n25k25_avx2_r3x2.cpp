@@ -111,7 +111,7 @@ struct Product {
 
 void cpu_c_m25n25k25_avx2_r3x2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -123,7 +123,7 @@ struct Product {
 
 void cpu_c_m29n29k29_avx2_r3x2_p2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 29, 29, 29, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 29, 29, 29, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -129,7 +129,7 @@ struct Product {
 
 void cpu_c_m31n31k31_avx2_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -51,7 +51,7 @@ struct Product {
 
 void cpu_d_m17n17k17_avx2_r2x6_p2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -45,7 +45,7 @@ struct Product {
 
 void cpu_s_m24n24k24_avx2_r3x4_p2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

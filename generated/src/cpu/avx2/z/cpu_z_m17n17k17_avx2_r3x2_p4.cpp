@@ -87,7 +87,7 @@ struct Product {
 
 void cpu_z_m17n17k17_avx2_r3x2_p4(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -113,7 +113,7 @@ struct Product {
 
 void cpu_z_m19n19k19_avx2_r3x2_p4(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -103,7 +103,7 @@ struct Product {
 
 void cpu_z_m20n20k20_avx2_r2x3_p2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

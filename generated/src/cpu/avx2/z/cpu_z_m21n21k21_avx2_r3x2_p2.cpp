@@ -121,7 +121,7 @@ struct Product {
 
 void cpu_z_m21n21k21_avx2_r3x2_p2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 21, 21, 21, 22, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 21, 21, 21, 22, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx2

@@ -43,7 +43,7 @@ struct Product {
 
 void cpu_c_m19n19k19_avx512_r3x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -57,7 +57,7 @@ struct Product {
 
 void cpu_c_m24n24k24_avx512_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -43,7 +43,7 @@ struct Product {
 
 void cpu_d_m20n20k20_avx512_r3x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 20, 20, 20, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 20, 20, 20, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

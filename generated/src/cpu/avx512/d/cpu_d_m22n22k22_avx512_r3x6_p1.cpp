@@ -41,7 +41,7 @@ struct Product {
 
 void cpu_d_m22n22k22_avx512_r3x6_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 22, 22, 22, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 22, 22, 22, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -53,7 +53,7 @@ struct Product {
 
 void cpu_d_m25n25k25_avx512_r2x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 25, 25, 25, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 25, 25, 25, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

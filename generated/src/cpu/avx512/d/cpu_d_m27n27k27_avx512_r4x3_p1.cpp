@@ -51,7 +51,7 @@ struct Product {
 
 void cpu_d_m27n27k27_avx512_r4x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 27, 27, 27, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 27, 27, 27, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

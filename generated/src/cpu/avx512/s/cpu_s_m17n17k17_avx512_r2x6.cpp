@@ -39,7 +39,7 @@ struct Product {
 
 void cpu_s_m17n17k17_avx512_r2x6(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -41,7 +41,7 @@ struct Product {
 
 void cpu_s_m19n19k19_avx512_r2x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

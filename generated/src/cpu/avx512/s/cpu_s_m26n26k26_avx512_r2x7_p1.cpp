@@ -41,7 +41,7 @@ struct Product {
 
 void cpu_s_m26n26k26_avx512_r2x7_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 26, 26, 26, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 26, 26, 26, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

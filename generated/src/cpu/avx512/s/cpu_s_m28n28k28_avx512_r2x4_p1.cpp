@@ -47,7 +47,7 @@ struct Product {
 
 void cpu_s_m28n28k28_avx512_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 28, 28, 28, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 28, 28, 28, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -45,7 +45,7 @@ struct Product {
 
 void cpu_s_m29n29k29_avx512_r2x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 29, 29, 29, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 29, 29, 29, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

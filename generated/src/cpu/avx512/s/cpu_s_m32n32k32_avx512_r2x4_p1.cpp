@@ -49,7 +49,7 @@ struct Product {
 
 void cpu_s_m32n32k32_avx512_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 32, 32, 32, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 32, 32, 32, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -67,7 +67,7 @@ struct Product {
 
 void cpu_z_m17n17k17_avx512_r5x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -69,7 +69,7 @@ struct Product {
 
 void cpu_z_m18n18k18_avx512_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

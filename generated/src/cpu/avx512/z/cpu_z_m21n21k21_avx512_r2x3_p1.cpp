@@ -75,7 +75,7 @@ struct Product {
 
 void cpu_z_m21n21k21_avx512_r2x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 21, 21, 21, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 21, 21, 21, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -83,7 +83,7 @@ struct Product {
 
 void cpu_z_m25n25k25_avx512_r7x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

@@ -85,7 +85,7 @@ struct Product {
 
 void cpu_z_m26n26k26_avx512_r4x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 26, 26, 26, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 26, 26, 26, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

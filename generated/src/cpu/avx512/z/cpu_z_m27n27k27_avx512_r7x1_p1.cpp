@@ -87,7 +87,7 @@ struct Product {
 
 void cpu_z_m27n27k27_avx512_r7x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 27, 27, 27, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 27, 27, 27, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

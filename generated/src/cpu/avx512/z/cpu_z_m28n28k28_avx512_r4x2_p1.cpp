@@ -89,7 +89,7 @@ struct Product {
 
 void cpu_z_m28n28k28_avx512_r4x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 28, 28, 28, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 28, 28, 28, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace avx512

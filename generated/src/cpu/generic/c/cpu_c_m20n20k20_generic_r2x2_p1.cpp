@@ -133,7 +133,7 @@ struct Product {
 
 void cpu_c_m20n20k20_generic_r2x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

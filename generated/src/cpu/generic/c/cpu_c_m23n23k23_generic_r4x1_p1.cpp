@@ -171,7 +171,7 @@ struct Product {
 
 void cpu_c_m23n23k23_generic_r4x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 23, 23, 23, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 23, 23, 23, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -229,7 +229,7 @@ struct Product {
 
 void cpu_c_m28n28k28_generic_r2x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 28, 28, 28, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 28, 28, 28, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

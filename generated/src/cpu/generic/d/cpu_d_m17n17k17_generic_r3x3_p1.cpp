@@ -69,7 +69,7 @@ struct Product {
 
 void cpu_d_m17n17k17_generic_r3x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

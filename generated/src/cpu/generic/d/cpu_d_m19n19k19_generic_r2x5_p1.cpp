@@ -73,7 +73,7 @@ struct Product {
 
 void cpu_d_m19n19k19_generic_r2x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

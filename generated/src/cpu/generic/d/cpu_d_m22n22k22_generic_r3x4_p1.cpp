@@ -81,7 +81,7 @@ struct Product {
 
 void cpu_d_m22n22k22_generic_r3x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

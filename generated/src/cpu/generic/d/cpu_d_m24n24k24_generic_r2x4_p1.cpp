@@ -105,7 +105,7 @@ struct Product {
 
 void cpu_d_m24n24k24_generic_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 24, 24, 24, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -161,7 +161,7 @@ struct Product {
 
 void cpu_d_m31n31k31_generic_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -161,7 +161,7 @@ struct Product {
 
 void cpu_d_m32n32k32_generic_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 32, 32, 32, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 32, 32, 32, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

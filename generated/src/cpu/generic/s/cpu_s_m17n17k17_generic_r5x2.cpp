@@ -51,7 +51,7 @@ struct Product {
 
 void cpu_s_m17n17k17_generic_r5x2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -53,7 +53,7 @@ struct Product {
 
 void cpu_s_m19n19k19_generic_r3x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

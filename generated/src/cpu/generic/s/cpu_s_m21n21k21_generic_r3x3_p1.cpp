@@ -61,7 +61,7 @@ struct Product {
 
 void cpu_s_m21n21k21_generic_r3x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 21, 21, 21, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 21, 21, 21, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

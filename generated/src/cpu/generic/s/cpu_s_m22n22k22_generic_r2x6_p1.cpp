@@ -57,7 +57,7 @@ struct Product {
 
 void cpu_s_m22n22k22_generic_r2x6_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 22, 22, 22, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 22, 22, 22, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -57,7 +57,7 @@ struct Product {
 
 void cpu_s_m23n23k23_generic_r2x6_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 23, 23, 23, 24, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 23, 23, 23, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

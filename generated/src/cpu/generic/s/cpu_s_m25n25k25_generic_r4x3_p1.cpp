@@ -69,7 +69,7 @@ struct Product {
 
 void cpu_s_m25n25k25_generic_r4x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 25, 25, 25, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

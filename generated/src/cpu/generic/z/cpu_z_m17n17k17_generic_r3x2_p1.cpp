@@ -141,7 +141,7 @@ struct Product {
 
 void cpu_z_m17n17k17_generic_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 17, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 17, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -195,7 +195,7 @@ struct Product {
 
 void cpu_z_m18n18k18_generic_r2x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 18, 18, 18, 18, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 18, 18, 18, 18, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

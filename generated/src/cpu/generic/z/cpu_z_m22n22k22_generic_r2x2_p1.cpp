@@ -275,7 +275,7 @@ struct Product {
 
 void cpu_z_m22n22k22_generic_r2x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

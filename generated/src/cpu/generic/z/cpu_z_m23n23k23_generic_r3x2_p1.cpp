@@ -225,7 +225,7 @@ struct Product {
 
 void cpu_z_m23n23k23_generic_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 23, 23, 23, 23, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 23, 23, 23, 23, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -371,7 +371,7 @@ struct Product {
 
 void cpu_z_m26n26k26_generic_r2x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 26, 26, 26, 26, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 26, 26, 26, 26, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

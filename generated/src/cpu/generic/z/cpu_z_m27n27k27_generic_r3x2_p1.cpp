@@ -285,7 +285,7 @@ struct Product {
 
 void cpu_z_m27n27k27_generic_r3x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 27, 27, 27, 27, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 27, 27, 27, 27, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

@@ -529,7 +529,7 @@ struct Product {
 
 void cpu_z_m31n31k31_generic_r4x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 31, 31, 31, 31, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 31, 31, 31, 31, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace generic

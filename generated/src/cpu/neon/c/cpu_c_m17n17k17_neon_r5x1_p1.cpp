@@ -101,7 +101,7 @@ struct Product {
 
 void cpu_c_m17n17k17_neon_r5x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 17, 17, 17, 18, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -117,7 +117,7 @@ struct Product {
 
 void cpu_c_m21n21k21_neon_r6x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 21, 21, 21, 22, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 21, 21, 21, 22, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -133,7 +133,7 @@ struct Product {
 
 void cpu_c_m25n25k25_neon_r7x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 25, 25, 25, 26, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 25, 25, 25, 26, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

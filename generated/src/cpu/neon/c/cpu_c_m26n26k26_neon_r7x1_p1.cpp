@@ -137,7 +137,7 @@ struct Product {
 
 void cpu_c_m26n26k26_neon_r7x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 26, 26, 26, 26, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 26, 26, 26, 26, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -281,7 +281,7 @@ struct Product {
 
 void cpu_c_m31n31k31_neon_r4x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

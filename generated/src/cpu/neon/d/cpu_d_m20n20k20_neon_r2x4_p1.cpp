@@ -83,7 +83,7 @@ struct Product {
 
 void cpu_d_m20n20k20_neon_r2x4_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 20, 20, 20, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -77,7 +77,7 @@ struct Product {
 
 void cpu_d_m22n22k22_neon_r6x2_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 22, 22, 22, 22, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

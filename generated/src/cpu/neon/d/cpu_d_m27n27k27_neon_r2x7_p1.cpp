@@ -89,7 +89,7 @@ struct Product {
 
 void cpu_d_m27n27k27_neon_r2x7_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 27, 27, 27, 28, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 27, 27, 27, 28, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

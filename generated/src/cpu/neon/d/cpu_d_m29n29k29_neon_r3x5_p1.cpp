@@ -93,7 +93,7 @@ struct Product {
 
 void cpu_d_m29n29k29_neon_r3x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 29, 29, 29, 30, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 29, 29, 29, 30, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

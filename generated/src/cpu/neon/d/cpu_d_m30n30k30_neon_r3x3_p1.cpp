@@ -133,7 +133,7 @@ struct Product {
 
 void cpu_d_m30n30k30_neon_r3x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 30, 30, 30, 30, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 30, 30, 30, 30, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -51,7 +51,7 @@ struct Product {
 
 void cpu_s_m18n18k18_neon_r5x2(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 18, 18, 18, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -81,7 +81,7 @@ struct Product {
 
 void cpu_s_m30n30k30_neon_r2x5_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 30, 30, 30, 32, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 30, 30, 30, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -185,7 +185,7 @@ struct Product {
 
 void cpu_z_m19n19k19_neon_r5x1_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 19, 19, 19, 19, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 19, 19, 19, 19, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

@@ -131,7 +131,7 @@ struct Product {
 
 void cpu_z_m21n21k21_neon_r3x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 21, 21, 21, 21, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 21, 21, 21, 21, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon

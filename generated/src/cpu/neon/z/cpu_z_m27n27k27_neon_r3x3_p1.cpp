@@ -195,7 +195,7 @@ struct Product {
 
 void cpu_z_m27n27k27_neon_r3x3_p1(const Args& args, long long begin, long long end)
 {
-    run<real, CPLX, BITS, 27, 27, 27, 27, DISTANCE, false>(args, begin, end, Product{});
+    run<real, CPLX, BITS, 27, 27, 27, 27, DISTANCE, true>(args, begin, end, Product{});
 }
 
 }  // namespace neon
