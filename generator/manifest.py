@@ -229,8 +229,11 @@ def build_manifest(selection: Selection) -> Manifest:
                 if previous is None or (spec, prefer_general) != (previous.kernel, previous.prefer_general):
                     entries.append(entry)
                     previous = entry
+    # Like the other families, an architecture without a tall-skinny table borrows the nearest
+    # tuned one's (the same kernels: nothing more to compile; before sm_80 the cp.async ring of a
+    # borrowed kernel copies synchronously).
     tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
-                                    load_table, notes)
+                                    lambda arch: {"tallskinny": _tuned_section(arch, "tallskinny")[1]}, notes)
     cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.all_shapes, selection.cpu_isas)
     ranges: list[wmma.WmmaRange] = []
     for precision in (p for p in selection.precisions if p in wmma.PRECISIONS_WMMA):
