@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from . import __version__, tsm2
 from .arch import DEFAULT_ARCHS
 from .manifest import Manifest, Selection, build_manifest
 from .precision import PRECISION_ORDER
@@ -197,7 +197,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 
 @tune.command("tsm2")
 @click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
-@click.option("--tsm2-n", default="2,4,8,16,24,32", show_default=True,
+@click.option("--tsm2-n", default=",".join(map(str, tsm2.TUNED_NS)), show_default=True,
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
 @click.option("--ism2-n", default="8,16", show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
@@ -210,7 +210,6 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
     """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
     k, and compare the performance model's choice (Algorithm 5) with the measured best."""
-    from generator import tsm2
     from harness.api import TallSkinnyLibrary
     from harness.run_check import device_arch
     from harness.tallskinny_build import build_tallskinny
@@ -360,7 +359,6 @@ def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes
 def bench_tallskinny(precisions, ns, build_dir, out_dir, jobs):
     """The TSM2 and ISM2 papers' workloads vs cuBLAS (one run, same buffers): fraction of the
     copy-bandwidth floor, speedup; JSON, table and plot into docs/perf/."""
-    from generator import tsm2
     from harness.api import TallSkinnyLibrary
     from harness.bench_tallskinny import TSM2_NS, run_bench
     from harness.run_check import device_arch

@@ -25,7 +25,6 @@ from .api import TallSkinnyLibrary
 from .run_check import device_arch
 from .tallskinny_build import build_tallskinny
 from .timing import copy_bandwidth
-from .tune_tallskinny import TUNED_NS
 
 T0 = time.time()
 
@@ -34,7 +33,7 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=TUNED_NS, ism2_ns=(8, 16)):
+def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tsm2.TUNED_NS, ism2_ns=(8, 16)):
     return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
             + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
 
@@ -69,7 +68,7 @@ def main(argv=None) -> int:
     # tuned table, check that set and bench it (the full set was checked in a run before).
     tune_first = "--tune-first" in argv
     precs = "hsd"
-    ns = TUNED_NS if tune_first else tsm2.DEFAULT_NS
+    ns = tsm2.TUNED_NS if tune_first else tsm2.DEFAULT_NS
 
     def progress(done, total):
         if done % 50 == 0 or done == total:

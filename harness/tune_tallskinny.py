@@ -21,7 +21,6 @@ from .check_tallskinny import TsCase, run_ts_case
 from .tune_small import append_result, load_results
 from .workload_tallskinny import TsWorkload, bytes_moved
 
-TUNED_NS = (2, 4, 8, 16, 24, 32)              # the papers' n, and 24, 32 for the n above 16 to borrow from
 TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
 ISM2_MS = (10**4, 10**5, 10**6, 10**7)
 CUTOFF_KS = (8, 16, 32, 64, 128, 256)
@@ -39,7 +38,7 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=TUNED_NS, ism2_ns=(8, 16), bandwidth: float = 3.0e12,
+             tsm2_ns=tsm2.TUNED_NS, ism2_ns=(8, 16), bandwidth: float = 3.0e12,
              write_table: bool = True, note_path: Path | None = None) -> dict:
     rng = np.random.default_rng(99)
     base = {"arch": arch, "device": device}
