@@ -27,6 +27,11 @@ ARCHS: dict[str, Arch] = {
 
 DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 
+# The compute capability from which cp.async exists: code that uses it branches on
+# `__CUDA_ARCH__ >= 800`, and its sources say so with a `gemmgen-code-paths:` line (see
+# harness.build.gencode_flags), so builds give each side of the branch its own PTX.
+CP_ASYNC_MIN_CC = 80
+
 
 def parse_archs(text: str) -> tuple[str, ...]:
     """'sm_80,sm_90' (or '80,90') -> ('sm_80', 'sm_90') sorted by compute capability."""

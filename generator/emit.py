@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from . import __version__, cpu
-from .arch import ARCHS
+from .arch import ARCHS, CP_ASYNC_MIN_CC
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
@@ -63,6 +63,7 @@ TALLSKINNY_TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
 def tallskinny_source(spec, command: str, trans_pairs=None) -> str:
     return render("tsm2/tallskinny_variant.cu.j2", spec=spec, p=PRECISIONS[spec.precision],
+                  cp_async_min_cc=CP_ASYNC_MIN_CC,
                   trans_pairs=TALLSKINNY_TRANS if trans_pairs is None else trans_pairs,
                   banner=banner(command), version=__version__)
 

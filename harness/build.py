@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 from generator.arch import ARCHS
 
 from .toolchain import find_nvcc, nvcc_environment
+from .unity import unity_units
 
 
 class BuildError(RuntimeError):
@@ -43,6 +44,7 @@ class BuildResult:
     objects: list[Path]
     resources: list[KernelResources] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)   # source -> compiler message
+    units: dict[str, list[str]] = field(default_factory=dict)  # unity source -> the sources it holds
 
     @property
     def local_memory_kernels(self) -> list[KernelResources]:
@@ -78,23 +80,50 @@ def parse_ptxas_report(source: str, text: str) -> list[KernelResources]:
     return out
 
 
-def gencode_flags(archs: Iterable[str]) -> list[str]:
-    """One PTX, for the lowest architecture, assembled into SASS for every target.  The front end
-    (cicc), most of the compile time of these fully unrolled kernels, then runs once instead of
-    once per architecture; ptxas still builds, and reports resources, for each target."""
+# Sources per translation unit when a whole emitted set is built (gemmgen check, the tests): 16
+# keeps about 40 units for the default set, enough to keep every core busy to the end.
+UNITY_SOURCES = 16
+
+_CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+)+)")
+
+
+def code_paths(source_text: str) -> tuple[int, ...]:
+    """The compute capabilities at which a source's device code changes (its
+    `gemmgen-code-paths:` line; none for most sources)."""
+    m = _CODE_PATHS.search(source_text)
+    return tuple(sorted(int(x) for x in m.group(1).split())) if m else ()
+
+
+def gencode_flags(archs: Iterable[str], paths: tuple[int, ...] = ()) -> list[str]:
+    """One PTX per code path, for the lowest target architecture on it, assembled into SASS for
+    every target on that path.  The front end (cicc), most of the compile time of these fully
+    unrolled kernels, then runs once per code path instead of once per architecture; ptxas still
+    builds, and reports resources, for each target.  `paths` are the capabilities where the code
+    changes (a cp.async ring: 80), so sm_80 and sm_90 get the cp.async PTX, as CMake builds them."""
     ccs = sorted({ARCHS[a].cc for a in archs})
-    return ["-gencode", f"arch=compute_{ccs[0]},code=[{','.join(f'sm_{cc}' for cc in ccs)}]"]
+    bands: dict[int, list[int]] = {}
+    for cc in ccs:
+        bands.setdefault(sum(cc >= p for p in paths), []).append(cc)
+    flags: list[str] = []
+    for band in bands.values():
+        flags += ["-gencode", f"arch=compute_{band[0]},code=[{','.join(f'sm_{cc}' for cc in band)}]"]
+    return flags
 
 
 def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path], archs: tuple[str, ...],
-                   extra: tuple[str, ...] = ()) -> str:
+                   extra: tuple[str, ...] = (), members: tuple[Path, ...] = ()) -> str:
     """Compile one source; returns ptxas's report.  Skips the work when the object is up to date
-    for this exact source text and flag set."""
-    flags = ["-O3", "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs), *extra]
+    for this exact source text and flag set.  `members`: the sources a unity source includes
+    (their text decides the flags and the cache key)."""
+    texts = [p.read_text() for p in (members or (source,))]
+    paths = tuple(sorted({cc for t in texts for cc in code_paths(t)}))
+    flags = ["-O3", "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths), *extra]
     for inc in include_dirs:
         flags += ["-I", str(inc)]
     digest = hashlib.sha256()
     digest.update(source.read_bytes())
+    for text in texts if members else ():
+        digest.update(text.encode())
     for inc in include_dirs:   # every header a source may include (.h and .cuh)
         for header in sorted(p for p in inc.iterdir() if p.suffix in (".h", ".cuh", ".hpp")):
             digest.update(header.read_bytes())
@@ -117,10 +146,13 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,
-                  library_name: str = "libgemmgen.so") -> BuildResult:
+                  library_name: str = "libgemmgen.so", unity: int = 0) -> BuildResult:
     """Compile every .cu of an emitted set (or `sources`) and link them into one shared library.
     With tolerate_failures a source that does not compile is recorded and left out (the tuner's
-    sweep goes on); otherwise it raises BuildError."""
+    sweep goes on); otherwise it raises BuildError.  unity > 0 compiles the per-variant sources in
+    units of that many (harness.unity; the default set then builds in about 60 % of the time);
+    resources then name the unit, and `units` lists what each unit holds.  A sweep that tolerates
+    failures keeps one source per compile."""
     nvcc = find_nvcc()
     generated = generated.resolve()
     if sources is None:
@@ -130,15 +162,35 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
         raise BuildError(f"no CUDA sources under {generated / 'src'}; run gemmgen generate first")
     includes = [generated / "include", generated / "src"]
     jobs = jobs or os.cpu_count() or 1
-    objects = [build_dir / "obj" / s.relative_to(generated).with_suffix(".o") for s in sources]
+    if unity > 0 and not tolerate_failures:
+        def group(source: Path) -> str | None:
+            # one family per folder (family/precision) and code path; the dispatch tables,
+            # directly under src/, stay alone
+            folder = source.parent.relative_to(generated / "src")
+            if not folder.parts:
+                return None
+            return "_".join(folder.parts) + "".join(f"_p{cc}" for cc in code_paths(source.read_text()))
+        units = unity_units(sources, group, build_dir / "unity", unity, ".cu")
+    else:
+        units = {s: () for s in sources}
+
+    def name(source: Path) -> str:
+        return str(source.relative_to(generated if source.is_relative_to(generated) else build_dir))
+
+    def object_path(source: Path) -> Path:
+        return build_dir / "obj" / Path(name(source)).with_suffix(".o")
+
+    # The largest units first, so the last ones to finish are short.
+    order = sorted(units, key=lambda u: -sum(m.stat().st_size for m in (units[u] or (u,))))
     resources: list[KernelResources] = []
     failures: dict[str, str] = {}
     built: list[Path] = []
     done = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(compile_object, nvcc, s, o, includes, archs) for s, o in zip(sources, objects)]
-        for source, obj, fut in zip(sources, objects, futures):
-            rel = str(source.relative_to(generated))
+        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes, archs, (), units[u])
+                   for u in order]
+        for unit, fut in zip(order, futures):
+            rel = name(unit)
             try:
                 report = fut.result()
             except BuildError as err:
@@ -147,18 +199,19 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
                 failures[rel] = str(err)
             else:
                 resources.extend(parse_ptxas_report(rel, report))
-                built.append(obj)
+                built.append(object_path(unit))
             done += 1
             if progress:
-                progress(done, len(sources))
+                progress(done, len(order))
     library = None
     if link and built:
         library = build_dir / library_name
-        cmd = [str(nvcc), "-shared", *gencode_flags(archs), "-o", str(library), *map(str, built)]
+        cmd = [str(nvcc), "-shared", *gencode_flags(archs), "-o", str(library), *map(str, sorted(built))]
         wheel_libs = nvcc.parent.parent / "lib"   # PyPI wheel layout keeps cudart here, not in lib64
         if (wheel_libs / "libcudart_static.a").exists():
             cmd += ["-L", str(wheel_libs)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=nvcc_environment(nvcc))
         if proc.returncode != 0:
             raise BuildError(f"linking {library} failed:\n{proc.stderr[-4000:]}")
-    return BuildResult(library, built, resources, failures)
+    members = {name(u): [name(m) for m in ms] for u, ms in units.items() if ms}
+    return BuildResult(library, sorted(built), resources, failures, members)

@@ -120,7 +120,8 @@ def _summary(rows: list[dict], precisions, sizes) -> list[str]:
 def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa: str, reps: int,
               large_megabytes: int, out_dir: Path, command: str) -> int:
     load_at_start = os.getloadavg()[0]
-    build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])   # the tests' flags (-O2)
+    # The tests' flags (-O2), one translation unit per kernel as a vendoring project builds them.
+    build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])
     exe = build_driver(build.output, gen_dir / "include", build_dir)
     threads_all = os.cpu_count() or 1
     # LIBXSMM JITs for the ISA asked for (hsw = AVX2), so both sides use the same vector width.

@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from .unity import unity_units
+
 HERE = Path(__file__).resolve().parent
 RUNNER_SOURCE = HERE / "cpu_runner.cpp"
 
 BASE_FLAGS = ("-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC")
+
+# Kernel sources per translation unit when a whole set is built (the checks, the tests, the
+# benchmark): the headers are parsed once per 8 kernels, and the largest units (generic complex
+# N >= 25, about a minute each) still leave both cores of a small machine busy to the end.
+UNITY_SOURCES = 8
 
 
 class CpuBuildError(RuntimeError):
@@ -68,10 +75,14 @@ def _headers_digest(generated: Path) -> bytes:
 
 
 def compile_object(tc: Toolchain, source: Path, obj: Path, includes: list[Path], flags: tuple[str, ...],
-                   headers: bytes) -> Path:
+                   headers: bytes, members: tuple[Path, ...] = ()) -> Path:
+    """Compile one source (a unity unit: `members` are the sources it includes, hashed for the
+    cache); skipped when the object is up to date."""
     cmd = [tc.cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(obj)]
     digest = hashlib.sha256(headers)
     digest.update(source.read_bytes())
+    for member in members:
+        digest.update(member.read_bytes())
     digest.update(" ".join(cmd).encode())
     stamp = obj.with_suffix(".sha256")
     if obj.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
@@ -87,12 +98,23 @@ def compile_object(tc: Toolchain, source: Path, obj: Path, includes: list[Path],
 def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Iterable[str] | None = None,
           sources: list[Path] | None = None, openmp: bool = True, link: str = "shared",
           extra_flags: tuple[str, ...] = (), jobs: int | None = None, tolerate_failures: bool = False,
-          output_name: str | None = None) -> CpuBuild:
+          output_name: str | None = None, unity: int = 0) -> CpuBuild:
     """Compile and link.  link: "shared" (lib for ctypes), "runner" (the check runner executable),
-    or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them)."""
+    or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them).
+    unity > 0 compiles the kernel sources of each ISA and precision in units of that many
+    (harness.unity); a sweep that tolerates failures keeps one source per compile."""
     generated = generated.resolve()
     build_dir = build_dir.resolve()
     sources = sources if sources is not None else cpu_sources(generated, isas)
+    members: dict[Path, tuple[Path, ...]] = {s: () for s in sources}
+    if unity > 0 and not tolerate_failures:
+        kernels_root = generated / "src" / "cpu"
+
+        def group(source: Path) -> str | None:   # src/cpu/<isa>/<precision>/<kernel>.cpp
+            folder = source.parent.relative_to(kernels_root) if source.is_relative_to(kernels_root) else None
+            return "_".join(folder.parts) if folder is not None and len(folder.parts) == 2 else None
+        members = unity_units(sources, group, build_dir / "unity", unity, ".cpp")
+        sources = list(members)
     includes = [generated / "include", generated / "src" / "cpu"]
     flags = BASE_FLAGS + extra_flags
     # Only the dispatch (and the runner) has OpenMP pragmas: the kernels' objects are the same for
@@ -101,16 +123,19 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
     headers = _headers_digest(generated)
     objects = []
     for s in sources:
-        rel = s.relative_to(generated).with_suffix(".o")
+        rel = (s.relative_to(generated) if s.is_relative_to(generated) else s.relative_to(build_dir)).with_suffix(".o")
         if s.name == "gemmgen_cpu_dispatch.cpp":
             rel = rel.with_name(f"gemmgen_cpu_dispatch{'_omp' if openmp else '_serial'}.o")
         objects.append(build_dir / "obj" / rel)
     built, failures = [], {}
+    # The largest sources first, so the last ones to finish are short; objects link in list order.
+    order = sorted(range(len(sources)), key=lambda i: -sum(m.stat().st_size for m in members[sources[i]] or (sources[i],)))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = [pool.submit(compile_object, tc, s, o, includes,
-                               omp_flags if s.name == "gemmgen_cpu_dispatch.cpp" else flags, headers)
-                   for s, o in zip(sources, objects)]
-        for source, fut in zip(sources, futures):
+        futures = {i: pool.submit(compile_object, tc, sources[i], objects[i], includes,
+                                  omp_flags if sources[i].name == "gemmgen_cpu_dispatch.cpp" else flags, headers,
+                                  members[sources[i]])
+                   for i in order}
+        for source, fut in zip(sources, (futures[i] for i in range(len(sources)))):
             try:
                 built.append(fut.result())
             except CpuBuildError as err:

@@ -274,9 +274,10 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
     results: list[CaseResult] = []
     x86 = platform.machine() in ("x86_64", "AMD64")
     native_isas = ["generic", "avx2", "avx512"] if x86 else ["generic", "neon"]
-    build = cpu_build.build(gen_dir, build_dir / "cpu_native", isas=native_isas)
+    build = cpu_build.build(gen_dir, build_dir / "cpu_native", isas=native_isas, unity=cpu_build.UNITY_SOURCES)
     lib = CpuLibrary(build.output)
-    echo(f"cpu: compiled {len(build.objects)} sources ({', '.join(native_isas)}) with -Werror")
+    echo(f"cpu: compiled {len(cpu_build.cpu_sources(gen_dir, native_isas))} sources ({', '.join(native_isas)}) "
+         f"in {len(build.objects)} translation units with -Werror")
     for isa in native_isas:
         if not lib.supports(isa):
             echo(f"cpu: this CPU has no {isa}: compiled, not run")
@@ -287,7 +288,7 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
         results.append(check_large_stride(lib, "s"))
         if cpu_build.AARCH64.available():
             runner = cpu_build.build(gen_dir, build_dir / "cpu_aarch64", cpu_build.AARCH64, isas=["generic", "neon"],
-                                     link="runner").output
+                                     link="runner", unity=cpu_build.UNITY_SOURCES).output
             results += run_checks(RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix), cases, note="neon (qemu)")
             echo("cpu: neon checked under qemu-aarch64")
         else:

@@ -11,7 +11,7 @@ import click
 
 from generator.arch import parse_archs
 
-from .build import BuildError, build_library
+from .build import UNITY_SOURCES, BuildError, build_library
 from .toolchain import ToolchainError, gpu_available
 
 
@@ -30,7 +30,7 @@ def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int)
             bar.length = total
             bar.update(done - bar.pos)
         result = build_library(gen_dir, build_dir / "_".join(archs), archs, jobs or None,
-                               progress=progress)
+                               progress=progress, unity=UNITY_SOURCES)
     return result
 
 
@@ -60,10 +60,11 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         click.echo(f"error: {err}", err=True)
         return 1
     local = result.local_memory_kernels
-    click.echo(f"compiled {len(result.objects)} sources for {','.join(archs)}: "
+    sources = sum(len(m) for m in result.units.values()) + len(result.objects) - len(result.units)
+    click.echo(f"compiled {sources} sources ({len(result.objects)} translation units) for {','.join(archs)}: "
                f"{len(result.resources)} kernel builds, {len(local)} with local memory or spills")
     for r in local[:20]:
-        click.echo(f"  local memory: {r.source} {r.arch} stack {r.stack_bytes} B, spills "
+        click.echo(f"  local memory: {r.source} {r.function} {r.arch} stack {r.stack_bytes} B, spills "
                    f"{r.spill_stores}/{r.spill_loads} B")
     if not has_gpu:
         click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")

@@ -30,7 +30,8 @@ def default_set_build():
     build/, so a second session only relinks)."""
     import json
 
-    from harness.build import build_library
+    from harness.build import UNITY_SOURCES, build_library
 
     archs = tuple(json.loads((ROOT / "generated" / "manifest.json").read_text())["archs"])
-    return build_library(ROOT / "generated", ROOT / "build" / ("test_" + "_".join(archs)), archs)
+    return build_library(ROOT / "generated", ROOT / "build" / ("test_" + "_".join(archs)), archs,
+                         unity=UNITY_SOURCES)

@@ -38,6 +38,7 @@ def test_name_parses_back():
     (("d", 4, 4, 4, "avx2", 2, 1), "tile within C"),     # m = 4 is one AVX2 vector of doubles
     (("d", 4, 4, 4, "avx2", 1, 5), "tile within C"),
     (("d", 32, 32, 32, "avx2", 4, 4), "registers"),      # 16 + 4 + 1 > 16
+    (("d", 16, 16, 16, "generic", 2, 2, 1), "prefetch distance"),   # shared tiles do not prefetch
 ])
 def test_spec_rules_are_named(args, rule):
     with pytest.raises(SpecError) as err:
@@ -91,7 +92,8 @@ def shapes(cpu_set):
 def x86_lib(cpu_set):
     if not X86:
         pytest.skip("x86-64 kernels need an x86-64 machine")
-    build = cpu_build.build(cpu_set, BUILD / "x86", isas=["generic", "avx2", "avx512"])
+    build = cpu_build.build(cpu_set, BUILD / "x86", isas=["generic", "avx2", "avx512"],
+                            unity=cpu_build.UNITY_SOURCES)
     return cpu_check.CpuLibrary(build.output)
 
 
@@ -189,7 +191,7 @@ def test_serial_build(cpu_set, shapes):
     if not X86:
         pytest.skip("x86-64 only")
     build = cpu_build.build(cpu_set, BUILD / "x86", isas=["generic", "avx2", "avx512"], openmp=False,
-                            output_name="libgemmgen_cpu_serial.so")
+                            output_name="libgemmgen_cpu_serial.so", unity=cpu_build.UNITY_SOURCES)
     lib = cpu_check.CpuLibrary(build.output)
     assert lib.lib.gemmgen_cpu_get_num_threads() == 1
     few = {p: [s for s in v if s[0] in (3, 16, 29)] for p, v in shapes.items()}
@@ -202,7 +204,8 @@ def test_serial_build(cpu_set, shapes):
 def aarch64_runner(cpu_set):
     if not cpu_build.AARCH64.available():
         pytest.skip("needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian g++-aarch64-linux-gnu, qemu-user)")
-    build = cpu_build.build(cpu_set, BUILD / "aarch64", cpu_build.AARCH64, isas=["generic", "neon"], link="runner")
+    build = cpu_build.build(cpu_set, BUILD / "aarch64", cpu_build.AARCH64, isas=["generic", "neon"], link="runner",
+                            unity=cpu_build.UNITY_SOURCES)
     return build.output
 
 

@@ -3,8 +3,9 @@
 // The SIMD layer of the cpu family (very-small-gemm-cpu-gpu.txt §5.1): one set of overloads per
 // ISA, told apart by the register width tag std::integral_constant<int, bits>, and one kernel
 // body (tile, pack, batch loop) written against them.  A kernel source defines exactly one
-// GEMMGEN_CPU_ISA_<ISA> macro, includes this header, defines its product and ends with
-// GEMMGEN_CPU_TARGET_END.
+// GEMMGEN_CPU_ISA_<ISA> macro, includes this header and defines its product between
+// GEMMGEN_CPU_TARGET_BEGIN and GEMMGEN_CPU_TARGET_END (each file opens and closes its own target
+// region, so the sources of one ISA can share a translation unit).
 //
 // Every function here lives in a namespace named after the ISA and is compiled for that ISA's
 // target only (a target pragma, not a command-line flag): the dispatch picks the ISA at run time,
@@ -90,6 +91,17 @@
 #else
 #define GEMMGEN_UNROLL
 #define GEMMGEN_INLINE __forceinline
+#endif
+
+// How tile() is compiled: inlined into the product, one copy per tile (the SIMD ISAs), or, for
+// the portable fallback, out of line and shared by every tile of one shape (CpuIsa.shared_tiles
+// in generator/cpu.py: its compile time matters more than a call per tile).
+#if defined(GEMMGEN_CPU_ISA_GENERIC) && (defined(__GNUC__) || defined(__clang__))
+#define GEMMGEN_TILE __attribute__((noinline)) inline
+#elif defined(GEMMGEN_CPU_ISA_GENERIC) && defined(_MSC_VER)
+#define GEMMGEN_TILE __declspec(noinline) inline
+#else
+#define GEMMGEN_TILE inline
 #endif
 
 #if defined(__GNUC__)
@@ -480,7 +492,7 @@ GEMMGEN_INLINE void prefetch_share(const Prefetch& pf)
 // a·b = acc_re + (−1, +1)·swap(acc_im).  The transposes are run-time strides, not template
 // parameters: one instantiation per kernel keeps the emitted set quick to compile.
 template <class T, bool CPLX, int BITS, int MR, int NR, int LAST, int K, int TI, int TN, bool PF, class E>
-inline void tile(const T* a, long long lda, const T* b, long long b_l, long long b_j, T* c, long long ldc,
+GEMMGEN_TILE void tile(const T* a, long long lda, const T* b, long long b_l, long long b_j, T* c, long long ldc,
                  const E& e, const Prefetch& pf)
 {
     constexpr int CW = CPLX ? 2 : 1;             // reals per element
@@ -642,5 +654,7 @@ void run(const Args& args, long long begin, long long end, Product product)
 
 }  // namespace GEMMGEN_CPU_ISA
 }  // namespace gemmgen_cpu
+
+GEMMGEN_CPU_TARGET_END
 
 #endif  // GEMMGEN_CPU_SIMD_H

@@ -6,13 +6,14 @@
 //   `split` = tcf, rows per thread (0: chosen from m and the device).
 #include "gemmgen_tallskinny.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_ism2_h_n24_t128x24x16_opt2 {
 
 using S = __half;
 using Scalar = float;
 constexpr int N = 24, T1 = 128, T2 = 24, T2P = 24, T3 = 16;
-
-}  // namespace
 
 extern "C" int ism2_h_n24_t128x24x16_opt2(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
@@ -36,3 +37,5 @@ extern "C" int ism2_h_n24_t128x24x16_opt2(char transa, char transb, int m, int k
         return GEMMGEN_NOT_GENERATED;   // a transpose pair this instance was not emitted for
     }
 }
+
+}  // namespace gemmgen_ism2_h_n24_t128x24x16_opt2

@@ -6,7 +6,10 @@
 //   2 GEMM(s) per block of 98 threads, 6528 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_small_c_m14n14k14_dim7x7_tba2 {
 
 using S = cuFloatComplex;
 using Scalar = cuFloatComplex;
@@ -52,8 +55,6 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     }
 }
 
-}  // namespace
-
 // Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
 // so the dispatch table can hold either.
 extern "C" int small_c_m14n14k14_dim7x7_tba2_strided(
@@ -72,3 +73,5 @@ extern "C" int small_c_m14n14k14_dim7x7_tba2_array(
 {
     return launch(transa, transb, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta, batch, stream);
 }
+
+}  // namespace gemmgen_small_c_m14n14k14_dim7x7_tba2

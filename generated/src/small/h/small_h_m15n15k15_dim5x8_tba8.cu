@@ -6,7 +6,10 @@
 //   8 GEMM(s) per block of 320 threads, 14528 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_small_h_m15n15k15_dim5x8_tba8 {
 
 using S = __half;
 using Scalar = float;
@@ -37,8 +40,6 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     }
 }
 
-}  // namespace
-
 // Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
 // so the dispatch table can hold either.
 extern "C" int small_h_m15n15k15_dim5x8_tba8_strided(
@@ -57,3 +58,5 @@ extern "C" int small_h_m15n15k15_dim5x8_tba8_array(
 {
     return launch(transa, transb, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta, batch, stream);
 }
+
+}  // namespace gemmgen_small_h_m15n15k15_dim5x8_tba8

@@ -5,15 +5,18 @@
 //   TSM2 (Alg. 4): t1 = 128 threads per group and B-tile rows, t2 = 1 columns of C per pass,
 //   t3 = 4 elements of A per load, 2 row(s) of C per thread; A through a 4-chunk cp.async ring
 //   in shared memory; `split` = k-groups per block (0: chosen from m and the device).
+//   The ring is cp.async from sm_80 on and a plain copy below: one PTX per side.
+//   gemmgen-code-paths: 80
 #include "gemmgen_tallskinny.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_tsm2_d_n1_t128x1x4_r2_s4 {
 
 using S = double;
 using Scalar = double;
 constexpr int N = 1, T1 = 128, T2 = 1, T2P = 2, T3 = 4;
-
-}  // namespace
 
 extern "C" int tsm2_d_n1_t128x1x4_r2_s4(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
@@ -37,3 +40,5 @@ extern "C" int tsm2_d_n1_t128x1x4_r2_s4(char transa, char transb, int m, int k, 
         return GEMMGEN_NOT_GENERATED;   // a transpose pair this instance was not emitted for
     }
 }
+
+}  // namespace gemmgen_tsm2_d_n1_t128x1x4_r2_s4

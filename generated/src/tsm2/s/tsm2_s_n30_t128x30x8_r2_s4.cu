@@ -5,15 +5,18 @@
 //   TSM2 (Alg. 4): t1 = 128 threads per group and B-tile rows, t2 = 30 columns of C per pass,
 //   t3 = 8 elements of A per load, 2 row(s) of C per thread; A through a 4-chunk cp.async ring
 //   in shared memory; `split` = k-groups per block (0: chosen from m and the device).
+//   The ring is cp.async from sm_80 on and a plain copy below: one PTX per side.
+//   gemmgen-code-paths: 80
 #include "gemmgen_tallskinny.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_tsm2_s_n30_t128x30x8_r2_s4 {
 
 using S = float;
 using Scalar = float;
 constexpr int N = 30, T1 = 128, T2 = 30, T2P = 32, T3 = 8;
-
-}  // namespace
 
 extern "C" int tsm2_s_n30_t128x30x8_r2_s4(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
@@ -37,3 +40,5 @@ extern "C" int tsm2_s_n30_t128x30x8_r2_s4(char transa, char transb, int m, int k
         return GEMMGEN_NOT_GENERATED;   // a transpose pair this instance was not emitted for
     }
 }
+
+}  // namespace gemmgen_tsm2_s_n30_t128x30x8_r2_s4

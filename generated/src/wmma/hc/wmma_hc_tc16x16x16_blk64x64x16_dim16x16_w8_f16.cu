@@ -7,7 +7,10 @@
 //   16384 bytes of shared memory.
 #include "gemmgen_wmma.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16 {
 
 using S = __half2;
 using Scalar = cuFloatComplex;
@@ -52,8 +55,6 @@ int launch(char transa, char transb, int m, int n, int k, const gemmgen::BatchPo
     }
 }
 
-}  // namespace
-
 extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided(
     char transa, char transb, int m, int n, int k, Scalar alpha,
     const S* A, int lda, long long strideA, const S* B, int ldb, long long strideB,
@@ -71,3 +72,5 @@ extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array(
     return launch(transa, transb, m, n, k, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta,
                   batch, stream);
 }
+
+}  // namespace gemmgen_wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16

@@ -6,7 +6,10 @@
 //   2 warp(s), 4 GEMMs per block, 5120 bytes of shared memory.
 #include "gemmgen_wmma.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_wmmatiny_h_m7n7k16_w2 {
 
 using S = __half;
 using Scalar = float;
@@ -36,8 +39,6 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     }
 }
 
-}  // namespace
-
 // Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
 // so the dispatch table can hold either.
 extern "C" int wmmatiny_h_m7n7k16_w2_strided(
@@ -56,3 +57,5 @@ extern "C" int wmmatiny_h_m7n7k16_w2_array(
 {
     return launch(transa, transb, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta, batch, stream);
 }
+
+}  // namespace gemmgen_wmmatiny_h_m7n7k16_w2

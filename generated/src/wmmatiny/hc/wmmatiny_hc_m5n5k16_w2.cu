@@ -6,7 +6,10 @@
 //   2 warp(s), 6 GEMMs per block, 10240 bytes of shared memory.
 #include "gemmgen_wmma.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_wmmatiny_hc_m5n5k16_w2 {
 
 using S = __half2;
 using Scalar = cuFloatComplex;
@@ -51,8 +54,6 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     }
 }
 
-}  // namespace
-
 // Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
 // so the dispatch table can hold either.
 extern "C" int wmmatiny_hc_m5n5k16_w2_strided(
@@ -71,3 +72,5 @@ extern "C" int wmmatiny_hc_m5n5k16_w2_array(
 {
     return launch(transa, transb, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta, batch, stream);
 }
+
+}  // namespace gemmgen_wmmatiny_hc_m5n5k16_w2

@@ -6,7 +6,10 @@
 //   1 warp(s), 2 GEMMs per block, 5120 bytes of shared memory.
 #include "gemmgen_wmma.cuh"
 
-namespace {
+// A namespace of its own rather than an anonymous one: sources can be concatenated into one
+// translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
+// The extern "C" entry points inside it keep their plain, unmangled names.
+namespace gemmgen_wmmatiny_hc_m6n6k16_w1 {
 
 using S = __half2;
 using Scalar = cuFloatComplex;
@@ -51,8 +54,6 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     }
 }
 
-}  // namespace
-
 // Every fixed-shape kernel (small family, tiny Tensor Core kernel) has these two entry points,
 // so the dispatch table can hold either.
 extern "C" int wmmatiny_hc_m6n6k16_w1_strided(
@@ -71,3 +72,5 @@ extern "C" int wmmatiny_hc_m6n6k16_w1_array(
 {
     return launch(transa, transb, gemmgen::BatchPointers<S>::arrays(A, B, C), lda, ldb, ldc, alpha, beta, batch, stream);
 }
+
+}  // namespace gemmgen_wmmatiny_hc_m6n6k16_w1

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_c_m22n22k22_avx2_r3x2_p4_product {
 
 typedef float real;
 constexpr bool CPLX = true;
@@ -73,10 +77,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_c_m22n22k22_avx2_r3x2_p4_product
 
 void cpu_c_m22n22k22_avx2_r3x2_p4(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_c_m22n22k22_avx2_r3x2_p4_product;
     run<real, CPLX, BITS, 22, 22, 22, 24, DISTANCE, true>(args, begin, end, Product{});
 }
 

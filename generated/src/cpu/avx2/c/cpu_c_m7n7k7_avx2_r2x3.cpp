@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_c_m7n7k7_avx2_r2x3_product {
 
 typedef float real;
 constexpr bool CPLX = true;
@@ -35,10 +39,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_c_m7n7k7_avx2_r2x3_product
 
 void cpu_c_m7n7k7_avx2_r2x3(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_c_m7n7k7_avx2_r2x3_product;
     run<real, CPLX, BITS, 7, 7, 7, 8, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_d_m11n11k11_avx2_r3x3_product {
 
 typedef double real;
 constexpr bool CPLX = false;
@@ -37,10 +41,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_d_m11n11k11_avx2_r3x3_product
 
 void cpu_d_m11n11k11_avx2_r3x3(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_d_m11n11k11_avx2_r3x3_product;
     run<real, CPLX, BITS, 11, 11, 11, 12, DISTANCE, true>(args, begin, end, Product{});
 }
 

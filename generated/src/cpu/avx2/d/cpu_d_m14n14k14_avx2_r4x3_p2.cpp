@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_d_m14n14k14_avx2_r4x3_p2_product {
 
 typedef double real;
 constexpr bool CPLX = false;
@@ -39,10 +43,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_d_m14n14k14_avx2_r4x3_p2_product
 
 void cpu_d_m14n14k14_avx2_r4x3_p2(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_d_m14n14k14_avx2_r4x3_p2_product;
     run<real, CPLX, BITS, 14, 14, 14, 16, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_z_m13n13k13_avx2_r3x2_p2_product {
 
 typedef double real;
 constexpr bool CPLX = true;
@@ -71,10 +75,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_z_m13n13k13_avx2_r3x2_p2_product
 
 void cpu_z_m13n13k13_avx2_r3x2_p2(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_z_m13n13k13_avx2_r3x2_p2_product;
     run<real, CPLX, BITS, 13, 13, 13, 14, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX2 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx2 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_z_m19n19k19_avx2_r3x2_p4_product {
 
 typedef double real;
 constexpr bool CPLX = true;
@@ -109,10 +113,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_z_m19n19k19_avx2_r3x2_p4_product
 
 void cpu_z_m19n19k19_avx2_r3x2_p4(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_z_m19n19k19_avx2_r3x2_p4_product;
     run<real, CPLX, BITS, 19, 19, 19, 20, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX512 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx512 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_c_m6n6k6_avx512_r1x6_product {
 
 typedef float real;
 constexpr bool CPLX = true;
@@ -31,10 +35,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_c_m6n6k6_avx512_r1x6_product
 
 void cpu_c_m6n6k6_avx512_r1x6(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_c_m6n6k6_avx512_r1x6_product;
     run<real, CPLX, BITS, 6, 6, 6, 8, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX512 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx512 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_s_m17n17k17_avx512_r2x6_product {
 
 typedef float real;
 constexpr bool CPLX = false;
@@ -35,10 +39,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_s_m17n17k17_avx512_r2x6_product
 
 void cpu_s_m17n17k17_avx512_r2x6(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_s_m17n17k17_avx512_r2x6_product;
     run<real, CPLX, BITS, 17, 17, 17, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 

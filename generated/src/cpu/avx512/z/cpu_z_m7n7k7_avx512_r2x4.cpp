@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_AVX512 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace avx512 {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_z_m7n7k7_avx512_r2x4_product {
 
 typedef double real;
 constexpr bool CPLX = true;
@@ -33,10 +37,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_z_m7n7k7_avx512_r2x4_product
 
 void cpu_z_m7n7k7_avx512_r2x4(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_z_m7n7k7_avx512_r2x4_product;
     run<real, CPLX, BITS, 7, 7, 7, 8, DISTANCE, true>(args, begin, end, Product{});
 }
 

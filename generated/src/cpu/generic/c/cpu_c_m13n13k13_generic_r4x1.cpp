@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_GENERIC 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace generic {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_c_m13n13k13_generic_r4x1_product {
 
 typedef float real;
 constexpr bool CPLX = true;
@@ -18,7 +22,8 @@ constexpr int CW = CPLX ? 2 : 1;
 constexpr int BITS = 128;   // register width the tiles compute in
 
 // The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
-// Each tile also prefetches its share of the entry DISTANCE ahead (0: no software prefetch).
+// Tiles of one shape share one out-of-line tile() (GEMMGEN_TILE): a quick compile for the
+// portable fallback, a call per tile at run time, and no software prefetch.
 constexpr int DISTANCE = 0;
 
 struct Product {
@@ -26,65 +31,66 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 1, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 2, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 3, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (8 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 4, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 5, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 6, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 7, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 8, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 9, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 10, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 11, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 12, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 13, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 14, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 15, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 16, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 17, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 18, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 19, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 20, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 21, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 22, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 23, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (8 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 24, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 25, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
     }
 };
 
-}  // namespace
+}  // namespace cpu_c_m13n13k13_generic_r4x1_product
 
 void cpu_c_m13n13k13_generic_r4x1(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_c_m13n13k13_generic_r4x1_product;
     run<real, CPLX, BITS, 13, 13, 13, 14, DISTANCE, true>(args, begin, end, Product{});
 }
 

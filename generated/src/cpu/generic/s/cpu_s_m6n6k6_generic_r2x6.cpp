@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_GENERIC 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace generic {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_s_m6n6k6_generic_r2x6_product {
 
 typedef float real;
 constexpr bool CPLX = false;
@@ -18,7 +22,8 @@ constexpr int CW = CPLX ? 2 : 1;
 constexpr int BITS = 128;   // register width the tiles compute in
 
 // The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
-// Each tile also prefetches its share of the entry DISTANCE ahead (0: no software prefetch).
+// Tiles of one shape share one out-of-line tile() (GEMMGEN_TILE): a quick compile for the
+// portable fallback, a call per tile at run time, and no software prefetch.
 constexpr int DISTANCE = 0;
 
 struct Product {
@@ -26,15 +31,16 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 2, 6, 0, 1, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 6, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
     }
 };
 
-}  // namespace
+}  // namespace cpu_s_m6n6k6_generic_r2x6_product
 
 void cpu_s_m6n6k6_generic_r2x6(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_s_m6n6k6_generic_r2x6_product;
     run<real, CPLX, BITS, 6, 6, 6, 8, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_GENERIC 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace generic {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_z_m9n9k9_generic_r5x1_product {
 
 typedef double real;
 constexpr bool CPLX = true;
@@ -18,7 +22,8 @@ constexpr int CW = CPLX ? 2 : 1;
 constexpr int BITS = 128;   // register width the tiles compute in
 
 // The whole product, tile after tile (columns outer, rows inner); arguments as in tile().
-// Each tile also prefetches its share of the entry DISTANCE ahead (0: no software prefetch).
+// Tiles of one shape share one out-of-line tile() (GEMMGEN_TILE): a quick compile for the
+// portable fallback, a call per tile at run time, and no software prefetch.
 constexpr int DISTANCE = 0;
 
 struct Product {
@@ -26,49 +31,50 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 1, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 2, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 3, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (5 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 4, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 5, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (5 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 6, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 7, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (5 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 8, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 9, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (5 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 10, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 11, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (5 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 12, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 13, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (5 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 14, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 15, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (5 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 16, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 9, 17, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 9, 0, 1, false>(
             a + 5 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (5 + 8 * ldc) * CW, ldc, e, pf);
     }
 };
 
-}  // namespace
+}  // namespace cpu_z_m9n9k9_generic_r5x1_product
 
 void cpu_z_m9n9k9_generic_r5x1(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_z_m9n9k9_generic_r5x1_product;
     run<real, CPLX, BITS, 9, 9, 9, 9, DISTANCE, true>(args, begin, end, Product{});
 }
 

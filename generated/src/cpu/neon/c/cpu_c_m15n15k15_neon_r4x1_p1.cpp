@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_NEON 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace neon {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_c_m15n15k15_neon_r4x1_p1_product {
 
 typedef float real;
 constexpr bool CPLX = true;
@@ -89,10 +93,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_c_m15n15k15_neon_r4x1_p1_product
 
 void cpu_c_m15n15k15_neon_r4x1_p1(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_c_m15n15k15_neon_r4x1_p1_product;
     run<real, CPLX, BITS, 15, 15, 15, 16, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_NEON 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace neon {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_d_m31n31k31_neon_r8x1_p1_product {
 
 typedef double real;
 constexpr bool CPLX = false;
@@ -153,10 +157,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_d_m31n31k31_neon_r8x1_p1_product
 
 void cpu_d_m31n31k31_neon_r8x1_p1(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_d_m31n31k31_neon_r8x1_p1_product;
     run<real, CPLX, BITS, 31, 31, 31, 32, DISTANCE, true>(args, begin, end, Product{});
 }
 

@@ -8,9 +8,13 @@
 #define GEMMGEN_CPU_ISA_NEON 1
 #include "gemmgen_cpu_simd.h"
 
+GEMMGEN_CPU_TARGET_BEGIN
+
 namespace gemmgen_cpu {
 namespace neon {
-namespace {
+// A namespace per variant rather than an anonymous one: sources of one ISA can be concatenated
+// into one translation unit (CMake's UNITY_BUILD, the harness's grouped builds).
+namespace cpu_z_m10n10k10_neon_r2x2_p1_product {
 
 typedef double real;
 constexpr bool CPLX = true;
@@ -79,10 +83,11 @@ struct Product {
     }
 };
 
-}  // namespace
+}  // namespace cpu_z_m10n10k10_neon_r2x2_p1_product
 
 void cpu_z_m10n10k10_neon_r2x2_p1(const Args& args, long long begin, long long end)
 {
+    using namespace cpu_z_m10n10k10_neon_r2x2_p1_product;
     run<real, CPLX, BITS, 10, 10, 10, 10, DISTANCE, true>(args, begin, end, Product{});
 }
 

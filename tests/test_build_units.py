@@ -1,0 +1,58 @@
+"""How the harness builds an emitted set: PTX per code path, and unity translation units (both
+pure Python here; the slow tests compile the default set this way)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from generator.arch import CP_ASYNC_MIN_CC
+from generator.tsm2 import Tsm2Spec
+from harness.build import code_paths, gencode_flags
+from harness.unity import unity_units
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_one_ptx_per_code_path():
+    archs = ("sm_75", "sm_80", "sm_90")
+    assert gencode_flags(archs) == ["-gencode", "arch=compute_75,code=[sm_75,sm_80,sm_90]"]
+    assert gencode_flags(archs, (80,)) == ["-gencode", "arch=compute_75,code=[sm_75]",
+                                           "-gencode", "arch=compute_80,code=[sm_80,sm_90]"]
+    assert gencode_flags(("sm_90",), (80,)) == ["-gencode", "arch=compute_90,code=[sm_90]"]
+
+
+def test_templates_branch_only_where_sources_say_so():
+    """Every `__CUDA_ARCH__ >= X` in the templates is the cp.async threshold, and exactly the
+    sources that instantiate the cp.async ring (TSM2 with stages) declare that code path, so
+    their sm_80/sm_90 SASS is built from cp.async PTX."""
+    thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
+                  for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
+    assert thresholds == {CP_ASYNC_MIN_CC * 10}
+    sources = sorted((ROOT / "generated" / "src").rglob("*.cu"))
+    assert sources
+    for source in sources:
+        ring = source.parent.parent.name == "tsm2" and Tsm2Spec.parse(source.stem).stages > 0
+        assert code_paths(source.read_text()) == ((CP_ASYNC_MIN_CC,) if ring else ()), source.name
+
+
+def test_unity_units_group_chunk_and_keep_loners(tmp_path):
+    sources = [tmp_path / f"{family}_{i}.cu" for family in ("a", "b") for i in range(5)] + [tmp_path / "alone.cu"]
+    for s in sources:
+        s.write_text("// x\n")
+
+    def group(s: Path):
+        return None if s.stem == "alone" else s.stem.split("_")[0]
+
+    units = unity_units(sources, group, tmp_path / "units", 2, ".cu")
+    assert units[tmp_path / "alone.cu"] == ()
+    grouped = {u: m for u, m in units.items() if m}
+    assert sorted(len(m) for m in grouped.values()) == [1, 1, 2, 2, 2, 2]
+    assert sorted(s for m in grouped.values() for s in m) == sorted(sources[:-1])
+    for unit, members in grouped.items():
+        assert unit.read_text() == "".join(f'#include "{m}"\n' for m in members)
+        assert all(group(m) == group(members[0]) for m in members)
+    # an unchanged unit is not rewritten (its object stays cached by mtime-free content hashes,
+    # and build tools that look at mtimes see nothing new)
+    before = {u: u.stat().st_mtime_ns for u in grouped}
+    unity_units(sources, group, tmp_path / "units", 2, ".cu")
+    assert {u: u.stat().st_mtime_ns for u in grouped} == before
