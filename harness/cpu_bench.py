@@ -4,7 +4,8 @@ an OpenBLAS cblas loop and numpy's batched matmul, in one run on the same data (
 pattern and our kernels' share of it on data far larger than the caches.
 
 Writes docs/perf/cpu_bench.json (every measurement, the machine, the command), cpu_bench.md (the
-tables) and cpu_bench.png (the plot)."""
+tables) and cpu_bench.png (the plot); runs of another ISA than AVX2 (the reference ISA of the
+issue's table) write cpu_bench_<isa>.*, so they do not replace it."""
 from __future__ import annotations
 
 import json
@@ -25,17 +26,21 @@ HERE = Path(__file__).resolve().parent
 LIBS = ("gemmgen", "libxsmm", "eigen", "openblas", "numpy")
 
 
-def build_driver(lib: Path, include: Path, out: Path) -> Path:
-    """The C++ driver, compiled for AVX2+FMA (Eigen's and the loops' code; LIBXSMM JITs for the
-    target LIBXSMM_TARGET names; gemmgen picks its own ISA at run time)."""
-    exe = out / "cpu_bench"
+# What Eigen's and the loops' code is compiled for, per ISA gemmgen runs: the same vector width.
+DRIVER_ISA_FLAGS = {"avx2": ("-mavx2", "-mfma"), "avx512": ("-mavx512f", "-mavx2", "-mfma"), "generic": ()}
+
+
+def build_driver(lib: Path, include: Path, out: Path, isa: str = "avx2") -> Path:
+    """The C++ driver, compiled for the ISA gemmgen runs (Eigen's and the loops' code; LIBXSMM JITs
+    for the target LIBXSMM_TARGET names; gemmgen picks its ISA at run time, set by the driver)."""
+    exe = out / ("cpu_bench" if isa == "avx2" else f"cpu_bench_{isa}")
     # Eigen's 4 x 32 fixed-size instantiations take minutes to compile: rebuild only when stale
     # (the library is linked dynamically, so relinking it needs no rebuild).
     if exe.exists() and exe.stat().st_mtime > (HERE / "cpu_bench.cpp").stat().st_mtime:
         return exe
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libxsmm", "eigen3"], capture_output=True,
                            text=True).stdout.split()
-    cmd = [cpu_build.NATIVE.cxx, "-std=c++14", "-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG",
+    cmd = [cpu_build.NATIVE.cxx, "-std=c++14", "-O3", *DRIVER_ISA_FLAGS[isa], "-fopenmp", "-DNDEBUG",
            f"-I{include}", str(HERE / "cpu_bench.cpp"), "-o", str(exe),
            f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", "-l:" + lib.name, *flags, "-lopenblas", "-lpthread", "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -122,7 +127,7 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
     load_at_start = os.getloadavg()[0]
     # The tests' flags (-O2), one translation unit per kernel as a vendoring project builds them.
     build = cpu_build.build(gen_dir, build_dir, isas=["generic", "avx2", "avx512"])
-    exe = build_driver(build.output, gen_dir / "include", build_dir)
+    exe = build_driver(build.output, gen_dir / "include", build_dir, isa)
     threads_all = os.cpu_count() or 1
     # LIBXSMM JITs for the ISA asked for (hsw = AVX2), so both sides use the same vector width.
     xsmm_target = {"avx2": "hsw", "avx512": "skx", "generic": "generic"}.get(isa, "hsw")
@@ -159,11 +164,12 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
               "measured": time.strftime("%Y-%m-%d"), "bandwidth_gbytes_per_s": bandwidth,
               "results": rows, "large": large}
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "cpu_bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    stem = "cpu_bench" if isa == "avx2" else f"cpu_bench_{isa}"
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
     lines = ["# CPU benchmark: gemmgen vs LIBXSMM 1.17, Eigen 3.4, OpenBLAS, numpy", "",
              f"Command: `{command}`  ", f"Machine: {machine['cpu']}, {threads_all} cores, {machine['platform']}  ",
              f"gemmgen ISA: {isa}; LIBXSMM JIT target: {xsmm_target}; Eigen and the loops compiled with "
-             f"-O3 -mavx2 -mfma.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",
+             f"-O3 {' '.join(DRIVER_ISA_FLAGS[isa])}.  C += A·B, column-major N×N, batch {batch}, median of {reps} runs, GF/s.  ",
              f"Load average when it started / finished: {machine['load_average_at_start']:.1f} / "
              f"{machine['load_average_at_end']:.1f} (above the core count, other processes shared the cores "
              f"and the numbers are noisy).  ",
@@ -178,9 +184,9 @@ def run_bench(gen_dir: Path, build_dir: Path, precisions, sizes, batch: int, isa
               "| precision | N | GF/s | GB/s | fraction of bandwidth |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['precision']} | {r['n']} | {r['gflops']:.1f} | {r['gbytes_per_s']:.1f} | "
               f"{r['fraction_of_bandwidth']:.2f} |" for r in large]
-    (out_dir / "cpu_bench.md").write_text("\n".join(lines) + "\n")
-    _plot(rows, precisions, sizes, out_dir / "cpu_bench.png", machine)
-    click.echo((out_dir / "cpu_bench.md").read_text())
+    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    _plot(rows, precisions, sizes, out_dir / f"{stem}.png", machine)
+    click.echo((out_dir / f"{stem}.md").read_text())
     return 0
 
 
