@@ -298,7 +298,7 @@ void cpu_c_m12n12k12_avx512_r2x2(const Args&, long long, long long);
 void cpu_c_m13n13k13_avx512_r2x5(const Args&, long long, long long);
 void cpu_c_m14n14k14_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_c_m15n15k15_avx512_r2x3_p1(const Args&, long long, long long);
-void cpu_c_m16n16k16_avx512_r2x2_p1(const Args&, long long, long long);
+void cpu_c_m16n16k16_avx512_r2x4_p2(const Args&, long long, long long);
 void cpu_c_m17n17k17_avx512_r3x3_p1(const Args&, long long, long long);
 void cpu_c_m18n18k18_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m19n19k19_avx512_r3x4_p1(const Args&, long long, long long);
@@ -307,7 +307,7 @@ void cpu_c_m20n20k20_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m21n21k21_avx512_r3x3_p1(const Args&, long long, long long);
 void cpu_c_m22n22k22_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m23n23k23_avx512_r3x3_p1(const Args&, long long, long long);
-void cpu_c_m24n24k24_avx512_r3x2_p1(const Args&, long long, long long);
+void cpu_c_m24n24k24_avx512_r3x3_p1(const Args&, long long, long long);
 void cpu_c_m25n25k25_avx512_r4x1_p1(const Args&, long long, long long);
 void cpu_c_m26n26k26_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_c_m27n27k27_avx512_r4x1_p1(const Args&, long long, long long);
@@ -316,13 +316,13 @@ void cpu_c_m29n29k29_avx512_r4x1_p1(const Args&, long long, long long);
 void cpu_c_m2n2k2_avx512_r1x2(const Args&, long long, long long);
 void cpu_c_m30n30k30_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_c_m31n31k31_avx512_r4x1_p1(const Args&, long long, long long);
-void cpu_c_m32n32k32_avx512_r2x2_p1(const Args&, long long, long long);
+void cpu_c_m32n32k32_avx512_r4x3_p2(const Args&, long long, long long);
 void cpu_c_m3n3k3_avx512_r1x3(const Args&, long long, long long);
 void cpu_c_m4n4k4_avx512_r1x4(const Args&, long long, long long);
 void cpu_c_m5n5k5_avx512_r1x5(const Args&, long long, long long);
 void cpu_c_m6n6k6_avx512_r1x6(const Args&, long long, long long);
 void cpu_c_m7n7k7_avx512_r1x7(const Args&, long long, long long);
-void cpu_c_m8n8k8_avx512_r1x8(const Args&, long long, long long);
+void cpu_c_m8n8k8_avx512_r1x3(const Args&, long long, long long);
 void cpu_c_m9n9k9_avx512_r2x3(const Args&, long long, long long);
 void cpu_d_m10n10k10_avx512_r2x5(const Args&, long long, long long);
 void cpu_d_m11n11k11_avx512_r2x6(const Args&, long long, long long);
@@ -330,7 +330,7 @@ void cpu_d_m12n12k12_avx512_r2x4(const Args&, long long, long long);
 void cpu_d_m13n13k13_avx512_r2x7(const Args&, long long, long long);
 void cpu_d_m14n14k14_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_d_m15n15k15_avx512_r2x5_p1(const Args&, long long, long long);
-void cpu_d_m16n16k16_avx512_r2x4_p1(const Args&, long long, long long);
+void cpu_d_m16n16k16_avx512_r2x9_p2(const Args&, long long, long long);
 void cpu_d_m17n17k17_avx512_r3x6_p1(const Args&, long long, long long);
 void cpu_d_m18n18k18_avx512_r3x3_p1(const Args&, long long, long long);
 void cpu_d_m19n19k19_avx512_r3x4_p1(const Args&, long long, long long);
@@ -339,7 +339,7 @@ void cpu_d_m20n20k20_avx512_r3x4_p1(const Args&, long long, long long);
 void cpu_d_m21n21k21_avx512_r3x3_p1(const Args&, long long, long long);
 void cpu_d_m22n22k22_avx512_r3x6_p1(const Args&, long long, long long);
 void cpu_d_m23n23k23_avx512_r3x4_p1(const Args&, long long, long long);
-void cpu_d_m24n24k24_avx512_r3x3_p1(const Args&, long long, long long);
+void cpu_d_m24n24k24_avx512_r3x4_p1(const Args&, long long, long long);
 void cpu_d_m25n25k25_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_d_m26n26k26_avx512_r4x2_p1(const Args&, long long, long long);
 void cpu_d_m27n27k27_avx512_r4x3_p1(const Args&, long long, long long);
@@ -348,7 +348,7 @@ void cpu_d_m29n29k29_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_d_m2n2k2_avx512_r1x2(const Args&, long long, long long);
 void cpu_d_m30n30k30_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_d_m31n31k31_avx512_r2x8_p1(const Args&, long long, long long);
-void cpu_d_m32n32k32_avx512_r2x4_p1(const Args&, long long, long long);
+void cpu_d_m32n32k32_avx512_r4x4_p1(const Args&, long long, long long);
 void cpu_d_m3n3k3_avx512_r1x3(const Args&, long long, long long);
 void cpu_d_m4n4k4_avx512_r1x4(const Args&, long long, long long);
 void cpu_d_m5n5k5_avx512_r1x5(const Args&, long long, long long);
@@ -362,7 +362,7 @@ void cpu_s_m12n12k12_avx512_r1x12(const Args&, long long, long long);
 void cpu_s_m13n13k13_avx512_r1x13(const Args&, long long, long long);
 void cpu_s_m14n14k14_avx512_r1x14(const Args&, long long, long long);
 void cpu_s_m15n15k15_avx512_r1x15(const Args&, long long, long long);
-void cpu_s_m16n16k16_avx512_r1x16(const Args&, long long, long long);
+void cpu_s_m16n16k16_avx512_r1x9_p4(const Args&, long long, long long);
 void cpu_s_m17n17k17_avx512_r2x6(const Args&, long long, long long);
 void cpu_s_m18n18k18_avx512_r2x6(const Args&, long long, long long);
 void cpu_s_m19n19k19_avx512_r2x5_p1(const Args&, long long, long long);
@@ -371,7 +371,7 @@ void cpu_s_m20n20k20_avx512_r2x4_p1(const Args&, long long, long long);
 void cpu_s_m21n21k21_avx512_r2x7_p1(const Args&, long long, long long);
 void cpu_s_m22n22k22_avx512_r2x6_p1(const Args&, long long, long long);
 void cpu_s_m23n23k23_avx512_r2x6_p1(const Args&, long long, long long);
-void cpu_s_m24n24k24_avx512_r2x4_p1(const Args&, long long, long long);
+void cpu_s_m24n24k24_avx512_r2x5_p2(const Args&, long long, long long);
 void cpu_s_m25n25k25_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_s_m26n26k26_avx512_r2x7_p1(const Args&, long long, long long);
 void cpu_s_m27n27k27_avx512_r2x7_p1(const Args&, long long, long long);
@@ -380,7 +380,7 @@ void cpu_s_m29n29k29_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_s_m2n2k2_avx512_r1x2(const Args&, long long, long long);
 void cpu_s_m30n30k30_avx512_r2x5_p1(const Args&, long long, long long);
 void cpu_s_m31n31k31_avx512_r2x8_p1(const Args&, long long, long long);
-void cpu_s_m32n32k32_avx512_r2x4_p1(const Args&, long long, long long);
+void cpu_s_m32n32k32_avx512_r2x14_p2(const Args&, long long, long long);
 void cpu_s_m3n3k3_avx512_r1x3(const Args&, long long, long long);
 void cpu_s_m4n4k4_avx512_r1x4(const Args&, long long, long long);
 void cpu_s_m5n5k5_avx512_r1x5(const Args&, long long, long long);
@@ -394,7 +394,7 @@ void cpu_z_m12n12k12_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m13n13k13_avx512_r4x1_p1(const Args&, long long, long long);
 void cpu_z_m14n14k14_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_z_m15n15k15_avx512_r4x1_p1(const Args&, long long, long long);
-void cpu_z_m16n16k16_avx512_r2x2_p1(const Args&, long long, long long);
+void cpu_z_m16n16k16_avx512_r4x2_p1(const Args&, long long, long long);
 void cpu_z_m17n17k17_avx512_r5x1_p1(const Args&, long long, long long);
 void cpu_z_m18n18k18_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m19n19k19_avx512_r5x1_p1(const Args&, long long, long long);
@@ -403,7 +403,7 @@ void cpu_z_m20n20k20_avx512_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m21n21k21_avx512_r2x3_p1(const Args&, long long, long long);
 void cpu_z_m22n22k22_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_z_m23n23k23_avx512_r2x3_p1(const Args&, long long, long long);
-void cpu_z_m24n24k24_avx512_r2x2_p1(const Args&, long long, long long);
+void cpu_z_m24n24k24_avx512_r3x3_p2(const Args&, long long, long long);
 void cpu_z_m25n25k25_avx512_r7x1_p1(const Args&, long long, long long);
 void cpu_z_m26n26k26_avx512_r4x2_p1(const Args&, long long, long long);
 void cpu_z_m27n27k27_avx512_r7x1_p1(const Args&, long long, long long);
@@ -412,13 +412,13 @@ void cpu_z_m29n29k29_avx512_r4x1_p1(const Args&, long long, long long);
 void cpu_z_m2n2k2_avx512_r1x2(const Args&, long long, long long);
 void cpu_z_m30n30k30_avx512_r2x2_p1(const Args&, long long, long long);
 void cpu_z_m31n31k31_avx512_r4x1_p1(const Args&, long long, long long);
-void cpu_z_m32n32k32_avx512_r2x2_p1(const Args&, long long, long long);
+void cpu_z_m32n32k32_avx512_r5x2_p2(const Args&, long long, long long);
 void cpu_z_m3n3k3_avx512_r1x3(const Args&, long long, long long);
 void cpu_z_m4n4k4_avx512_r1x4(const Args&, long long, long long);
 void cpu_z_m5n5k5_avx512_r2x3(const Args&, long long, long long);
 void cpu_z_m6n6k6_avx512_r2x2(const Args&, long long, long long);
 void cpu_z_m7n7k7_avx512_r2x4(const Args&, long long, long long);
-void cpu_z_m8n8k8_avx512_r2x2(const Args&, long long, long long);
+void cpu_z_m8n8k8_avx512_r2x4(const Args&, long long, long long);
 void cpu_z_m9n9k9_avx512_r3x3(const Args&, long long, long long);
 }  // namespace avx512
 #define GEMMGEN_CPU_KERNEL_AVX512(f) &avx512::f
@@ -622,8 +622,8 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m15n15k15_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m15n15k15_avx2_r2x5_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m15n15k15_avx512_r1x15), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m15n15k15_neon_r2x5) },
       { "cpu_s_m15n15k15_generic_r2x5", "cpu_s_m15n15k15_avx2_r2x5_p4", "cpu_s_m15n15k15_avx512_r1x15", "cpu_s_m15n15k15_neon_r2x5" } },
     { 16, 16, 16,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m16n16k16_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m16n16k16_avx512_r1x16), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m16n16k16_neon_r2x4) },
-      { "cpu_s_m16n16k16_generic_r2x4", "cpu_s_m16n16k16_avx2_r2x6_p4", "cpu_s_m16n16k16_avx512_r1x16", "cpu_s_m16n16k16_neon_r2x4" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m16n16k16_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m16n16k16_avx512_r1x9_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m16n16k16_neon_r2x4) },
+      { "cpu_s_m16n16k16_generic_r2x4", "cpu_s_m16n16k16_avx2_r2x6_p4", "cpu_s_m16n16k16_avx512_r1x9_p4", "cpu_s_m16n16k16_neon_r2x4" } },
     { 17, 17, 17,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m17n17k17_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m17n17k17_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m17n17k17_avx512_r2x6), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m17n17k17_neon_r5x3) },
       { "cpu_s_m17n17k17_generic_r5x2", "cpu_s_m17n17k17_avx2_r3x3_p4", "cpu_s_m17n17k17_avx512_r2x6", "cpu_s_m17n17k17_neon_r5x3" } },
@@ -646,8 +646,8 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m23n23k23_generic_r2x6), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m23n23k23_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m23n23k23_avx512_r2x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m23n23k23_neon_r2x6_p1) },
       { "cpu_s_m23n23k23_generic_r2x6", "cpu_s_m23n23k23_avx2_r3x3_p4", "cpu_s_m23n23k23_avx512_r2x6_p1", "cpu_s_m23n23k23_neon_r2x6_p1" } },
     { 24, 24, 24,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m24n24k24_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m24n24k24_avx512_r2x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m24n24k24_neon_r2x4_p1) },
-      { "cpu_s_m24n24k24_generic_r2x4", "cpu_s_m24n24k24_avx2_r3x4_p2", "cpu_s_m24n24k24_avx512_r2x4_p1", "cpu_s_m24n24k24_neon_r2x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m24n24k24_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m24n24k24_avx512_r2x5_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m24n24k24_neon_r2x4_p1) },
+      { "cpu_s_m24n24k24_generic_r2x4", "cpu_s_m24n24k24_avx2_r3x4_p2", "cpu_s_m24n24k24_avx512_r2x5_p2", "cpu_s_m24n24k24_neon_r2x4_p1" } },
     { 25, 25, 25,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m25n25k25_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m25n25k25_avx2_r2x5_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m25n25k25_avx512_r2x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m25n25k25_neon_r4x5_p1) },
       { "cpu_s_m25n25k25_generic_r4x3", "cpu_s_m25n25k25_avx2_r2x5_p2", "cpu_s_m25n25k25_avx512_r2x5_p1", "cpu_s_m25n25k25_neon_r4x5_p1" } },
@@ -670,8 +670,8 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m31n31k31_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m31n31k31_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m31n31k31_avx512_r2x8_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m31n31k31_neon_r8x1_p1) },
       { "cpu_s_m31n31k31_generic_r3x4", "cpu_s_m31n31k31_avx2_r2x6_p2", "cpu_s_m31n31k31_avx512_r2x8_p1", "cpu_s_m31n31k31_neon_r8x1_p1" } },
     { 32, 32, 32,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m32n32k32_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m32n32k32_avx2_r4x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m32n32k32_avx512_r2x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m32n32k32_neon_r2x4_p1) },
-      { "cpu_s_m32n32k32_generic_r2x4", "cpu_s_m32n32k32_avx2_r4x3_p4", "cpu_s_m32n32k32_avx512_r2x4_p1", "cpu_s_m32n32k32_neon_r2x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m32n32k32_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m32n32k32_avx2_r4x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m32n32k32_avx512_r2x14_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m32n32k32_neon_r2x4_p1) },
+      { "cpu_s_m32n32k32_generic_r2x4", "cpu_s_m32n32k32_avx2_r4x3_p4", "cpu_s_m32n32k32_avx512_r2x14_p2", "cpu_s_m32n32k32_neon_r2x4_p1" } },
     { 0, 0, 0, { nullptr, nullptr, nullptr, nullptr }, { nullptr, nullptr, nullptr, nullptr } },
 };
 const Entry table_d[] = {
@@ -721,8 +721,8 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m15n15k15_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m15n15k15_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m15n15k15_avx512_r2x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m15n15k15_neon_r2x5_p1) },
       { "cpu_d_m15n15k15_generic_r2x5", "cpu_d_m15n15k15_avx2_r4x3_p2", "cpu_d_m15n15k15_avx512_r2x5_p1", "cpu_d_m15n15k15_neon_r2x5_p1" } },
     { 16, 16, 16,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m16n16k16_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m16n16k16_avx512_r2x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m16n16k16_neon_r2x4_p1) },
-      { "cpu_d_m16n16k16_generic_r2x4", "cpu_d_m16n16k16_avx2_r2x6_p2", "cpu_d_m16n16k16_avx512_r2x4_p1", "cpu_d_m16n16k16_neon_r2x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m16n16k16_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m16n16k16_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m16n16k16_neon_r2x4_p1) },
+      { "cpu_d_m16n16k16_generic_r2x4", "cpu_d_m16n16k16_avx2_r2x6_p2", "cpu_d_m16n16k16_avx512_r2x9_p2", "cpu_d_m16n16k16_neon_r2x4_p1" } },
     { 17, 17, 17,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m17n17k17_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m17n17k17_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m17n17k17_avx512_r3x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m17n17k17_neon_r5x3_p1) },
       { "cpu_d_m17n17k17_generic_r3x3", "cpu_d_m17n17k17_avx2_r2x6_p2", "cpu_d_m17n17k17_avx512_r3x6_p1", "cpu_d_m17n17k17_neon_r5x3_p1" } },
@@ -745,8 +745,8 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m23n23k23_generic_r2x6), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m23n23k23_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m23n23k23_avx512_r3x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m23n23k23_neon_r2x6_p1) },
       { "cpu_d_m23n23k23_generic_r2x6", "cpu_d_m23n23k23_avx2_r2x6_p2", "cpu_d_m23n23k23_avx512_r3x4_p1", "cpu_d_m23n23k23_neon_r2x6_p1" } },
     { 24, 24, 24,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m24n24k24_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m24n24k24_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m24n24k24_neon_r2x4_p1) },
-      { "cpu_d_m24n24k24_generic_r2x4", "cpu_d_m24n24k24_avx2_r3x4_p4", "cpu_d_m24n24k24_avx512_r3x3_p1", "cpu_d_m24n24k24_neon_r2x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m24n24k24_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m24n24k24_avx512_r3x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m24n24k24_neon_r2x4_p1) },
+      { "cpu_d_m24n24k24_generic_r2x4", "cpu_d_m24n24k24_avx2_r3x4_p4", "cpu_d_m24n24k24_avx512_r3x4_p1", "cpu_d_m24n24k24_neon_r2x4_p1" } },
     { 25, 25, 25,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m25n25k25_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m25n25k25_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m25n25k25_avx512_r2x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m25n25k25_neon_r13x1_p1) },
       { "cpu_d_m25n25k25_generic_r2x5", "cpu_d_m25n25k25_avx2_r2x6_p2", "cpu_d_m25n25k25_avx512_r2x5_p1", "cpu_d_m25n25k25_neon_r13x1_p1" } },
@@ -769,8 +769,8 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m31n31k31_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m31n31k31_avx2_r3x4_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m31n31k31_avx512_r2x8_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m31n31k31_neon_r8x1_p1) },
       { "cpu_d_m31n31k31_generic_r2x4", "cpu_d_m31n31k31_avx2_r3x4_p1", "cpu_d_m31n31k31_avx512_r2x8_p1", "cpu_d_m31n31k31_neon_r8x1_p1" } },
     { 32, 32, 32,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m32n32k32_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m32n32k32_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m32n32k32_avx512_r2x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m32n32k32_neon_r2x4_p1) },
-      { "cpu_d_m32n32k32_generic_r2x4", "cpu_d_m32n32k32_avx2_r3x4_p2", "cpu_d_m32n32k32_avx512_r2x4_p1", "cpu_d_m32n32k32_neon_r2x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m32n32k32_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m32n32k32_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m32n32k32_avx512_r4x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m32n32k32_neon_r2x4_p1) },
+      { "cpu_d_m32n32k32_generic_r2x4", "cpu_d_m32n32k32_avx2_r3x4_p2", "cpu_d_m32n32k32_avx512_r4x4_p1", "cpu_d_m32n32k32_neon_r2x4_p1" } },
     { 0, 0, 0, { nullptr, nullptr, nullptr, nullptr }, { nullptr, nullptr, nullptr, nullptr } },
 };
 const Entry table_c[] = {
@@ -796,8 +796,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m7n7k7_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m7n7k7_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m7n7k7_avx512_r1x7), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m7n7k7_neon_r4x1) },
       { "cpu_c_m7n7k7_generic_r4x1", "cpu_c_m7n7k7_avx2_r2x3", "cpu_c_m7n7k7_avx512_r1x7", "cpu_c_m7n7k7_neon_r4x1" } },
     { 8, 8, 8,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m8n8k8_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m8n8k8_avx2_r2x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m8n8k8_avx512_r1x8), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m8n8k8_neon_r2x2) },
-      { "cpu_c_m8n8k8_generic_r2x2", "cpu_c_m8n8k8_avx2_r2x2", "cpu_c_m8n8k8_avx512_r1x8", "cpu_c_m8n8k8_neon_r2x2" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m8n8k8_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m8n8k8_avx2_r2x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m8n8k8_avx512_r1x3), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m8n8k8_neon_r2x2) },
+      { "cpu_c_m8n8k8_generic_r2x2", "cpu_c_m8n8k8_avx2_r2x2", "cpu_c_m8n8k8_avx512_r1x3", "cpu_c_m8n8k8_neon_r2x2" } },
     { 9, 9, 9,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m9n9k9_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m9n9k9_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m9n9k9_avx512_r2x3), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m9n9k9_neon_r5x1) },
       { "cpu_c_m9n9k9_generic_r5x1", "cpu_c_m9n9k9_avx2_r3x2", "cpu_c_m9n9k9_avx512_r2x3", "cpu_c_m9n9k9_neon_r5x1" } },
@@ -820,8 +820,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m15n15k15_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m15n15k15_avx2_r2x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m15n15k15_avx512_r2x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m15n15k15_neon_r4x1_p1) },
       { "cpu_c_m15n15k15_generic_r4x1", "cpu_c_m15n15k15_avx2_r2x3_p4", "cpu_c_m15n15k15_avx512_r2x3_p1", "cpu_c_m15n15k15_neon_r4x1_p1" } },
     { 16, 16, 16,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m16n16k16_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m16n16k16_avx2_r2x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m16n16k16_avx512_r2x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m16n16k16_neon_r2x2_p1) },
-      { "cpu_c_m16n16k16_generic_r2x2", "cpu_c_m16n16k16_avx2_r2x2_p2", "cpu_c_m16n16k16_avx512_r2x2_p1", "cpu_c_m16n16k16_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m16n16k16_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m16n16k16_avx2_r2x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m16n16k16_avx512_r2x4_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m16n16k16_neon_r2x2_p1) },
+      { "cpu_c_m16n16k16_generic_r2x2", "cpu_c_m16n16k16_avx2_r2x2_p2", "cpu_c_m16n16k16_avx512_r2x4_p2", "cpu_c_m16n16k16_neon_r2x2_p1" } },
     { 17, 17, 17,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m17n17k17_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m17n17k17_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m17n17k17_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m17n17k17_neon_r5x1_p1) },
       { "cpu_c_m17n17k17_generic_r5x1", "cpu_c_m17n17k17_avx2_r3x2_p1", "cpu_c_m17n17k17_avx512_r3x3_p1", "cpu_c_m17n17k17_neon_r5x1_p1" } },
@@ -844,8 +844,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m23n23k23_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m23n23k23_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m23n23k23_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m23n23k23_neon_r4x1_p1) },
       { "cpu_c_m23n23k23_generic_r4x1", "cpu_c_m23n23k23_avx2_r3x2_p1", "cpu_c_m23n23k23_avx512_r3x3_p1", "cpu_c_m23n23k23_neon_r4x1_p1" } },
     { 24, 24, 24,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m24n24k24_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m24n24k24_avx512_r3x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m24n24k24_neon_r2x2_p1) },
-      { "cpu_c_m24n24k24_generic_r2x2", "cpu_c_m24n24k24_avx2_r3x2_p2", "cpu_c_m24n24k24_avx512_r3x2_p1", "cpu_c_m24n24k24_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m24n24k24_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m24n24k24_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m24n24k24_neon_r2x2_p1) },
+      { "cpu_c_m24n24k24_generic_r2x2", "cpu_c_m24n24k24_avx2_r3x2_p2", "cpu_c_m24n24k24_avx512_r3x3_p1", "cpu_c_m24n24k24_neon_r2x2_p1" } },
     { 25, 25, 25,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m25n25k25_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m25n25k25_avx512_r4x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m25n25k25_neon_r7x1_p1) },
       { "cpu_c_m25n25k25_generic_r5x1", "cpu_c_m25n25k25_avx2_r3x2", "cpu_c_m25n25k25_avx512_r4x1_p1", "cpu_c_m25n25k25_neon_r7x1_p1" } },
@@ -868,8 +868,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m31n31k31_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m31n31k31_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m31n31k31_avx512_r4x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m31n31k31_neon_r4x1_p1) },
       { "cpu_c_m31n31k31_generic_r4x1", "cpu_c_m31n31k31_avx2_r3x2_p1", "cpu_c_m31n31k31_avx512_r4x1_p1", "cpu_c_m31n31k31_neon_r4x1_p1" } },
     { 32, 32, 32,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m32n32k32_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m32n32k32_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m32n32k32_avx512_r2x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m32n32k32_neon_r2x2_p1) },
-      { "cpu_c_m32n32k32_generic_r2x2", "cpu_c_m32n32k32_avx2_r3x2_p1", "cpu_c_m32n32k32_avx512_r2x2_p1", "cpu_c_m32n32k32_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m32n32k32_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m32n32k32_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m32n32k32_avx512_r4x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m32n32k32_neon_r2x2_p1) },
+      { "cpu_c_m32n32k32_generic_r2x2", "cpu_c_m32n32k32_avx2_r3x2_p1", "cpu_c_m32n32k32_avx512_r4x3_p2", "cpu_c_m32n32k32_neon_r2x2_p1" } },
     { 0, 0, 0, { nullptr, nullptr, nullptr, nullptr }, { nullptr, nullptr, nullptr, nullptr } },
 };
 const Entry table_z[] = {
@@ -895,8 +895,8 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m7n7k7_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m7n7k7_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m7n7k7_avx512_r2x4), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m7n7k7_neon_r7x1) },
       { "cpu_z_m7n7k7_generic_r4x1", "cpu_z_m7n7k7_avx2_r2x3", "cpu_z_m7n7k7_avx512_r2x4", "cpu_z_m7n7k7_neon_r7x1" } },
     { 8, 8, 8,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m8n8k8_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m8n8k8_avx2_r2x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m8n8k8_avx512_r2x2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m8n8k8_neon_r2x2) },
-      { "cpu_z_m8n8k8_generic_r2x2", "cpu_z_m8n8k8_avx2_r2x2", "cpu_z_m8n8k8_avx512_r2x2", "cpu_z_m8n8k8_neon_r2x2" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m8n8k8_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m8n8k8_avx2_r2x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m8n8k8_avx512_r2x4), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m8n8k8_neon_r2x2) },
+      { "cpu_z_m8n8k8_generic_r2x2", "cpu_z_m8n8k8_avx2_r2x2", "cpu_z_m8n8k8_avx512_r2x4", "cpu_z_m8n8k8_neon_r2x2" } },
     { 9, 9, 9,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m9n9k9_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m9n9k9_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m9n9k9_avx512_r3x3), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m9n9k9_neon_r5x1) },
       { "cpu_z_m9n9k9_generic_r5x1", "cpu_z_m9n9k9_avx2_r3x2", "cpu_z_m9n9k9_avx512_r3x3", "cpu_z_m9n9k9_neon_r5x1" } },
@@ -919,8 +919,8 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m15n15k15_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m15n15k15_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m15n15k15_avx512_r4x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m15n15k15_neon_r5x1_p1) },
       { "cpu_z_m15n15k15_generic_r5x1", "cpu_z_m15n15k15_avx2_r3x2_p2", "cpu_z_m15n15k15_avx512_r4x1_p1", "cpu_z_m15n15k15_neon_r5x1_p1" } },
     { 16, 16, 16,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m16n16k16_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m16n16k16_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m16n16k16_avx512_r2x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m16n16k16_neon_r2x2_p1) },
-      { "cpu_z_m16n16k16_generic_r2x2", "cpu_z_m16n16k16_avx2_r3x2_p4", "cpu_z_m16n16k16_avx512_r2x2_p1", "cpu_z_m16n16k16_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m16n16k16_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m16n16k16_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m16n16k16_avx512_r4x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m16n16k16_neon_r2x2_p1) },
+      { "cpu_z_m16n16k16_generic_r2x2", "cpu_z_m16n16k16_avx2_r3x2_p4", "cpu_z_m16n16k16_avx512_r4x2_p1", "cpu_z_m16n16k16_neon_r2x2_p1" } },
     { 17, 17, 17,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m17n17k17_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m17n17k17_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m17n17k17_avx512_r5x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m17n17k17_neon_r6x1_p1) },
       { "cpu_z_m17n17k17_generic_r3x2", "cpu_z_m17n17k17_avx2_r3x2_p4", "cpu_z_m17n17k17_avx512_r5x1_p1", "cpu_z_m17n17k17_neon_r6x1_p1" } },
@@ -943,8 +943,8 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m23n23k23_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m23n23k23_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m23n23k23_avx512_r2x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m23n23k23_neon_r6x1_p1) },
       { "cpu_z_m23n23k23_generic_r3x2", "cpu_z_m23n23k23_avx2_r3x2_p4", "cpu_z_m23n23k23_avx512_r2x3_p1", "cpu_z_m23n23k23_neon_r6x1_p1" } },
     { 24, 24, 24,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m24n24k24_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m24n24k24_avx512_r2x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m24n24k24_neon_r2x2_p1) },
-      { "cpu_z_m24n24k24_generic_r2x2", "cpu_z_m24n24k24_avx2_r3x2_p1", "cpu_z_m24n24k24_avx512_r2x2_p1", "cpu_z_m24n24k24_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m24n24k24_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m24n24k24_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m24n24k24_neon_r2x2_p1) },
+      { "cpu_z_m24n24k24_generic_r2x2", "cpu_z_m24n24k24_avx2_r3x2_p1", "cpu_z_m24n24k24_avx512_r3x3_p2", "cpu_z_m24n24k24_neon_r2x2_p1" } },
     { 25, 25, 25,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m25n25k25_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m25n25k25_avx512_r7x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m25n25k25_neon_r5x1_p1) },
       { "cpu_z_m25n25k25_generic_r5x1", "cpu_z_m25n25k25_avx2_r3x2_p1", "cpu_z_m25n25k25_avx512_r7x1_p1", "cpu_z_m25n25k25_neon_r5x1_p1" } },
@@ -967,8 +967,8 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m31n31k31_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m31n31k31_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m31n31k31_avx512_r4x1_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m31n31k31_neon_r8x1_p1) },
       { "cpu_z_m31n31k31_generic_r4x1", "cpu_z_m31n31k31_avx2_r3x2_p1", "cpu_z_m31n31k31_avx512_r4x1_p1", "cpu_z_m31n31k31_neon_r8x1_p1" } },
     { 32, 32, 32,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m32n32k32_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m32n32k32_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m32n32k32_avx512_r2x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m32n32k32_neon_r2x2_p1) },
-      { "cpu_z_m32n32k32_generic_r2x2", "cpu_z_m32n32k32_avx2_r3x2_p4", "cpu_z_m32n32k32_avx512_r2x2_p1", "cpu_z_m32n32k32_neon_r2x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m32n32k32_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m32n32k32_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m32n32k32_avx512_r5x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m32n32k32_neon_r2x2_p1) },
+      { "cpu_z_m32n32k32_generic_r2x2", "cpu_z_m32n32k32_avx2_r3x2_p4", "cpu_z_m32n32k32_avx512_r5x2_p2", "cpu_z_m32n32k32_neon_r2x2_p1" } },
     { 0, 0, 0, { nullptr, nullptr, nullptr, nullptr }, { nullptr, nullptr, nullptr, nullptr } },
 };
 
@@ -998,7 +998,7 @@ const char* const kernel_names[] = {
     "cpu_c_m15n15k15_generic_r4x1",
     "cpu_c_m15n15k15_neon_r4x1_p1",
     "cpu_c_m16n16k16_avx2_r2x2_p2",
-    "cpu_c_m16n16k16_avx512_r2x2_p1",
+    "cpu_c_m16n16k16_avx512_r2x4_p2",
     "cpu_c_m16n16k16_generic_r2x2",
     "cpu_c_m16n16k16_neon_r2x2_p1",
     "cpu_c_m17n17k17_avx2_r3x2_p1",
@@ -1034,7 +1034,7 @@ const char* const kernel_names[] = {
     "cpu_c_m23n23k23_generic_r4x1",
     "cpu_c_m23n23k23_neon_r4x1_p1",
     "cpu_c_m24n24k24_avx2_r3x2_p2",
-    "cpu_c_m24n24k24_avx512_r3x2_p1",
+    "cpu_c_m24n24k24_avx512_r3x3_p1",
     "cpu_c_m24n24k24_generic_r2x2",
     "cpu_c_m24n24k24_neon_r2x2_p1",
     "cpu_c_m25n25k25_avx2_r3x2",
@@ -1070,7 +1070,7 @@ const char* const kernel_names[] = {
     "cpu_c_m31n31k31_generic_r4x1",
     "cpu_c_m31n31k31_neon_r4x1_p1",
     "cpu_c_m32n32k32_avx2_r3x2_p1",
-    "cpu_c_m32n32k32_avx512_r2x2_p1",
+    "cpu_c_m32n32k32_avx512_r4x3_p2",
     "cpu_c_m32n32k32_generic_r2x2",
     "cpu_c_m32n32k32_neon_r2x2_p1",
     "cpu_c_m3n3k3_avx2_r1x3",
@@ -1094,7 +1094,7 @@ const char* const kernel_names[] = {
     "cpu_c_m7n7k7_generic_r4x1",
     "cpu_c_m7n7k7_neon_r4x1",
     "cpu_c_m8n8k8_avx2_r2x2",
-    "cpu_c_m8n8k8_avx512_r1x8",
+    "cpu_c_m8n8k8_avx512_r1x3",
     "cpu_c_m8n8k8_generic_r2x2",
     "cpu_c_m8n8k8_neon_r2x2",
     "cpu_c_m9n9k9_avx2_r3x2",
@@ -1126,7 +1126,7 @@ const char* const kernel_names[] = {
     "cpu_d_m15n15k15_generic_r2x5",
     "cpu_d_m15n15k15_neon_r2x5_p1",
     "cpu_d_m16n16k16_avx2_r2x6_p2",
-    "cpu_d_m16n16k16_avx512_r2x4_p1",
+    "cpu_d_m16n16k16_avx512_r2x9_p2",
     "cpu_d_m16n16k16_generic_r2x4",
     "cpu_d_m16n16k16_neon_r2x4_p1",
     "cpu_d_m17n17k17_avx2_r2x6_p2",
@@ -1162,7 +1162,7 @@ const char* const kernel_names[] = {
     "cpu_d_m23n23k23_generic_r2x6",
     "cpu_d_m23n23k23_neon_r2x6_p1",
     "cpu_d_m24n24k24_avx2_r3x4_p4",
-    "cpu_d_m24n24k24_avx512_r3x3_p1",
+    "cpu_d_m24n24k24_avx512_r3x4_p1",
     "cpu_d_m24n24k24_generic_r2x4",
     "cpu_d_m24n24k24_neon_r2x4_p1",
     "cpu_d_m25n25k25_avx2_r2x6_p2",
@@ -1198,7 +1198,7 @@ const char* const kernel_names[] = {
     "cpu_d_m31n31k31_generic_r2x4",
     "cpu_d_m31n31k31_neon_r8x1_p1",
     "cpu_d_m32n32k32_avx2_r3x4_p2",
-    "cpu_d_m32n32k32_avx512_r2x4_p1",
+    "cpu_d_m32n32k32_avx512_r4x4_p1",
     "cpu_d_m32n32k32_generic_r2x4",
     "cpu_d_m32n32k32_neon_r2x4_p1",
     "cpu_d_m3n3k3_avx2_r1x3",
@@ -1254,7 +1254,7 @@ const char* const kernel_names[] = {
     "cpu_s_m15n15k15_generic_r2x5",
     "cpu_s_m15n15k15_neon_r2x5",
     "cpu_s_m16n16k16_avx2_r2x6_p4",
-    "cpu_s_m16n16k16_avx512_r1x16",
+    "cpu_s_m16n16k16_avx512_r1x9_p4",
     "cpu_s_m16n16k16_generic_r2x4",
     "cpu_s_m16n16k16_neon_r2x4",
     "cpu_s_m17n17k17_avx2_r3x3_p4",
@@ -1290,7 +1290,7 @@ const char* const kernel_names[] = {
     "cpu_s_m23n23k23_generic_r2x6",
     "cpu_s_m23n23k23_neon_r2x6_p1",
     "cpu_s_m24n24k24_avx2_r3x4_p2",
-    "cpu_s_m24n24k24_avx512_r2x4_p1",
+    "cpu_s_m24n24k24_avx512_r2x5_p2",
     "cpu_s_m24n24k24_generic_r2x4",
     "cpu_s_m24n24k24_neon_r2x4_p1",
     "cpu_s_m25n25k25_avx2_r2x5_p2",
@@ -1326,7 +1326,7 @@ const char* const kernel_names[] = {
     "cpu_s_m31n31k31_generic_r3x4",
     "cpu_s_m31n31k31_neon_r8x1_p1",
     "cpu_s_m32n32k32_avx2_r4x3_p4",
-    "cpu_s_m32n32k32_avx512_r2x4_p1",
+    "cpu_s_m32n32k32_avx512_r2x14_p2",
     "cpu_s_m32n32k32_generic_r2x4",
     "cpu_s_m32n32k32_neon_r2x4_p1",
     "cpu_s_m3n3k3_avx2_r1x3",
@@ -1382,7 +1382,7 @@ const char* const kernel_names[] = {
     "cpu_z_m15n15k15_generic_r5x1",
     "cpu_z_m15n15k15_neon_r5x1_p1",
     "cpu_z_m16n16k16_avx2_r3x2_p4",
-    "cpu_z_m16n16k16_avx512_r2x2_p1",
+    "cpu_z_m16n16k16_avx512_r4x2_p1",
     "cpu_z_m16n16k16_generic_r2x2",
     "cpu_z_m16n16k16_neon_r2x2_p1",
     "cpu_z_m17n17k17_avx2_r3x2_p4",
@@ -1418,7 +1418,7 @@ const char* const kernel_names[] = {
     "cpu_z_m23n23k23_generic_r3x2",
     "cpu_z_m23n23k23_neon_r6x1_p1",
     "cpu_z_m24n24k24_avx2_r3x2_p1",
-    "cpu_z_m24n24k24_avx512_r2x2_p1",
+    "cpu_z_m24n24k24_avx512_r3x3_p2",
     "cpu_z_m24n24k24_generic_r2x2",
     "cpu_z_m24n24k24_neon_r2x2_p1",
     "cpu_z_m25n25k25_avx2_r3x2_p1",
@@ -1454,7 +1454,7 @@ const char* const kernel_names[] = {
     "cpu_z_m31n31k31_generic_r4x1",
     "cpu_z_m31n31k31_neon_r8x1_p1",
     "cpu_z_m32n32k32_avx2_r3x2_p4",
-    "cpu_z_m32n32k32_avx512_r2x2_p1",
+    "cpu_z_m32n32k32_avx512_r5x2_p2",
     "cpu_z_m32n32k32_generic_r2x2",
     "cpu_z_m32n32k32_neon_r2x2_p1",
     "cpu_z_m3n3k3_avx2_r2x3",
@@ -1478,7 +1478,7 @@ const char* const kernel_names[] = {
     "cpu_z_m7n7k7_generic_r4x1",
     "cpu_z_m7n7k7_neon_r7x1",
     "cpu_z_m8n8k8_avx2_r2x2",
-    "cpu_z_m8n8k8_avx512_r2x2",
+    "cpu_z_m8n8k8_avx512_r2x4",
     "cpu_z_m8n8k8_generic_r2x2",
     "cpu_z_m8n8k8_neon_r2x2",
     "cpu_z_m9n9k9_avx2_r3x2",
