@@ -166,6 +166,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
         def group(source: Path) -> str | None:
             # one family per folder (family/precision) and code path; the dispatch tables,
             # directly under src/, stay alone
+            if not source.is_relative_to(generated / "src"):
+                return None
             folder = source.parent.relative_to(generated / "src")
             if not folder.parts:
                 return None
