@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from generator.arch import ARCHS
 
 from .toolchain import find_nvcc, nvcc_environment
-from .unity import unity_units
+from .unity import largest_first, unity_units
 
 
 class BuildError(RuntimeError):
@@ -182,8 +182,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     def object_path(source: Path) -> Path:
         return build_dir / "obj" / Path(name(source)).with_suffix(".o")
 
-    # The largest units first, so the last ones to finish are short.
-    order = sorted(units, key=lambda u: -sum(m.stat().st_size for m in (units[u] or (u,))))
+    order = largest_first(units)
     resources: list[KernelResources] = []
     failures: dict[str, str] = {}
     built: list[Path] = []

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .unity import unity_units
+from .unity import largest_first, unity_units
 
 HERE = Path(__file__).resolve().parent
 RUNNER_SOURCE = HERE / "cpu_runner.cpp"
 
 BASE_FLAGS = ("-std=c++14", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC")
 
-# Kernel sources per translation unit when a whole set is built (the checks, the tests, the
-# benchmark): the headers are parsed once per 8 kernels, and the largest units (generic complex
-# N >= 25, about a minute each) still leave both cores of a small machine busy to the end.
+# Kernel sources per translation unit when a whole set is built (the checks and the tests; the
+# benchmark builds one unit per kernel, as a vendoring project does): the headers are parsed once
+# per 8 kernels, and about 50 units per ISA group keep both cores of a small machine busy.
 UNITY_SOURCES = 8
 
 
@@ -128,14 +128,12 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
             rel = rel.with_name(f"gemmgen_cpu_dispatch{'_omp' if openmp else '_serial'}.o")
         objects.append(build_dir / "obj" / rel)
     built, failures = [], {}
-    # The largest sources first, so the last ones to finish are short; objects link in list order.
-    order = sorted(range(len(sources)), key=lambda i: -sum(m.stat().st_size for m in members[sources[i]] or (sources[i],)))
+    object_of = dict(zip(sources, objects))
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {i: pool.submit(compile_object, tc, sources[i], objects[i], includes,
-                                  omp_flags if sources[i].name == "gemmgen_cpu_dispatch.cpp" else flags, headers,
-                                  members[sources[i]])
-                   for i in order}
-        for source, fut in zip(sources, (futures[i] for i in range(len(sources)))):
+        futures = {s: pool.submit(compile_object, tc, s, object_of[s], includes,
+                                  omp_flags if s.name == "gemmgen_cpu_dispatch.cpp" else flags, headers, members[s])
+                   for s in largest_first(members)}
+        for source, fut in ((s, futures[s]) for s in sources):   # objects link in list order
             try:
                 built.append(fut.result())
             except CpuBuildError as err:

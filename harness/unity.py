@@ -34,3 +34,9 @@ def unity_units(sources: list[Path], group: Callable[[Path], Optional[str]], uni
                 unit.write_text(text)
             units[unit] = chunk
     return units
+
+
+def largest_first(units: dict[Path, tuple[Path, ...]]) -> list[Path]:
+    """The translation units by the bytes they compile, largest first: submitted in this order to
+    a pool, the last ones to finish are short."""
+    return sorted(units, key=lambda u: -sum(m.stat().st_size for m in (units[u] or (u,))))
