@@ -171,8 +171,11 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
 @click.option("--max-tuples", type=int, default=12, show_default=True,
               help="wmma tuples per precision kept in the table (greedy cover of the sizes).")
+@click.option("--async-only", is_flag=True,
+              help="Sweep only the tuples with a cp.async ring (stages > 0), comparing with the results "
+                   "already in the file for the rest.")
 @click.option("--jobs", "-j", type=int, default=0)
-def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, jobs):
+def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only, jobs):
     """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1) and the
     small-family cut-off, on square sizes and rank-16 updates up to 256."""
     from generator import wmma
@@ -192,7 +195,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
                    f"{refused} refused for local memory")
         click.echo(f"wrote generator/tuning/{table_arch}.json")
         return
-    sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples))
+    sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples, async_only))
 
 
 @tune.command("tsm2")

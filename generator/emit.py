@@ -76,7 +76,7 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     p = PRECISIONS[spec.precision]
     template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
                 "wmmatiny": "wmma/wmma_tiny_variant.cu.j2"}[spec.family]
-    return render(template, spec=spec, p=p,
+    return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC,
                   trans_pairs=p.trans_pairs if trans_pairs is None else trans_pairs,
                   banner=banner(command), version=__version__)
 

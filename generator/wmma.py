@@ -16,6 +16,17 @@ Design, with the paper's sections:
 - §5.6 post-processing: accumulators go to shared memory, then each thread applies alpha and (only
   when beta ≠ 0) beta·C while writing its DIM_X×DIM_Y tile of C.
 - §5.8 tuning parameters and rules: `WmmaSpec.validate` (each refusal names its rule).
+- sm_80+ (h only), `stages` > 0: the blocks of A and B go global -> shared memory through a ring of
+  `stages` BLK_K slices filled by 16-byte cp.async copies, with no registers in between, and each
+  thread block stays resident and works through several blocks of C (a persistent grid), so the
+  copies of its next block are in flight during the Tensor Core work and the epilogue of the
+  current one.  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory
+  bandwidth on an H100 (measured: 0.4-0.7 of the copy-bandwidth floor for N = 48..256, where
+  cuBLAS's deep shared-memory pipeline reaches 0.86-1.0).  Shared memory mirrors the stored layout
+  (a 16-byte chunk is 8 consecutive stored elements), so op(A) is row- or column-major in shared
+  memory as A is transposed or not, and the fragments follow.  A launch whose operands are not
+  16-byte aligned (leading dimensions or strides not multiples of 8, pointer arrays) or that runs
+  below sm_80 takes the same tuple's register-staged kernel instead.
 - §8.1 tiny sizes: `WmmaTinySpec` packs ⌊16/M⌋ GEMMs into one 16×16×16 Tensor Core operation
   (A's stacked down the rows, B's across the columns; the diagonal blocks of the product are the
   wanted GEMMs), fully unrolled for its shape like the small family.
@@ -30,7 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .arch import ARCHS
+from .arch import ARCHS, DEFAULT_ARCHS
 from .spec import Spec, SpecError, ceil_div, require
 
 PRECISIONS_WMMA = ("h", "hc")
@@ -41,7 +52,11 @@ MAX_THREADS = 512
 REGISTER_BUDGET = 168   # estimated 32-bit registers per thread above which ptxas starts to spill
 TINY_TC = 16        # the tiny variant uses the 16x16x16 shape
 
-_NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\d+)x(\d+)_w(\d+)_(f32|f16)$")
+_NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\d+)x(\d+)_w(\d+)_(f32|f16)"
+                   r"(?:_s(\d+))?$")
+MAX_STAGES = 8
+ASYNC_CHUNK = 8      # halves per cp.async copy (16 bytes)
+ASYNC_TC = (16, 16, 16)   # fragment pointers along a contiguous M or N must stay 32-byte aligned
 _TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
 
 
@@ -58,6 +73,7 @@ class WmmaSpec(Spec):
     dim_y: int
     warps: int
     acc: str = "f32"
+    stages: int = 0     # > 0: the sm_80+ cp.async ring of that many BLK_K slices (module docstring)
 
     family = "wmma"
 
@@ -65,7 +81,7 @@ class WmmaSpec(Spec):
     def name(self) -> str:
         return (f"wmma_{self.precision}_tc{self.tc_m}x{self.tc_n}x{self.tc_k}"
                 f"_blk{self.blk_m}x{self.blk_n}x{self.blk_k}_dim{self.dim_x}x{self.dim_y}"
-                f"_w{self.warps}_{self.acc}")
+                f"_w{self.warps}_{self.acc}" + (f"_s{self.stages}" if self.stages else ""))
 
     @classmethod
     def parse(cls, name: str) -> "WmmaSpec":
@@ -73,8 +89,8 @@ class WmmaSpec(Spec):
         if not match:
             raise SpecError("name", f"{name!r} is not a wmma kernel name "
                                     "(wmma_<h|hc>_tc<M>x<N>x<K>_blk<M>x<N>x<K>_dim<X>x<Y>_w<W>_<f32|f16>)")
-        prec, *numbers, acc = match.groups()
-        spec = cls(prec, *(int(x) for x in numbers), acc)
+        prec, *numbers, acc, stages = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers), acc, int(stages or 0))
         spec.validate()
         return spec
 
@@ -122,6 +138,20 @@ class WmmaSpec(Spec):
         return max(self.input_smem_bytes, self.output_smem_bytes)
 
     @property
+    def async_stage_bytes(self) -> int:
+        """One slice of the ring: op(A) and op(B) blocks, each laid out as stored (rows of the
+        stored-contiguous dimension padded by SKEW; the larger of the two layouts, since the
+        transposes are chosen at run time)."""
+        def block(outer: int) -> int:
+            return max(outer * (self.blk_k + SKEW), self.blk_k * (outer + SKEW)) * 2
+        return block(self.blk_m) + block(self.blk_n)
+
+    @property
+    def async_smem_bytes(self) -> int:
+        """The ring plus its own staging of C (the next block's copies land while C is written)."""
+        return self.stages * self.async_stage_bytes + self.output_smem_bytes
+
+    @property
     def register_estimate(self) -> int:
         """32-bit registers per thread: the prefetch buffers of A and B (one register per element;
         a __half2 is one), the accumulators, one A and one B fragment, and ~40 for addresses."""
@@ -165,7 +195,29 @@ class WmmaSpec(Spec):
             limit = ARCHS[a].static_smem_per_block
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        if self.stages:
+            self._validate_async(arch)
         return self
+
+    def _validate_async(self, arch: str | None) -> None:
+        require(2 <= self.stages <= MAX_STAGES, "stages",
+                f"stages={self.stages} must be 0 (register-staged loads) or 2..{MAX_STAGES}")
+        require(self.precision == "h", "async precision",
+                "the cp.async ring copies elements as stored; hc is split into real and imaginary "
+                "planes on the way to shared memory, which needs registers (stages must be 0)")
+        require((self.tc_m, self.tc_n, self.tc_k) == ASYNC_TC, "async tensor core shape",
+                f"the cp.async ring keeps op(A) column-major and op(B) row-major for some transposes, "
+                f"where a fragment at a multiple of TC_M or TC_N must be 32-byte aligned: TC must be "
+                f"{'x'.join(map(str, ASYNC_TC))}, not {self.tc_m}x{self.tc_n}x{self.tc_k}")
+        # Without an arch: the default ones (the ring's shared memory differs by architecture; a
+        # table row that does not fit another one is refused there when its dispatch is built).
+        for a in ([arch] if arch else DEFAULT_ARCHS):
+            if ARCHS[a].cc < 80:
+                continue   # the register-staged kernel runs there
+            limit = ARCHS[a].smem_per_sm - 1024   # the opt-in maximum per block
+            require(self.async_smem_bytes <= limit, "async shared memory",
+                    f"{self.stages} stages of {self.async_stage_bytes} bytes and {self.output_smem_bytes} "
+                    f"bytes of C staging exceed {limit} on {a}")
 
 
 @dataclass(frozen=True, order=True)
@@ -254,12 +306,19 @@ SWEEP_THREADS = (32, 64, 128, 256)
 # (the spec still accepts it).
 SWEEP_DIM_X = (8, 16, 32, 64, 128, 256)
 SWEEP_TINY_WARPS = (1, 2, 4, 8)
+# The cp.async ring (stages > 0): 16×16×16 only (a rule), square blocks plus 128×64 and 64×128,
+# DIM_X = 16 (DIM only shapes the epilogue's writes there), fp16 accumulation (the register-staged
+# sweep chose it at nearly every size).  80 is a block size here: N = 65..80 otherwise pays for a
+# 96- or 128-wide block.
+SWEEP_ASYNC_BLK_MN = ((32, 32), (48, 48), (64, 64), (80, 80), (96, 96), (128, 128), (128, 64), (64, 128))
+SWEEP_ASYNC_THREADS = (64, 128, 256)
+SWEEP_ASYNC_STAGES = (3, 4, 6)
 
 
 def sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
     """Every eligible tuple: the three Tensor Core shapes, BLK_M/BLK_N from SWEEP_BLK_MN, BLK_K
     from SWEEP_BLK_K, 1..8 warps in every DIM_X×DIM_Y regrouping with DIM_X ≥ 8, fp32 and fp16
-    accumulators, filtered by the rules of WmmaSpec.validate."""
+    accumulators, filtered by the rules of WmmaSpec.validate; then the cp.async ring's tuples."""
     out = []
     for tc_m, tc_n, tc_k in TC_SHAPES:
         for blk_m in SWEEP_BLK_MN:
@@ -274,6 +333,23 @@ def sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
                                                 dim_x, threads // dim_x, threads // 32, acc)
                                 if spec.is_valid(arch):
                                     out.append(spec)
+    return sorted(out) + async_sweep_space(precision, arch)
+
+
+def async_sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
+    """The tuples with a cp.async ring (SWEEP_ASYNC_*), filtered by the rules; none for hc or below sm_80."""
+    if precision != "h" or ARCHS[arch].cc < 80:
+        return []
+    out = []
+    for blk_m, blk_n in SWEEP_ASYNC_BLK_MN:
+        for blk_k in SWEEP_BLK_K:
+            for threads in SWEEP_ASYNC_THREADS:
+                for stages in SWEEP_ASYNC_STAGES:
+                    spec = WmmaSpec(precision, *ASYNC_TC, blk_m, blk_n, blk_k, 16, threads // 16, threads // 32,
+                                    "f16", stages)
+                    # valid on `arch` and on every default one, so a tuned row serves them all
+                    if spec.is_valid(arch) and spec.is_valid():
+                        out.append(spec)
     return sorted(out)
 
 

@@ -60,6 +60,8 @@ class Case:
     pad: int = 2          # extra rows of every leading dimension and gap between batch entries;
                           # 0 packs the batch (ld = rows, stride = matrix size)
     kernel: str = ""      # call this variant's own launcher instead of the public entry point
+    align: int = 1        # leading dimensions and strides rounded up to a multiple of this (the
+                          # wmma cp.async ring runs only on 16-byte aligned operands: align = 8)
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -94,9 +96,10 @@ def prepare(case: Case, rng: np.random.Generator) -> Prepared:
     integer = case.kind == "exact"
     ra, ca = _stored_shape(case.transa, m, k)
     rb, cb = _stored_shape(case.transb, k, n)
-    lda, ldb, ldc = max(ra, 1) + case.pad, max(rb, 1) + case.pad, max(m, 1) + case.pad
+    up = lambda x: -(-x // case.align) * case.align   # noqa: E731
+    lda, ldb, ldc = up(max(ra, 1) + case.pad), up(max(rb, 1) + case.pad), up(max(m, 1) + case.pad)
     gap = case.pad + 1 if case.pad else 0
-    sa, sb, sc = lda * ca + gap, ldb * cb + gap, ldc * n + gap
+    sa, sb, sc = up(lda * ca + gap), up(ldb * cb + gap), up(ldc * n + gap)
     a_vals = ref.random_values(rng, p, sa * batch, integer)
     b_vals = ref.random_values(rng, p, sb * batch, integer)
     c_vals = np.full(sc * batch, POISON, dtype=np.complex128 if ref.is_complex(p) else np.float64)

@@ -4,7 +4,9 @@ top of the cases of harness.check_small.
 - Every general Tensor Core kernel of the set, called through its own launcher, on shapes that
   are not multiples of any block (one block, several blocks with partial edges, 1×1×1), every
   transpose pair (conjugation for hc), both batch interfaces, a packed batch, the bit-exact
-  integer case, beta = 0 over NaN, with leading dimensions larger than the matrices.
+  integer case, beta = 0 over NaN, with leading dimensions larger than the matrices; variants with
+  a cp.async ring also on 16-byte aligned operands (the ring's path; the others take the register
+  path) and on a batch of 2000 (each resident thread block works through several C blocks).
 - The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
   ranges are exercised as a user reaches them.
 - The small-family kernels the tuned table passes over for the general kernel (prefer_general),
@@ -43,6 +45,14 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
             yield Case(prec, m, n, k, ta, tb, "strided", batch(), "packed", alpha, beta, pad=0, kernel=name)
             yield Case(prec, m, n, k, ta, tb, "strided", 3, "exact", 1.0, 1.0, kernel=name)
             yield Case(prec, m, n, k, ta, tb, "strided", 3, "beta0-nan", alpha, 0.0, kernel=name)
+        if spec.stages:   # the cp.async ring: 16-byte aligned operands, partial chunks at the edges
+            for m, n, k in kernel_shapes(spec) + [(spec.blk_m, spec.blk_n, spec.blk_k)]:
+                for ta, tb in pairs:
+                    alpha, beta = _scalars(rng, prec)
+                    yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 6)), "random", alpha, beta,
+                               align=8, kernel=name)
+            yield Case(prec, 37, 45, 29, "N", "T", "strided", 2000, "many-blocks", 1.0, 0.5, pad=0, align=8,
+                       kernel=name)
         if prec not in big_batch_done:   # more than 65,535 blocks in the grid, once per precision
             big_batch_done.add(prec)
             yield Case(prec, 3, 3, 3, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0, kernel=name)

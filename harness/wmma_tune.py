@@ -75,9 +75,11 @@ def shape_launcher(lib, name: str, prec: str):
     return f
 
 
-def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3) -> tuple[bool, float]:
+def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,
+              aligned: bool = False) -> tuple[bool, float]:
     """One NN launch with padded leading dimensions against a float64 CuPy reference; returns
-    (passed, largest DESIGN.md error over the batch)."""
+    (passed, largest DESIGN.md error over the batch).  aligned: leading dimensions that are
+    multiples of 8 (16 bytes), the only ones the cp.async ring takes."""
     import cupy as cp
 
     from .api import scalar
@@ -85,7 +87,7 @@ def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: in
 
     rng = cp.random.RandomState(7)
     width = 2 if prec == "hc" else 1
-    lda, ldb, ldc = m + 3, k + 2, m + 1
+    lda, ldb, ldc = (m + 3, k + 2, m + 1) if not aligned else (-(-m // 8) * 8 + 8, -(-k // 8) * 8, m + 1)
 
     def make(rows, cols, ld):
         vals = rng.uniform(0.25, 1.0, size=(batch, cols, ld, width)) * cp.where(
@@ -186,7 +188,7 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
 
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
-             max_tuples: int | None) -> int:
+             max_tuples: int | None, async_only: bool = False) -> int:
     from .run_check import device_arch
     from .timing import copy_bandwidth
     from .toolchain import gpu_available
@@ -200,11 +202,13 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             if r.get("device") == device}
     refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
                and r["status"] != "ok"}
-    general = [s for p in precisions for s in wmma.sweep_space(p, arch)]
+    general = [s for p in precisions for s in wmma.sweep_space(p, arch) if s.stages or not async_only]
     tiny = sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
                    for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
     small_specs = sorted({smalls[(p, s)] for p in precisions for s in range(1, 33)})
+    if async_only:   # the other kernels' results are in the file already; stage 2 compares with them
+        tiny, small_specs = [], []
     specs = general + tiny + small_specs
     click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, "
                f"{len(small_specs)} small kernels; {len(done)} results already in {results_path}")
@@ -252,6 +256,8 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             shape = (37, 45, 29) if takes_shape else spec.shape
             try:
                 ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
+                if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
+                    ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
             except Exception as exc:   # a launch failure is a result
                 ok, err = False, float("nan")
                 append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
@@ -305,6 +311,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     if spec.precision == prec and fits(spec, kind, size):
                         measure(spec, kind, size, "coarse", 3)
         stage1 = _best_by_point(load_results(results_path), device, "coarse")
+        general_by_name = {s.name: s for s in general}   # (this run's space: the file may hold others)
         plan = []
         for prec in precisions:
             for kind in wmma.KINDS:
@@ -313,10 +320,10 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     names = set()
                     for coarse in _nearest(STAGE1[kind], size):
                         names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
-                    cands = [wmma.WmmaSpec.parse(x) for x in sorted(names)]
-                    if kind == "square" and size <= small.MAX_SIZE:
+                    cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
+                    if kind == "square" and size <= small.MAX_SIZE and not async_only:
                         cands.append(smalls[(prec, size)])
-                    if size <= wmma.TINY_TC:
+                    if size <= wmma.TINY_TC and not async_only:
                         cands += wmma.tiny_candidates(prec, m, n, k, arch)
                     plan.extend((spec, kind, size) for spec in cands)
         with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:

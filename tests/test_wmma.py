@@ -51,12 +51,45 @@ def test_names_round_trip():
         wmma.WmmaTinySpec("h", 17, 4, 4, 1).validate()
 
 
+ASYNC = wmma.WmmaSpec("h", 16, 16, 16, 64, 64, 32, 16, 8, 4, "f16", 3)
+
+
+@pytest.mark.parametrize("change, rule", [
+    (dict(stages=1), "stages"),
+    (dict(stages=wmma.MAX_STAGES + 1), "stages"),
+    (dict(precision="hc"), "async precision"),
+    (dict(tc_m=32, tc_n=8), "async tensor core shape"),
+    (dict(blk_m=128, blk_n=128, blk_k=64, dim_x=16, dim_y=16, warps=8, stages=8), "async shared memory"),
+])
+def test_async_rules_refuse_bad_tuples_naming_the_rule(change, rule):
+    fields = {f: getattr(ASYNC, f) for f in ASYNC.__dataclass_fields__}
+    fields.update(change)
+    with pytest.raises(SpecError) as err:
+        wmma.WmmaSpec(**fields).validate("sm_80")
+    assert err.value.rule == rule
+
+
+def test_async_names_round_trip_and_sources_carry_the_code_path():
+    from generator.arch import CP_ASYNC_MIN_CC
+    from generator.emit import kernel_source
+    from harness.build import code_paths
+
+    assert ASYNC.name.endswith("_f16_s3") and wmma.WmmaSpec.parse(ASYNC.name) == ASYNC
+    space = wmma.async_sweep_space("h")
+    assert space and all(s.stages and s.is_valid("sm_90") and s.is_valid() for s in space)
+    assert not wmma.async_sweep_space("hc") and not wmma.async_sweep_space("h", "sm_75")
+    # the ring's source has an sm_80 code path (and the register kernel below it); others have none
+    assert code_paths(kernel_source(ASYNC, "test")) == (CP_ASYNC_MIN_CC,)
+    assert code_paths(kernel_source(GOOD, "test")) == ()
+
+
 def test_sweep_space_is_large_and_valid():
     space = wmma.sweep_space("h")
     assert len(space) > 1000
     assert all(s.is_valid("sm_90") for s in space)
     # the fragment pointers stay 32-byte aligned for every shape: rows of BLK_K + SKEW halves
     assert all((s.smem_ld * 2) % 16 == 0 and (s.smem_ld // 8) % 2 == 1 for s in space)
+    assert any(s.stages for s in space) and all(not s.stages for s in wmma.sweep_space("hc"))
 
 
 def test_ranges_cover_every_size_without_gaps():

@@ -170,4 +170,66 @@ template <typename S> struct BatchPointers {
     __device__ __forceinline__ S* output(long long i) const { return C_array ? C_array[i] : C + i * stride_c; }
 };
 
+// ---- cp.async (sm_80+): global -> shared memory without registers ---------------------------------
+// Below sm_80 these compile to nothing or a plain copy; the families that use them say so with a
+// `gemmgen-code-paths:` line, so each side of the branch gets its own PTX.
+__device__ __forceinline__ void async_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int PENDING>
+__device__ __forceinline__ void async_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// 16 bytes, of which the first `bytes` come from src and the rest are zero.  dst and src are
+// 16-byte aligned (src too when bytes = 0: pass any aligned address, nothing is read).
+__device__ __forceinline__ void copy_async16(void* dst, const void* src, int bytes)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+// ---- the device a launch runs on ------------------------------------------------------------------
+struct DeviceInfo {
+    int cc;               // compute capability, 10 * major + minor
+    int sms;
+    int threads_per_sm;
+    int smem_per_block;   // dynamic shared memory a block may opt in to
+};
+
+// Read once per device (launch paths pick kernels and grid sizes from it).
+inline DeviceInfo device_info()
+{
+    static DeviceInfo cached[64];
+    static bool known[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        return DeviceInfo{0, 0, 0, 0};
+    if (dev >= 0 && dev < 64 && known[dev])
+        return cached[dev];
+    DeviceInfo info{0, 0, 0, 0};
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&info.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&info.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return DeviceInfo{0, 0, 0, 0};
+    info.cc = 10 * major + minor;
+    if (dev >= 0 && dev < 64) {
+        cached[dev] = info;
+        known[dev] = true;
+    }
+    return info;
+}
+
 }  // namespace gemmgen

@@ -850,49 +850,49 @@ extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
+extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
+extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
+extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
+extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
+extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_strided(char, char, int, int, int, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1005,7 +1005,7 @@ const SmallEntry<__half, float> small_h[] = {
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8", small_h_m21n21k21_dim7x7_tba8_strided, small_h_m21n21k21_dim7x7_tba8_array, 0},
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2", small_h_m22n22k22_dim8x8_tba2_strided, small_h_m22n22k22_dim8x8_tba2_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8", small_h_m23n23k23_dim8x8_tba8_strided, small_h_m23n23k23_dim8x8_tba8_array, 0},
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2", small_h_m24n24k24_dim8x8_tba2_strided, small_h_m24n24k24_dim8x8_tba2_array, 0},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2", small_h_m24n24k24_dim8x8_tba2_strided, small_h_m24n24k24_dim8x8_tba2_array, 1},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8", small_h_m25n25k25_dim7x7_tba8_strided, small_h_m25n25k25_dim7x7_tba8_array, 1},
     {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
     {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8", small_h_m27n27k27_dim7x7_tba8_strided, small_h_m27n27k27_dim7x7_tba8_array, 1},
@@ -1019,30 +1019,44 @@ const SmallEntry<__half, float> small_h[] = {
 
 const GeneralEntry<__half, float> general_h[] = {
     {1, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
-    {1, 17, 28, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {1, 29, 31, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16", wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16_array},
-    {1, 32, 32, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {1, 33, 49, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 50, 51, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
-    {1, 52, 53, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 54, 63, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
-    {1, 64, 64, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 65, 72, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
-    {1, 73, 80, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 81, 88, 75, "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16", wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_strided, wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16_array},
-    {1, 89, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {0, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16_array},
-    {0, 17, 28, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {0, 29, 32, 75, "wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32", wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_strided, wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32_array},
+    {1, 17, 23, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 24, 24, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 25, 31, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 32, 32, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 33, 39, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 40, 40, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 41, 47, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 48, 48, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 49, 55, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 56, 56, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 57, 63, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 64, 64, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 65, 112, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 113, 120, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 121, 176, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 177, 184, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 185, 208, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 209, 216, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 217, 224, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 225, 232, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 233, 240, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 241, 248, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 249, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {0, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 17, 23, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 24, 24, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {0, 25, 31, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 32, 32, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
     {0, 33, 48, 75, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
-    {0, 49, 51, 75, "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array},
-    {0, 52, 64, 75, "wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16", wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16_array},
-    {0, 65, 88, 75, "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16_array},
-    {0, 89, 128, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {0, 129, 160, 75, "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array},
-    {0, 161, 168, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {0, 169, 192, 75, "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16", wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_strided, wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16_array},
-    {0, 193, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {0, 49, 64, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+    {0, 65, 96, 75, "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array},
+    {0, 97, 128, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 129, 192, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 193, 200, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 201, 208, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 209, 216, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 217, 224, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 225, 0, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
     {0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
@@ -1506,17 +1520,17 @@ const char* const kernel_names[] = {
     "wmmatiny_hc_m7n7k16_w1",
     "wmmatiny_hc_m8n8k16_w1",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
-    "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f16",
+    "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
+    "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
     "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
-    "wmma_h_tc16x16x16_blk32x32x16_dim16x2_w1_f16",
+    "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3",
     "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16",
-    "wmma_h_tc16x16x16_blk64x32x16_dim16x8_w4_f16",
     "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16",
-    "wmma_h_tc32x8x16_blk64x64x32_dim16x8_w4_f16",
-    "wmma_h_tc32x8x16_blk64x64x32_dim32x8_w8_f16",
-    "wmma_h_tc32x8x16_blk64x96x32_dim16x8_w4_f16",
+    "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3",
+    "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3",
+    "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3",
+    "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3",
     "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16",
-    "wmma_h_tc8x32x16_blk32x32x32_dim8x16_w4_f32",
     "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
     "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16",
     "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16",

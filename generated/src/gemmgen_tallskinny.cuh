@@ -187,21 +187,6 @@ __device__ __forceinline__ void copy_async(S* dst, const S* src, bool ok)
 #endif
 }
 
-__device__ __forceinline__ void async_commit()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int PENDING>
-__device__ __forceinline__ void async_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
-
 // fp16 rings copy pairs of adjacent rows of a column (4 bytes, the smallest cp.async): a thread
 // then owns rows 2·lane and 2·lane + 1 of each 2·T1-row strip (PAIRS), instead of row lane of each
 // T1-row strip.  `bytes` < 4 zero-fills the rest (a pair's second row past m, columns past kend).
@@ -607,34 +592,6 @@ int scale(int m, int n, Scalar beta, S* C, int ldc, cudaStream_t stream)
 }
 
 // ---- launches --------------------------------------------------------------------------------------
-struct DeviceInfo {
-    int sms;
-    int threads_per_sm;
-    int smem_per_block;   // dynamic shared memory a block may opt in to
-};
-
-// SM count and resident threads per SM of the current device, read once per device.
-inline DeviceInfo device_info()
-{
-    static DeviceInfo cached[64];
-    static bool known[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess)
-        return DeviceInfo{0, 0, 0};
-    if (dev >= 0 && dev < 64 && known[dev])
-        return cached[dev];
-    DeviceInfo info{0, 0, 0};
-    if (cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&info.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&info.smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return DeviceInfo{0, 0, 0};
-    if (dev >= 0 && dev < 64) {
-        cached[dev] = info;
-        known[dev] = true;
-    }
-    return info;
-}
-
 constexpr long long MAX_GRID = 2147483647LL;
 
 // Register path (STAGES = 0), kg = 0: enough groups that the grid holds the device's resident

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <mma.h>
+#include <type_traits>
 
 #include "gemmgen_device.cuh"
 
@@ -80,10 +81,19 @@ struct BlockBuffer {
 
 template <typename ACC, int TC_M, int TC_N, int TC_K>
 using Accumulator = wmma::fragment<wmma::accumulator, TC_M, TC_N, TC_K, ACC>;
-template <int TC_M, int TC_N, int TC_K>
-using FragmentA = wmma::fragment<wmma::matrix_a, TC_M, TC_N, TC_K, __half, wmma::row_major>;
-template <int TC_M, int TC_N, int TC_K>
-using FragmentB = wmma::fragment<wmma::matrix_b, TC_M, TC_N, TC_K, __half, wmma::col_major>;
+// op(A) is row-major in shared memory (k contiguous) and op(B) column-major, except in the cp.async
+// ring, which keeps each block as stored: there K_CONTIG = false flips the layout.
+template <int TC_M, int TC_N, int TC_K, bool K_CONTIG = true>
+using FragmentA = wmma::fragment<wmma::matrix_a, TC_M, TC_N, TC_K, __half,
+                                 typename std::conditional<K_CONTIG, wmma::row_major, wmma::col_major>::type>;
+template <int TC_M, int TC_N, int TC_K, bool K_CONTIG = true>
+using FragmentB = wmma::fragment<wmma::matrix_b, TC_M, TC_N, TC_K, __half,
+                                 typename std::conditional<K_CONTIG, wmma::col_major, wmma::row_major>::type>;
+
+// Where element (outer, k) of a block in shared memory is: rows of LD halves along k
+// (K_CONTIG) or along the outer index.
+template <bool K_CONTIG, int LD>
+__device__ __forceinline__ constexpr int smem_at(int outer, int k) { return K_CONTIG ? outer * LD + k : k * LD + outer; }
 
 // §5.4/§5.5: the Tensor Core tiles of the C block dealt to the warps in round robin; warp w owns
 // tiles w, w + WARPS, ...  (fragment f holds tile f·WARPS + w).  The guard on the last round is
@@ -99,15 +109,19 @@ struct TileMap {
     __device__ static constexpr int col(int t) { return (t / TILES_M) * TC_N; }
 };
 
-// C_block += A_block · B_block on the Tensor Cores (real: one product per step of TC_K).
-template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int WARPS>
+// C_block += A_block · B_block on the Tensor Cores (real: one product per step of TC_K).  The
+// blocks are k-contiguous rows of BLK_K + SKEW halves unless the cp.async ring says otherwise
+// (A_KC, B_KC false: rows of BLK_M + SKEW or BLK_N + SKEW halves along m or n).
+template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int WARPS,
+          bool A_KC = true, bool B_KC = true>
 __device__ __forceinline__ void tc_multiply(const __half* sA, const __half* sB,
     Accumulator<ACC, TC_M, TC_N, TC_K> (&fC)[TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>::NFRAG], int warp)
 {
     using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
-    constexpr int LDS = BLK_K + SKEW;
-    FragmentA<TC_M, TC_N, TC_K> fa;
-    FragmentB<TC_M, TC_N, TC_K> fb;
+    constexpr int LDA = A_KC ? BLK_K + SKEW : BLK_M + SKEW;
+    constexpr int LDB = B_KC ? BLK_K + SKEW : BLK_N + SKEW;
+    FragmentA<TC_M, TC_N, TC_K, A_KC> fa;
+    FragmentB<TC_M, TC_N, TC_K, B_KC> fb;
 #pragma unroll
     for (int f = 0; f < Map::NFRAG; ++f) {
         if (!Map::owns(f, warp))
@@ -115,8 +129,8 @@ __device__ __forceinline__ void tc_multiply(const __half* sA, const __half* sB,
         const int t = Map::tile(f, warp);
 #pragma unroll
         for (int k = 0; k < BLK_K; k += TC_K) {
-            wmma::load_matrix_sync(fa, sA + Map::row(t) * LDS + k, LDS);
-            wmma::load_matrix_sync(fb, sB + Map::col(t) * LDS + k, LDS);
+            wmma::load_matrix_sync(fa, sA + smem_at<A_KC, LDA>(Map::row(t), k), LDA);
+            wmma::load_matrix_sync(fb, sB + smem_at<B_KC, LDB>(Map::col(t), k), LDB);
             wmma::mma_sync(fC[f], fa, fb, fC[f]);
         }
     }
@@ -177,6 +191,28 @@ struct Staged {
 
 template <int A, int B> struct Max { static constexpr int value = A > B ? A : B; };
 
+// §5.6 post-processing: each thread writes its DIM_X×DIM_Y tile of the C block, alpha·AB from the
+// staging plus (only when beta ≠ 0) beta·C.  C points at the block's first element.
+template <typename S, typename ACC, int TC_M, int TC_N, int BLK_M, int BLK_N, int DIM_X, int DIM_Y, typename Scalar>
+__device__ __forceinline__ void write_c(S* C, int ldc, const ACC* sC, int m_left, int n_left, Scalar alpha,
+                                        Scalar beta, bool read_c, int tx, int ty)
+{
+    using R = typename ComputeOf<S>::type;
+#pragma unroll
+    for (int c = 0; c < BLK_N; c += DIM_Y)
+#pragma unroll
+        for (int r = 0; r < BLK_M; r += DIM_X) {
+            const int row = r + tx, col = c + ty;
+            if (row < m_left && col < n_left) {
+                S* out = C + row + (long long)col * ldc;
+                R v = mul(R(alpha), Staged<ACC, TC_M, TC_N, BLK_M, BLK_N>::value(sC, row, col, R()));
+                if (read_c)
+                    v = mul_add(R(beta), load_c(out), v);
+                store_c(out, v);
+            }
+        }
+}
+
 // The general kernel: one BLK_M×BLK_N block of C of one GEMM per thread block and iteration
 // (a grid-stride loop over blocks × batch, so any batch count fits one launch).
 template <typename S, typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K,
@@ -185,7 +221,6 @@ __global__ void __launch_bounds__(DIM_X * DIM_Y)
 wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, int ldc,
                  Scalar alpha, Scalar beta, int batch, int tiles_m, int tiles_n)
 {
-    using R = typename ComputeOf<S>::type;
     using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
     constexpr int PARTS = Parts<S>::value;
     constexpr int LDS = BLK_K + SKEW;
@@ -257,20 +292,8 @@ wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, i
                     wmma::store_matrix_sync(sC + p * BLK_M * BLK_N + Map::tile(f, warp) * TC_M * TC_N,
                                             fC[p][f], TC_M, wmma::mem_col_major);
         __syncthreads();
-        S* C = ptrs.output(entry) + m0 + (long long)n0 * ldc;
-#pragma unroll
-        for (int c = 0; c < BLK_N; c += DIM_Y)
-#pragma unroll
-            for (int r = 0; r < BLK_M; r += DIM_X) {
-                const int row = r + tx, col = c + ty;
-                if (row < m_left && col < n_left) {
-                    S* out = C + row + (long long)col * ldc;
-                    R v = mul(R(alpha), Staged<ACC, TC_M, TC_N, BLK_M, BLK_N>::value(sC, row, col, R()));
-                    if (read_c)
-                        v = mul_add(R(beta), load_c(out), v);
-                    store_c(out, v);
-                }
-            }
+        write_c<S, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y>(ptrs.output(entry) + m0 + (long long)n0 * ldc, ldc,
+                                                            sC, m_left, n_left, alpha, beta, read_c, tx, ty);
         __syncthreads();   // the staging is the next iteration's input buffer
     }
 }
@@ -285,6 +308,196 @@ int launch_wmma(const BatchPointers<S>& ptrs, int m, int n, int k, int lda, int 
     const unsigned grid = (unsigned)(blocks < 0x7fffffffLL ? blocks : 0x7fffffffLL);
     wmma_gemm_kernel<S, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>
         <<<grid, DIM_X * DIM_Y, 0, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m, tiles_n);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// ---- sm_80+: the cp.async ring and a persistent grid (h only; generator/wmma.py says why) -------
+// One BLK_K slice of op(X) in shared memory, laid out as X is stored: LINES stored columns of
+// CHUNKS_PER_LINE 16-byte chunks (plus SKEW halves of padding per line).  K_CONTIG: stored columns
+// are op(X)'s outer index (rows of op(A), columns of op(B)) and k runs along them; otherwise the
+// stored columns are k.
+template <int OUTER, int BLK_K, bool K_CONTIG>
+struct AsyncSlice {
+    static constexpr int ALONG = K_CONTIG ? BLK_K : OUTER;   // stored rows: contiguous in memory
+    static constexpr int LINES = K_CONTIG ? OUTER : BLK_K;   // stored columns
+    static constexpr int LD = ALONG + SKEW;
+    static constexpr int HALVES = LINES * LD;
+    static constexpr int CHUNKS_PER_LINE = ALONG / 8;
+    static constexpr int CHUNKS = LINES * CHUNKS_PER_LINE;
+
+    // X: stored element (0, 0) of the slice, 16-byte aligned, ld a multiple of 8; rows, cols: the
+    // stored rows and columns inside the matrix.  Chunks past them are zero-filled.
+    template <int THREADS>
+    __device__ __forceinline__ static void copy(__half* s, const __half* X, int ld, int rows, int cols)
+    {
+#pragma unroll
+        for (int c0 = 0; c0 < CHUNKS; c0 += THREADS) {
+            const int c = c0 + (int)threadIdx.x;
+            if (c0 + THREADS <= CHUNKS || c < CHUNKS) {
+                const int line = c / CHUNKS_PER_LINE, along = (c % CHUNKS_PER_LINE) * 8;
+                const int left = rows - along;
+                const int valid = line < cols ? (left < 0 ? 0 : left > 8 ? 8 : left) : 0;
+                copy_async16(s + line * LD + along, valid > 0 ? X + along + (long long)line * ld : X, 2 * valid);
+            }
+        }
+    }
+};
+
+template <int TC_M, int TC_N, int BLK_M, int BLK_N, int BLK_K, int STAGES, char TA, char TB, typename ACC>
+struct AsyncLayout {
+    using SliceA = AsyncSlice<BLK_M, BLK_K, TA != 'N'>;   // op(A) is k-contiguous when A is transposed
+    using SliceB = AsyncSlice<BLK_N, BLK_K, TB == 'N'>;   // op(B) when B is not
+    static constexpr int BLK_M_ = BLK_M, BLK_N_ = BLK_N;
+    static constexpr int STAGE_HALVES = SliceA::HALVES + SliceB::HALVES;
+    static constexpr int RING_BYTES = STAGES * STAGE_HALVES * 2;
+    static constexpr int BYTES = RING_BYTES + BLK_M * BLK_N * (int)sizeof(ACC);   // + C staging
+};
+
+// A position in a thread block's work: item (batch entry, C block `tile`) and the k offset of one
+// slice of its K loop.  Items are grid-stride: blockIdx.x, + gridDim.x, ...  Stepping needs no 64-bit
+// division (a subroutine with a stack frame on the GPU): gridDim.x is split once into whole entries
+// and tiles.
+struct AsyncCursor {
+    long long entry;
+    int tile, kk;
+
+    __device__ __forceinline__ void start(int tiles)
+    {
+        entry = blockIdx.x / (unsigned)tiles;
+        tile = blockIdx.x % (unsigned)tiles;
+        kk = 0;
+    }
+    __device__ __forceinline__ bool last_slice(int K, int BLK_K) const { return kk + BLK_K >= K; }
+    __device__ __forceinline__ void next(int K, int BLK_K, int tiles, int step_entries, int step_tiles)
+    {
+        kk += BLK_K;
+        if (kk < K)
+            return;
+        kk = 0;
+        entry += step_entries;
+        tile += step_tiles;
+        if (tile >= tiles) {
+            tile -= tiles;
+            ++entry;
+        }
+    }
+};
+
+// Copy the slice at `at` into one stage of the ring.
+template <typename L, int THREADS, char TA, char TB>
+__device__ __forceinline__ void async_copy_slice(__half* s, const BatchPointers<__half>& ptrs, const AsyncCursor& at,
+                                                 int M, int N, int K, int lda, int ldb, int tiles_m)
+{
+    const int m0 = at.tile % tiles_m * L::BLK_M_, n0 = at.tile / tiles_m * L::BLK_N_, kk = at.kk;
+    const __half* A = ptrs.template operand<OPERAND_A>(at.entry)
+        + (TA == 'N' ? m0 + (long long)kk * lda : (long long)m0 * lda + kk);
+    const __half* B = ptrs.template operand<OPERAND_B>(at.entry)
+        + (TB == 'N' ? kk + (long long)n0 * ldb : (long long)kk * ldb + n0);
+    L::SliceA::template copy<THREADS>(s, A, lda, TA == 'N' ? M - m0 : K - kk, TA == 'N' ? K - kk : M - m0);
+    L::SliceB::template copy<THREADS>(s + L::SliceA::HALVES, B, ldb, TB == 'N' ? K - kk : N - n0,
+                                      TB == 'N' ? N - n0 : K - kk);
+}
+
+// Slices are copied STAGES - 1 ahead of the Tensor Cores, across item boundaries, so the next C
+// block's data is in flight while the current one's is written.  The launch keeps the grid at most
+// one thread block per item and tiles_m·tiles_n within int.
+template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
+          int WARPS, int STAGES, char TA, char TB>
+__global__ void __launch_bounds__(DIM_X * DIM_Y)
+wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int ldb, int ldc, float alpha,
+                  float beta, int batch, int tiles_m, int tiles_n)
+{
+#if __CUDA_ARCH__ >= 800
+    using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
+    using L = AsyncLayout<TC_M, TC_N, BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
+    constexpr int THREADS = DIM_X * DIM_Y;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half* ring = reinterpret_cast<__half*>(smem);
+    ACC* sC = reinterpret_cast<ACC*>(smem + L::RING_BYTES);
+    const int tx = threadIdx.x % DIM_X, ty = threadIdx.x / DIM_X, warp = threadIdx.x / 32;
+    const bool read_c = !is_zero(beta);
+    const int tiles = tiles_m * tiles_n;
+    const int step_entries = gridDim.x / (unsigned)tiles, step_tiles = gridDim.x % (unsigned)tiles;
+
+    AsyncCursor load, work;   // the slice copied next, the slice the Tensor Cores take next
+    load.start(tiles);
+    work = load;
+    int load_stage = 0;
+    auto copy_next = [&]() {
+        if (load.entry < batch)
+            async_copy_slice<L, THREADS, TA, TB>(ring + load_stage * L::STAGE_HALVES, ptrs, load, M, N, K, lda, ldb,
+                                                 tiles_m);
+        async_commit();   // empty groups too: the wait below counts groups
+        load.next(K, BLK_K, tiles, step_entries, step_tiles);
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j)
+        copy_next();
+    Accumulator<ACC, TC_M, TC_N, TC_K> fC[Map::NFRAG];
+#pragma unroll
+    for (int f = 0; f < Map::NFRAG; ++f)
+        wmma::fill_fragment(fC[f], ACC(0.0f));
+    for (int stage = 0; work.entry < batch; stage = stage + 1 == STAGES ? 0 : stage + 1) {
+        async_wait<STAGES - 2>();   // this slice has landed (this thread's copies) ...
+        __syncthreads();            // ... everyone's, and the previous slice's stage is free again
+        copy_next();
+        const __half* s = ring + stage * L::STAGE_HALVES;
+        tc_multiply<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, WARPS, TA != 'N', TB == 'N'>(
+            s, s + L::SliceA::HALVES, fC, warp);
+        if (work.last_slice(K, BLK_K)) {   // §5.6 post-processing of this item
+#pragma unroll
+            for (int f = 0; f < Map::NFRAG; ++f) {
+                if (Map::owns(f, warp))
+                    wmma::store_matrix_sync(sC + Map::tile(f, warp) * TC_M * TC_N, fC[f], TC_M, wmma::mem_col_major);
+                wmma::fill_fragment(fC[f], ACC(0.0f));
+            }
+            __syncthreads();
+            // The staging is written again only after the next item's slices, each behind a barrier.
+            const int m0 = work.tile % tiles_m * BLK_M, n0 = work.tile / tiles_m * BLK_N;
+            write_c<__half, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y>(ptrs.output(work.entry) + m0 + (long long)n0 * ldc,
+                                                                      ldc, sC, M - m0, N - n0, alpha, beta, read_c, tx, ty);
+        }
+        work.next(K, BLK_K, tiles, step_entries, step_tiles);
+    }
+    async_wait<0>();
+#endif
+}
+
+// Whether a strided launch can take the cp.async ring: every chunk of 8 stored elements must start
+// on 16 bytes (leading dimensions, strides and base pointers); pointer arrays are not inspected.
+inline bool async_aligned(const BatchPointers<__half>& p, int lda, int ldb)
+{
+    return !p.A_array && lda % 8 == 0 && ldb % 8 == 0 && p.stride_a % 8 == 0 && p.stride_b % 8 == 0 &&
+           reinterpret_cast<unsigned long long>(p.A) % 16 == 0 && reinterpret_cast<unsigned long long>(p.B) % 16 == 0;
+}
+
+// sm_80+ with aligned operands: the ring, with as many thread blocks as fit on the device at once;
+// otherwise (and for k = 0, which has no slice to copy) the tuple's register-staged kernel.
+template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
+          int WARPS, int STAGES, char TA, char TB>
+int launch_wmma_async(const BatchPointers<__half>& ptrs, int m, int n, int k, int lda, int ldb, int ldc,
+                      float alpha, float beta, int batch, cudaStream_t stream)
+{
+    const DeviceInfo dev = device_info();
+    const int tiles_m = (m + BLK_M - 1) / BLK_M, tiles_n = (n + BLK_N - 1) / BLK_N;
+    if (dev.cc < 80 || k == 0 || !async_aligned(ptrs, lda, ldb) || (long long)tiles_m * tiles_n > 0x7fffffffLL)
+        return launch_wmma<__half, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>(
+            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+    using L = AsyncLayout<TC_M, TC_N, BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
+    auto kernel = wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB>;
+    if (L::BYTES > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
+        return GEMMGEN_LAUNCH_FAILED;
+    int resident = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, DIM_X * DIM_Y, L::BYTES) != cudaSuccess ||
+        resident < 1)
+        return GEMMGEN_LAUNCH_FAILED;
+    const long long blocks = (long long)tiles_m * tiles_n * batch;
+    const long long slots = (long long)resident * dev.sms;
+    const unsigned grid = (unsigned)(blocks < slots ? blocks : slots);
+    kernel<<<grid, DIM_X * DIM_Y, L::BYTES, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m,
+                                                     tiles_n);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
