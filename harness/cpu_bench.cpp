@@ -6,11 +6,14 @@
 //   openblas  cblas_?gemm in a loop (OpenBLAS itself single-threaded),
 // each single-threaded or with the batch split statically over OpenMP threads, taking turns within
 // every repetition (median per library); plus the memory bandwidth of the same access pattern
-// (c[i] += a[i]*b[i]: three streams read, one written; plain and with software prefetch).
-// Prints one JSON object per measurement.
+// (c[i] += a[i]*b[i]: three streams read, one written; plain and with software prefetch), alone
+// or ("large") taking turns with gemmgen on data far larger than the caches, so that the kernel's
+// share of the bandwidth compares two measures of the same minutes.
+// Prints one JSON object per measurement: the median and every repetition's GB/s in order.
 //
 // Usage: cpu_bench PREC SIZES BATCH THREADS ISA REPS      (PREC s d c z; SIZES 2,3,...)
 //        cpu_bench bandwidth MEGABYTES THREADS REPS
+//        cpu_bench large PREC N BATCH THREADS ISA REPS MEGABYTES   (MEGABYTES: the stream loops' data)
 #include "gemmgen_cpu.h"
 
 #include <Eigen/Core>
@@ -38,28 +41,14 @@ double now()
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <class F>
-double median_seconds(int reps, F&& f)
-{
-    f();   // warm-up: page faults, JIT, first-touch, frequency ramp
-    std::vector<double> t;
-    for (int r = 0; r < reps; ++r) {
-        const double t0 = now();
-        f();
-        t.push_back(now() - t0);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
-
-// Several libraries timed in turns: every repetition runs each once (who goes first rotates), so
-// a change in the machine's load during the run hits them all alike; the median of each one's
-// times is what counts.
-std::vector<double> median_seconds_in_turns(int reps, const std::vector<std::function<void()>>& fs)
+// Several functions timed in turns: every repetition runs each once (who goes first rotates), so
+// a change in the machine's load or memory speed during the run hits them all alike.  Returns each
+// one's seconds in the order of the repetitions.
+std::vector<std::vector<double>> seconds_in_turns(int reps, const std::vector<std::function<void()>>& fs)
 {
     const size_t n = fs.size();
     for (const auto& f : fs)
-        f();   // warm-up
+        f();   // warm-up: page faults, JIT, first-touch, frequency ramp
     std::vector<std::vector<double>> t(n);
     for (int r = 0; r < reps; ++r)
         for (size_t j = 0; j < n; ++j) {
@@ -68,12 +57,13 @@ std::vector<double> median_seconds_in_turns(int reps, const std::vector<std::fun
             fs[i]();
             t[i].push_back(now() - t0);
         }
-    std::vector<double> out;
-    for (auto& x : t) {
-        std::sort(x.begin(), x.end());
-        out.push_back(x[x.size() / 2]);
-    }
-    return out;
+    return t;
+}
+
+double median(std::vector<double> x)
+{
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
 }
 
 // Static split of [0, batch) over the team, as gemmgen does, so every library touches the same
@@ -199,25 +189,42 @@ bool eigen_dispatch(int n, const S* a, const S* b, S* c, int batch, int threads,
     return done;
 }
 
-void emit(const char* lib, const char* prec, int n, int batch, int threads, const char* isa, double seconds,
-          double flops, double bytes)
+// One measurement: `seconds` holds every repetition in order; the median is what counts, the
+// repetitions show how much the machine moved meanwhile.
+void emit(const char* lib, const char* prec, int n, int batch, int threads, const char* isa,
+          const std::vector<double>& seconds, double flops, double bytes)
 {
+    std::string each;
+    char number[32];
+    for (double s : seconds) {
+        std::snprintf(number, sizeof number, "%s%.6g", each.empty() ? "" : ", ", bytes / s * 1e-9);
+        each += number;
+    }
+    const double t = median(seconds);
     std::printf("{\"library\": \"%s\", \"precision\": \"%s\", \"n\": %d, \"batch\": %d, \"threads\": %d, "
-                "\"isa\": \"%s\", \"seconds\": %.9g, \"gflops\": %.6g, \"gbytes_per_s\": %.6g}\n",
-                lib, prec, n, batch, threads, isa, seconds, flops / seconds * 1e-9, bytes / seconds * 1e-9);
+                "\"isa\": \"%s\", \"seconds\": %.9g, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, "
+                "\"gbytes_per_s_each\": [%s]}\n",
+                lib, prec, n, batch, threads, isa, t, flops / t * 1e-9, bytes / t * 1e-9, each.c_str());
     std::fflush(stdout);
 }
 
+// A, B and C of a batch of N x N matrices, first-touched by the team that will use them.
 template <class S>
-void bench(const std::vector<int>& sizes, int batch, int threads, const char* isa, int reps)
-{
-    const double cw = sizeof(S) / sizeof(typename Eigen::NumTraits<S>::Real) == 2 ? 4.0 : 1.0;   // real flops per multiply-add / 2
-    for (int n : sizes) {
-        const size_t count = (size_t)n * n * batch;
+struct Operands {
+    const int n, batch;
+    const size_t count;
+    S *a, *b, *c;
+    double flops, bytes;
+
+    Operands(int n_, int batch_, int threads) : n(n_), batch(batch_), count((size_t)n_ * n_ * batch_)
+    {
+        const double cw = sizeof(S) / sizeof(typename Eigen::NumTraits<S>::Real) == 2 ? 4.0 : 1.0;   // real flops per multiply-add / 2
+        flops = 2.0 * cw * n * n * (double)n * batch;
+        bytes = 4.0 * count * sizeof(S);   // A, B, C read; C written
         // malloc leaves the pages untouched: the first touch below places them per thread.
-        S* a = static_cast<S*>(std::malloc(count * sizeof(S)));
-        S* b = static_cast<S*>(std::malloc(count * sizeof(S)));
-        S* c = static_cast<S*>(std::malloc(count * sizeof(S)));
+        a = static_cast<S*>(std::malloc(count * sizeof(S)));
+        b = static_cast<S*>(std::malloc(count * sizeof(S)));
+        c = static_cast<S*>(std::malloc(count * sizeof(S)));
         gemmgen_cpu_set_num_threads(threads);
         for (S* p : {a, b, c})
             gemmgen_cpu_first_touch(p, (long long)n * n * sizeof(S), batch);
@@ -226,11 +233,27 @@ void bench(const std::vector<int>& sizes, int batch, int threads, const char* is
             b[i] = S(((i * 5) % 11) * 0.01 - 0.05);
             c[i] = S(0);
         }
-        const double flops = 2.0 * cw * n * n * (double)n * batch;
-        const double bytes = 4.0 * count * sizeof(S);   // A, B, C read; C written
+    }
+    Operands(const Operands&) = delete;
+    Operands& operator=(const Operands&) = delete;
+    ~Operands()
+    {
+        std::free(a);
+        std::free(b);
+        std::free(c);
+    }
+    void gemmgen() const { Traits<S>::gemmgen(n, a, b, c, batch); }
+};
+
+template <class S>
+void bench(const std::vector<int>& sizes, int batch, int threads, int reps)
+{
+    for (int n : sizes) {
+        const Operands<S> ops(n, batch, threads);
+        S *a = ops.a, *b = ops.b, *c = ops.c;
         const long long nn = (long long)n * n;
         std::vector<const char*> names = {"gemmgen"}, isas = {gemmgen_cpu_isa()};
-        std::vector<std::function<void()>> runs = {[&] { Traits<S>::gemmgen(n, a, b, c, batch); }};
+        std::vector<std::function<void()>> runs = {[&] { ops.gemmgen(); }};
         if (libxsmm_loop<S>(n, a, b, c, batch, threads)) {
             names.push_back("libxsmm");
             isas.push_back("jit");
@@ -244,45 +267,57 @@ void bench(const std::vector<int>& sizes, int batch, int threads, const char* is
         runs.push_back([&] {
             for_batch(batch, threads, [&](long long i) { Traits<S>::blas(n, a + i * nn, b + i * nn, c + i * nn); });
         });
-        const std::vector<double> t = median_seconds_in_turns(reps, runs);
+        const auto t = seconds_in_turns(reps, runs);
         for (size_t i = 0; i < runs.size(); ++i)
-            emit(names[i], Traits<S>::name, n, batch, threads, isas[i], t[i], flops, bytes);
+            emit(names[i], Traits<S>::name, n, batch, threads, isas[i], t[i], ops.flops, ops.bytes);
+    }
+}
+
+// The memory bandwidth of the kernels' access pattern: c[i] += a[i]*b[i] over three arrays of
+// doubles (MEGABYTES in all), first-touched by the team that runs the loops.
+struct Stream {
+    const long long count;
+    const int threads;
+    double *a, *b, *c;
+
+    Stream(long long megabytes, int threads_) : count(megabytes * (1LL << 20) / 3 / sizeof(double)), threads(threads_)
+    {
+        double** p[] = {&a, &b, &c};
+        gemmgen_cpu_set_num_threads(threads);
+        for (double** x : p) {
+            *x = static_cast<double*>(std::malloc(count * sizeof(double)));
+            gemmgen_cpu_first_touch(*x, sizeof(double) * 4096, (int)(count / 4096));
+        }
+        for (long long i = 0; i < count; ++i) {
+            a[i] = 1.0;
+            b[i] = 1e-9;
+            c[i] = 0.0;
+        }
+    }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    ~Stream()
+    {
         std::free(a);
         std::free(b);
         std::free(c);
     }
-}
 
-void bandwidth(long long megabytes, int threads, int reps)
-{
-    const long long count = megabytes * (1LL << 20) / 3 / sizeof(double);
-    std::vector<double*> p(3);
-    gemmgen_cpu_set_num_threads(threads);
-    for (double*& x : p) {
-        x = static_cast<double*>(std::malloc(count * sizeof(double)));
-        gemmgen_cpu_first_touch(x, sizeof(double) * 4096, (int)(count / 4096));
-    }
-    for (long long i = 0; i < count; ++i) {
-        p[0][i] = 1.0;
-        p[1][i] = 1e-9;
-        p[2][i] = 0.0;
-    }
-    double* a = p[0];
-    double* b = p[1];
-    double* c = p[2];
-    const double t = median_seconds(reps, [&] {
+    void plain() const
+    {
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (long long i = 0; i < count; ++i)
             c[i] += a[i] * b[i];
-    });
-    emit("bandwidth", "d", 0, 0, threads, "c+=a*b", t, 2.0 * count, 4.0 * count * sizeof(double));
+    }
+
     // The same loop with software prefetch 4 kB ahead in each stream.  Where a core's hardware
     // prefetchers keep too few lines in flight (a VM's two cores: the plain loop measured 50 GB/s
     // while the GEMM kernels, which prefetch, moved up to 73), the plain loop understates what the
     // memory can deliver; the benchmark takes the faster of the two as its bandwidth.
-    constexpr long long LINE = 64 / sizeof(double), AHEAD = 4096 / sizeof(double);
-    const long long lines = (count + LINE - 1) / LINE;
-    const double t_pf = median_seconds(reps, [&] {
+    void prefetched() const
+    {
+        constexpr long long LINE = 64 / sizeof(double), AHEAD = 4096 / sizeof(double);
+        const long long lines = (count + LINE - 1) / LINE;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (long long l = 0; l < lines; ++l) {
             const long long i0 = l * LINE, i1 = i0 + LINE < count ? i0 + LINE : count;
@@ -292,10 +327,48 @@ void bandwidth(long long megabytes, int threads, int reps)
             for (long long i = i0; i < i1; ++i)
                 c[i] += a[i] * b[i];
         }
-    });
-    emit("bandwidth", "d", 0, 0, threads, "c+=a*b prefetch", t_pf, 2.0 * count, 4.0 * count * sizeof(double));
-    for (double* x : p)
-        std::free(x);
+    }
+
+    void report(const std::vector<double>& plain_seconds, const std::vector<double>& prefetched_seconds) const
+    {
+        const double flops = 2.0 * count, bytes = 4.0 * count * sizeof(double);
+        emit("bandwidth", "d", 0, 0, threads, "c+=a*b", plain_seconds, flops, bytes);
+        emit("bandwidth", "d", 0, 0, threads, "c+=a*b prefetch", prefetched_seconds, flops, bytes);
+    }
+};
+
+void bandwidth(long long megabytes, int threads, int reps)
+{
+    const Stream stream(megabytes, threads);
+    const auto t = seconds_in_turns(reps, {[&] { stream.plain(); }, [&] { stream.prefetched(); }});
+    stream.report(t[0], t[1]);
+}
+
+// gemmgen on data far larger than the caches, taking turns with both stream loops within every
+// repetition on the same threads: the memory's speed on a shared machine drifts from minute to
+// minute, so a bandwidth measured at another moment is no sound limit for the kernel's GB/s.
+template <class S>
+void large(int n, int batch, int threads, int reps, long long stream_megabytes)
+{
+    const Operands<S> ops(n, batch, threads);
+    const Stream stream(stream_megabytes, threads);
+    const auto t = seconds_in_turns(reps, {[&] { ops.gemmgen(); }, [&] { stream.plain(); },
+                                           [&] { stream.prefetched(); }});
+    emit("gemmgen", Traits<S>::name, n, batch, threads, gemmgen_cpu_isa(), t[0], ops.flops, ops.bytes);
+    stream.report(t[1], t[2]);
+}
+
+// Calls f with a value of the scalar type PREC names (s d c z); false for another letter.
+template <class F>
+bool with_precision(char prec, F&& f)
+{
+    switch (prec) {
+    case 's': f(float{}); return true;
+    case 'd': f(double{}); return true;
+    case 'c': f(std::complex<float>{}); return true;
+    case 'z': f(std::complex<double>{}); return true;
+    default: return false;
+    }
 }
 
 std::vector<int> parse_sizes(const char* text)
@@ -315,27 +388,31 @@ int main(int argc, char** argv)
 {
     openblas_set_num_threads(1);   // the batch loop is what runs in parallel
     libxsmm_init();
-    if (argc == 5 && std::strcmp(argv[1], "bandwidth") == 0) {
+    const bool is_bandwidth = argc == 5 && std::strcmp(argv[1], "bandwidth") == 0;
+    const bool is_large = argc == 9 && std::strcmp(argv[1], "large") == 0;
+    if (!is_bandwidth && !is_large && argc != 7) {
+        std::fprintf(stderr, "usage: %s PREC SIZES BATCH THREADS ISA REPS | bandwidth MB THREADS REPS"
+                             " | large PREC N BATCH THREADS ISA REPS MB\n", argv[0]);
+        return 2;
+    }
+    if (is_bandwidth) {
         bandwidth(std::atoll(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
         return 0;
     }
-    if (argc != 7) {
-        std::fprintf(stderr, "usage: %s PREC SIZES BATCH THREADS ISA REPS | bandwidth MB THREADS REPS\n", argv[0]);
-        return 2;
-    }
-    const std::vector<int> sizes = parse_sizes(argv[2]);
-    const int batch = std::atoi(argv[3]), threads = std::atoi(argv[4]), reps = std::atoi(argv[6]);
-    if (gemmgen_cpu_set_isa(argv[5]) != 0) {
-        std::fprintf(stderr, "this CPU has no %s\n", argv[5]);
+    char** arg = argv + (is_large ? 2 : 1);   // PREC SIZES BATCH THREADS ISA REPS [MB]
+    const std::vector<int> sizes = parse_sizes(arg[1]);
+    const int batch = std::atoi(arg[2]), threads = std::atoi(arg[3]), reps = std::atoi(arg[5]);
+    if (gemmgen_cpu_set_isa(arg[4]) != 0) {
+        std::fprintf(stderr, "this CPU has no %s\n", arg[4]);
         return 3;
     }
-    switch (argv[1][0]) {
-    case 's': bench<float>(sizes, batch, threads, argv[5], reps); break;
-    case 'd': bench<double>(sizes, batch, threads, argv[5], reps); break;
-    case 'c': bench<std::complex<float>>(sizes, batch, threads, argv[5], reps); break;
-    case 'z': bench<std::complex<double>>(sizes, batch, threads, argv[5], reps); break;
-    default: return 2;
-    }
+    const bool known = with_precision(arg[0][0], [&](auto scalar) {
+        using S = decltype(scalar);
+        if (is_large)
+            large<S>(sizes.at(0), batch, threads, reps, std::atoll(arg[6]));
+        else
+            bench<S>(sizes, batch, threads, reps);
+    });
     libxsmm_finalize();
-    return 0;
+    return known ? 0 : 2;
 }
