@@ -55,7 +55,6 @@ TINY_TC = 16        # the tiny variant uses the 16x16x16 shape
 _NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\d+)x(\d+)_w(\d+)_(f32|f16)"
                    r"(?:_s(\d+))?$")
 MAX_STAGES = 8
-ASYNC_CHUNK = 8      # halves per cp.async copy (16 bytes)
 ASYNC_TC = (16, 16, 16)   # fragment pointers along a contiguous M or N must stay 32-byte aligned
 _TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
 

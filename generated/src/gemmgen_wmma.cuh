@@ -343,11 +343,10 @@ struct AsyncSlice {
     }
 };
 
-template <int TC_M, int TC_N, int BLK_M, int BLK_N, int BLK_K, int STAGES, char TA, char TB, typename ACC>
+template <int BLK_M, int BLK_N, int BLK_K, int STAGES, char TA, char TB, typename ACC>
 struct AsyncLayout {
     using SliceA = AsyncSlice<BLK_M, BLK_K, TA != 'N'>;   // op(A) is k-contiguous when A is transposed
     using SliceB = AsyncSlice<BLK_N, BLK_K, TB == 'N'>;   // op(B) when B is not
-    static constexpr int BLK_M_ = BLK_M, BLK_N_ = BLK_N;
     static constexpr int STAGE_HALVES = SliceA::HALVES + SliceB::HALVES;
     static constexpr int RING_BYTES = STAGES * STAGE_HALVES * 2;
     static constexpr int BYTES = RING_BYTES + BLK_M * BLK_N * (int)sizeof(ACC);   // + C staging
@@ -368,6 +367,9 @@ struct AsyncCursor {
         kk = 0;
     }
     __device__ __forceinline__ bool last_slice(int K, int BLK_K) const { return kk + BLK_K >= K; }
+    // The C block's first row and column (tiles are numbered down the columns of blocks).
+    __device__ __forceinline__ int m0(int tiles_m, int BLK_M) const { return tile % tiles_m * BLK_M; }
+    __device__ __forceinline__ int n0(int tiles_m, int BLK_N) const { return tile / tiles_m * BLK_N; }
     __device__ __forceinline__ void next(int K, int BLK_K, int tiles, int step_entries, int step_tiles)
     {
         kk += BLK_K;
@@ -384,11 +386,11 @@ struct AsyncCursor {
 };
 
 // Copy the slice at `at` into one stage of the ring.
-template <typename L, int THREADS, char TA, char TB>
+template <typename L, int THREADS, int BLK_M, int BLK_N, char TA, char TB>
 __device__ __forceinline__ void async_copy_slice(__half* s, const BatchPointers<__half>& ptrs, const AsyncCursor& at,
                                                  int M, int N, int K, int lda, int ldb, int tiles_m)
 {
-    const int m0 = at.tile % tiles_m * L::BLK_M_, n0 = at.tile / tiles_m * L::BLK_N_, kk = at.kk;
+    const int m0 = at.m0(tiles_m, BLK_M), n0 = at.n0(tiles_m, BLK_N), kk = at.kk;
     const __half* A = ptrs.template operand<OPERAND_A>(at.entry)
         + (TA == 'N' ? m0 + (long long)kk * lda : (long long)m0 * lda + kk);
     const __half* B = ptrs.template operand<OPERAND_B>(at.entry)
@@ -409,7 +411,7 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
 {
 #if __CUDA_ARCH__ >= 800
     using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
-    using L = AsyncLayout<TC_M, TC_N, BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
+    using L = AsyncLayout<BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
     constexpr int THREADS = DIM_X * DIM_Y;
     extern __shared__ __align__(128) unsigned char smem[];
     __half* ring = reinterpret_cast<__half*>(smem);
@@ -425,7 +427,7 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
     int load_stage = 0;
     auto copy_next = [&]() {
         if (load.entry < batch)
-            async_copy_slice<L, THREADS, TA, TB>(ring + load_stage * L::STAGE_HALVES, ptrs, load, M, N, K, lda, ldb,
+            async_copy_slice<L, THREADS, BLK_M, BLK_N, TA, TB>(ring + load_stage * L::STAGE_HALVES, ptrs, load, M, N, K, lda, ldb,
                                                  tiles_m);
         async_commit();   // empty groups too: the wait below counts groups
         load.next(K, BLK_K, tiles, step_entries, step_tiles);
@@ -454,7 +456,7 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
             }
             __syncthreads();
             // The staging is written again only after the next item's slices, each behind a barrier.
-            const int m0 = work.tile % tiles_m * BLK_M, n0 = work.tile / tiles_m * BLK_N;
+            const int m0 = work.m0(tiles_m, BLK_M), n0 = work.n0(tiles_m, BLK_N);
             write_c<__half, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y>(ptrs.output(work.entry) + m0 + (long long)n0 * ldc,
                                                                       ldc, sC, M - m0, N - n0, alpha, beta, read_c, tx, ty);
         }
@@ -484,7 +486,7 @@ int launch_wmma_async(const BatchPointers<__half>& ptrs, int m, int n, int k, in
     if (dev.cc < 80 || k == 0 || !async_aligned(ptrs, lda, ldb) || (long long)tiles_m * tiles_n > 0x7fffffffLL)
         return launch_wmma<__half, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>(
             ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    using L = AsyncLayout<TC_M, TC_N, BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
+    using L = AsyncLayout<BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
     auto kernel = wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB>;
     if (L::BYTES > 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
