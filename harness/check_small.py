@@ -62,6 +62,8 @@ class Case:
     kernel: str = ""      # call this variant's own launcher instead of the public entry point
     align: int = 1        # leading dimensions and strides rounded up to a multiple of this (the
                           # wmma cp.async ring runs only on 16-byte aligned operands: align = 8)
+    offset: int = 0       # elements before A's and B's first matrix in their GPU buffers: an odd
+                          # offset starts a packed batch between 16-byte boundaries
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -141,6 +143,17 @@ def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> Ca
                       max_err, bound, untouched, exact, passed, note)
 
 
+def _on_gpu(stored: np.ndarray, offset: int):
+    """A GPU copy of `stored` that starts `offset` elements into its allocation."""
+    import cupy as cp
+
+    if not offset:
+        return cp.asarray(stored)
+    buf = cp.zeros((offset + len(stored),) + stored.shape[1:], dtype=stored.dtype)
+    buf[offset:] = cp.asarray(stored)
+    return buf[offset:]
+
+
 def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseResult:
     """One case on the GPU through the C API."""
     import cupy as cp
@@ -148,7 +161,7 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     pr = prepare(case, rng)
     case = pr.case
     p = case.precision
-    d_a, d_b, d_c = cp.asarray(pr.a), cp.asarray(pr.b), cp.asarray(pr.c)
+    d_a, d_b, d_c = (_on_gpu(pr.a, case.offset), _on_gpu(pr.b, case.offset), cp.asarray(pr.c))
     target = lib.variant_entry(case.kernel, case.interface) if case.kernel else None
     if case.interface == "strided":
         args = (case.m, case.n, case.k, case.alpha, d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb,
@@ -193,6 +206,10 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
             alpha, beta = _scalars(rng, prec)
             yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 130)), "packed", alpha,
                        beta, pad=0)
+            ta, tb = pairs[int(rng.integers(len(pairs)))]
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 130)), "packed-offset", alpha,
+                       beta, pad=0, offset=1)
             yield Case(prec, m, n, k, ta, tb, "strided", 33, "exact", 1.0, 1.0)
             alpha, _ = _scalars(rng, prec)
             yield Case(prec, m, n, k, ta, tb, "strided", 21, "beta0-nan", alpha, 0.0)

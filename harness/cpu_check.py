@@ -194,7 +194,9 @@ def accumulate_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]],
 
 def cases_for(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: np.random.Generator,
               thorough: bool = True) -> list[Case]:
-    cases = list(default_cases(shapes_by_precision, rng, thorough))
+    # The CPU kernels load with unaligned instructions only, and the qemu runner copies operands
+    # into buffers of its own: the GPU's misaligned-batch cases add nothing here.
+    cases = [c for c in default_cases(shapes_by_precision, rng, thorough) if not c.offset]
     cases += list(accumulate_cases(shapes_by_precision, rng))
     cases += list(edge_cases([p for p in CPU_PRECISIONS if p in shapes_by_precision]))
     return cases
