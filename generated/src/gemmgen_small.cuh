@@ -41,88 +41,47 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
     }
 }
 
-// op(X) of the block's TBA GEMMs from a packed batch (strided interface, ld equal to the stored
-// row count, stride equal to the matrix size).  The block's part of X is then one contiguous
-// range, read 16 bytes at a time: far fewer load instructions and address computations per byte
-// than element by element (what limits fp16 and fp32 at small sizes).  The copy has two phases so
-// every thread's loads of A and of B are in flight together before the first one is waited for:
-// fetch() issues them into registers, scatter() widens and stores them in shared memory as
-// stage_operand lays it out.  The range may start anywhere: `head` elements before the first
-// 16-byte boundary and the elements after the last whole vector are read one by one.
-template <char OP, int ROWS, int COLS, int THREADS, int TBA, typename S>
-struct PackedOperand {
-    static constexpr int VEC = sizeof(S) < 16 ? 16 / sizeof(S) : 1;   // elements per vector
-    static constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
-    static constexpr int PER_GEMM = ROWS * COLS;
-    static constexpr int TOTAL = TBA * PER_GEMM;
-    static constexpr int ITERATIONS = (TOTAL / VEC + THREADS - 1) / THREADS;
-    union Chunk { int4 raw; S elem[VEC]; };
-
-    const S* X;
-    int valid;     // elements of the range in the batch (fewer in the last block); the rest read as 0
-    int head;      // elements before the first 16-byte boundary
-    int vectors;   // whole vectors after the head, within `valid`
-    Chunk chunk[ITERATIONS];
-
-    __device__ __forceinline__ void fetch(const S* x, int n)
-    {
-        X = x;
-        valid = n;
-        const int misaligned = (int)(((unsigned long long)x & 15) / sizeof(S));
-        head = min(n, misaligned ? VEC - misaligned : 0);
-        vectors = (n - head) / VEC;
-        const int4* body = reinterpret_cast<const int4*>(x + head);
+// The same copy when the block's part of X is one contiguous, 16-byte aligned range (strided
+// interface, ld equal to the stored row count, stride equal to the matrix size): each thread
+// reads 16 bytes at a time, so far fewer load instructions and address computations per byte
+// (what limits fp16 and fp32 at small sizes).  `valid` counts the elements of the range that
+// belong to the batch; the rest (the last block's missing GEMMs) read as zero.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, typename R, typename S>
+__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
+{
+    constexpr int VEC = 16 / sizeof(S);
+    constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
+    constexpr int PER_GEMM = ROWS * COLS;
+    constexpr int VECTORS = TBA * PER_GEMM / VEC;
+    constexpr int ITERATIONS = (VECTORS + THREADS - 1) / THREADS;
 #pragma unroll
-        for (int it = 0; it < ITERATIONS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if (v < vectors)
-                chunk[it].raw = __ldg(body + v);
-        }
-    }
-
-    template <int LDS, typename R>
-    __device__ __forceinline__ void scatter(R* s) const
-    {
-        // A range on a 16-byte boundary (the usual case) gets compile-time offsets within each
-        // vector, so neighbouring shared-memory stores can pair up.
-        if (head == 0)
-            scatter_vectors<LDS, 0>(s, 0);
-        else
-            scatter_vectors<LDS, 1>(s, head);
-        if (threadIdx.x < head)
-            put<LDS>(s, threadIdx.x, __ldg(X + threadIdx.x));
-        for (int e = head + vectors * VEC + threadIdx.x; e < TOTAL; e += THREADS)
-            put<LDS>(s, e, e < valid ? __ldg(X + e) : S());
-    }
-
-  private:
-    template <int LDS, int SHIFTED, typename R>
-    __device__ __forceinline__ void scatter_vectors(R* s, int shift) const
-    {
-#pragma unroll
-        for (int it = 0; it < ITERATIONS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if (v < vectors) {
+    for (int it = 0; it < ITERATIONS; ++it) {
+        const int v = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= VECTORS || v < VECTORS) {
+            union { int4 raw; S elem[VEC]; } chunk;
+            if ((long long)(v + 1) * VEC <= valid) {
+                chunk.raw = __ldg(reinterpret_cast<const int4*>(X) + v);
+            } else {
 #pragma unroll
                 for (int j = 0; j < VEC; ++j)
-                    put<LDS>(s, (SHIFTED ? shift : 0) + v * VEC + j, chunk[it].elem[j]);
+                    chunk.elem[j] = (long long)v * VEC + j < valid ? X[v * VEC + j] : S();
+            }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const int e = v * VEC + j;
+                const int g = e / PER_GEMM;
+                const int r = e % PER_GEMM;
+                const int sr = r % STORED_ROWS;
+                const int sc = r / STORED_ROWS;
+                const R value = widen_value<OP == 'C'>(chunk.elem[j]);
+                if (OP == 'N')
+                    s[g * COLS * LDS + sc * LDS + sr] = value;
+                else
+                    s[g * COLS * LDS + sr * LDS + sc] = value;
             }
         }
     }
-
-    // Element e of the range (stored order) into op(X)'s place in shared memory.
-    template <int LDS, typename R>
-    __device__ __forceinline__ static void put(R* s, int e, S raw)
-    {
-        const int g = e / PER_GEMM, r = e % PER_GEMM;
-        const int sr = r % STORED_ROWS, sc = r / STORED_ROWS;
-        const R value = widen_value<OP == 'C'>(raw);
-        if (OP == 'N')
-            s[g * COLS * LDS + sc * LDS + sr] = value;
-        else
-            s[g * COLS * LDS + sr * LDS + sc] = value;
-    }
-};
+}
 
 // The pointer-array interface: op(X) of the block's GEMMs from their own matrices, whose
 // addresses were read once per block into `bases` (nullptr past the end of the batch) rather
@@ -174,6 +133,24 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
     }
 }
 
+// Stage op(X) with 16-byte loads when the layout allows it (decided once per block, the same for
+// every thread), element by element otherwise.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, Operand X, typename R, typename S>
+__device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch)
+{
+    constexpr int PER_GEMM = ROWS * COLS;
+    constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (TBA * PER_GEMM * sizeof(S)) % 16 == 0;
+    const S* base = X == OPERAND_A ? ptrs.A : ptrs.B;
+    const long long stride = X == OPERAND_A ? ptrs.stride_a : ptrs.stride_b;
+    const bool packed = ptrs.A_array == nullptr && ld == (OP == 'N' ? ROWS : COLS) && stride == PER_GEMM
+                        && aligned16(base);
+    if (CAN_VECTORIZE && packed)
+        stage_packed<OP, ROWS, COLS, LDS, THREADS, TBA>(s, base + first * PER_GEMM,
+                                                        (batch - first) * PER_GEMM);
+    else
+        stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch);
+}
+
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
 small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch)
@@ -219,26 +196,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         stage_from_bases<TA, M, K, LDS_A, THREADS, TBA>(sA, bases[0], a_whole, lda);
         stage_from_bases<TB, K, N, LDS_B, THREADS, TBA>(sB, bases[1], b_whole, ldb);
     } else if (use_ab) {
-        // Strided interface: 16-byte loads for a packed operand (decided once per launch, the
-        // same for every thread), element by element otherwise.
-        const bool strided = ptrs.A_array == nullptr;
-        const bool packed_a = strided && lda == (TA == 'N' ? M : K) && ptrs.stride_a == (long long)M * K;
-        const bool packed_b = strided && ldb == (TB == 'N' ? K : N) && ptrs.stride_b == (long long)K * N;
-        const int gemms = (int)min((long long)TBA, batch - first);
-        PackedOperand<TA, M, K, THREADS, TBA, S> a_part;
-        PackedOperand<TB, K, N, THREADS, TBA, S> b_part;
-        if (packed_a)
-            a_part.fetch(ptrs.A + first * M * K, gemms * M * K);
-        if (packed_b)
-            b_part.fetch(ptrs.B + first * K * N, gemms * K * N);
-        if (packed_a)
-            a_part.template scatter<LDS_A>(sA);
-        else
-            stage_operand<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
-        if (packed_b)
-            b_part.template scatter<LDS_B>(sB);
-        else
-            stage_operand<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
+        stage<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
+        stage<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
     R c_in[TILE_M][TILE_N];
