@@ -164,8 +164,9 @@ class CpuSpec(Spec):
     @property
     def whole_vector(self) -> bool:
         """m = n = k = 2 in s, d or c on x86: the fast loop computes contiguous products with all of
-        C in one vector (gemmgen_cpu_simd.h, whole_2x2), whatever the blocking; the tiles serve the
-        other calls only."""
+        C in one vector (gemmgen_cpu_simd.h, whole_2x2), several per register where the batch is
+        packed and the ISA is wide enough (whole_2x2_grouped: s on AVX2, s and d on AVX-512),
+        whatever the blocking; the tiles serve the other calls only."""
         return self.m == self.n == self.k == 2 and self.precision != "z" and self.isa in ("avx2", "avx512")
 
     @property

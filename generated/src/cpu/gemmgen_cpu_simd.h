@@ -264,6 +264,56 @@ GEMMGEN_INLINE void whole_2x2(const T*, const T*, T*, C)
 {
 }
 
+// Several products of a packed batch (contiguous 2 x 2 matrices, strides of 4 elements) at once,
+// one per 128-bit (float) or 256-bit (double) lane of the widest register: whole_2x2's lane
+// pattern made with in-lane shuffles, so per product a fraction of the loads and stores and no
+// more FMAs.  Without it Eigen's inlined 2 x 2 batch loop, compiled for AVX-512, beat the
+// one-product loop in s (24.4 against 21.7 GF/s).  The sums are formed in the same order as
+// whole_2x2 forms them (the same bits).  whole_2x2_group: products per call (1: none).
+template <class T>
+struct whole_2x2_group : std::integral_constant<int, 1> {};
+#if defined(GEMMGEN_CPU_ISA_AVX512)
+template <>
+struct whole_2x2_group<float> : std::integral_constant<int, 4> {};
+template <>
+struct whole_2x2_group<double> : std::integral_constant<int, 2> {};
+GEMMGEN_INLINE void whole_2x2_grouped(const float* a, const float* b, float* c)
+{
+    const __m512 av = _mm512_loadu_ps(a), bv = _mm512_loadu_ps(b);
+    const __m512 a0 = _mm512_permute_ps(av, 0x44);   // a00 a10 a00 a10 in every 128-bit lane
+    const __m512 a1 = _mm512_permute_ps(av, 0xEE);   // a01 a11 a01 a11
+    __m512 cv = _mm512_fmadd_ps(a0, _mm512_moveldup_ps(bv), _mm512_loadu_ps(c));
+    cv = _mm512_fmadd_ps(a1, _mm512_movehdup_ps(bv), cv);
+    _mm512_storeu_ps(c, cv);
+}
+GEMMGEN_INLINE void whole_2x2_grouped(const double* a, const double* b, double* c)
+{
+    const __m512d av = _mm512_loadu_pd(a), bv = _mm512_loadu_pd(b);
+    const __m512d a0 = _mm512_permutex_pd(av, 0x44);   // a00 a10 a00 a10 in every 256-bit lane
+    const __m512d a1 = _mm512_permutex_pd(av, 0xEE);   // a01 a11 a01 a11
+    __m512d cv = _mm512_fmadd_pd(a0, _mm512_movedup_pd(bv), _mm512_loadu_pd(c));
+    cv = _mm512_fmadd_pd(a1, _mm512_permute_pd(bv, 0xFF), cv);
+    _mm512_storeu_pd(c, cv);
+}
+#elif defined(GEMMGEN_CPU_ISA_AVX2)
+template <>
+struct whole_2x2_group<float> : std::integral_constant<int, 2> {};
+GEMMGEN_INLINE void whole_2x2_grouped(const float* a, const float* b, float* c)
+{
+    const __m256 av = _mm256_loadu_ps(a), bv = _mm256_loadu_ps(b);
+    const __m256 a0 = _mm256_permute_ps(av, 0x44);   // a00 a10 a00 a10 in both 128-bit lanes
+    const __m256 a1 = _mm256_permute_ps(av, 0xEE);   // a01 a11 a01 a11
+    __m256 cv = _mm256_fmadd_ps(a0, _mm256_moveldup_ps(bv), _mm256_loadu_ps(c));
+    cv = _mm256_fmadd_ps(a1, _mm256_movehdup_ps(bv), cv);
+    _mm256_storeu_ps(c, cv);
+}
+#endif
+// Instantiated, never called, where whole_2x2_group is 1.
+template <class T>
+GEMMGEN_INLINE void whole_2x2_grouped(const T*, const T*, T*)
+{
+}
+
 #if defined(GEMMGEN_CPU_ISA_AVX512)
 // ---- AVX-512F: 32 registers of 512 bits, native lane masks ----------------------------------
 GEMMGEN_INLINE __m512d set1(double x, wtag<512>) { return _mm512_set1_pd(x); }
@@ -613,7 +663,12 @@ void run(const Args& args, long long begin, long long end, Product product)
         T* c = c0 + begin * sc;
         if (HAS_WHOLE_2X2 && whole_2x2_fits<T, CPLX>::value && M == 2 && N == 2 && K == 2 && lda == 2 &&
             args.ldb == 2 && ldc == 2 && args.transb == 'N') {
-            for (long long i = begin; i < end; ++i, a += sa, b += sb, c += sc)
+            constexpr int G = CPLX ? 1 : whole_2x2_group<T>::value;
+            long long i = begin;
+            if (G > 1 && sa == 4 && sb == 4 && sc == 4)
+                for (; i + G <= end; i += G, a += G * sa, b += G * sb, c += G * sc)
+                    whole_2x2_grouped(a, b, c);
+            for (; i < end; ++i, a += sa, b += sb, c += sc)
                 whole_2x2(a, b, c, std::integral_constant<bool, CPLX>{});
             return;
         }
