@@ -215,3 +215,17 @@ def test_aarch64_under_qemu(aarch64_runner, cases, isa):
     results = cpu_check.run_checks(executor, cases, seed=7 if isa == "neon" else 8)
     assert len(results) == len(cases)
     _assert_all_pass(results)
+
+
+def test_tuner_stage_two_takes_the_fastest_blockings_of_each_shape():
+    from harness.cpu_tune import _best, _fastest
+
+    specs = [cpu.CpuSpec("d", 9, 9, 9, "avx512", mr, nr) for mr, nr in ((2, 9), (2, 8), (1, 9), (2, 5))]
+    specs.append(cpu.CpuSpec("s", 4, 4, 4, "avx512", 1, 4))
+    seconds = {"r2x9": 1.0, "r2x8": 1.2, "r1x9": 1.1, "r2x5": 3.0}
+    measured = {s.name: (seconds[s.name.rsplit("_", 1)[1]] if s.precision == "d" else 5.0, 0.0) for s in specs}
+    measured.pop(specs[2].name)   # a candidate that did not compile is not measured
+    leaders = _fastest(specs, measured, 3)
+    assert [s.name for s in leaders[("d", 9, 9, 9)]] == [specs[0].name, specs[1].name, specs[3].name]
+    assert [s.name for s in leaders[("s", 4, 4, 4)]] == [specs[4].name]
+    assert _best(specs, measured)[("d", 9, 9, 9)] == specs[0]
