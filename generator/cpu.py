@@ -289,8 +289,9 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, isa: str, limit: in
 
 
 def distance_candidates(spec: CpuSpec) -> list[CpuSpec]:
-    """The second stage: the first stage's winner at every distance of SWEEP_DISTANCES (none for
-    the whole-vector 2 x 2 products, whose loop does not prefetch, nor for shared tiles)."""
+    """The second stage: one of the first stage's fastest blockings at every distance of
+    SWEEP_DISTANCES (none for the whole-vector 2 x 2 products, whose loop does not prefetch, nor
+    for shared tiles)."""
     if spec.whole_vector or ISAS[spec.isa].shared_tiles:
         return [dataclasses.replace(spec, distance=0)]
     return sorted({dataclasses.replace(spec, distance=d) for d in SWEEP_DISTANCES})
