@@ -188,13 +188,21 @@ __device__ __forceinline__ void async_wait()
 #endif
 }
 
-// 16 bytes, of which the first `bytes` come from src and the rest are zero.  dst and src are
-// 16-byte aligned (src too when bytes = 0: pass any aligned address, nothing is read).
-__device__ __forceinline__ void copy_async16(void* dst, const void* src, int bytes)
+// SIZE (4, 8 or 16) bytes, of which the first `bytes` come from src and the rest are zero; dst and
+// src aligned to SIZE (src too when bytes = 0: pass any aligned address, nothing is read).  16-byte
+// copies bypass L1 (.cg, which cp.async allows for 16 bytes only: the operands stream through
+// once); smaller ones go through it (.ca).
+template <int SIZE>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes)
 {
+    static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
 #if __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+    if (SIZE == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(SIZE), "r"(bytes)
+                     : "memory");
 #endif
 }
 

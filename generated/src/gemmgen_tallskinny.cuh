@@ -171,17 +171,14 @@ struct Tsm2Smem {
 // sm_80+; a plain copy before), zero-filled when !ok.  Each thread copies exactly the elements it
 // later reads itself, so a thread's own cp.async.wait_group is the only synchronization needed.
 template <typename S>
-__device__ __forceinline__ void copy_async(S* dst, const S* src, bool ok)
+__device__ __forceinline__ void copy_element_async(S* dst, const S* src, bool ok)
 {
 #if __CUDA_ARCH__ >= 800
     if (sizeof(S) != 4 && sizeof(S) != 8) {   // cp.async copies 4, 8 or 16 bytes (the specs keep fp16 off the ring)
         *dst = ok ? *src : S{};
         return;
     }
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"((int)sizeof(S)),
-                 "r"(ok ? (int)sizeof(S) : 0)
-                 : "memory");
+    copy_async<sizeof(S) == 8 ? 8 : 4>(dst, src, ok ? (int)sizeof(S) : 0);
 #else
     *dst = ok ? *src : S{};
 #endif
@@ -193,8 +190,7 @@ __device__ __forceinline__ void copy_async(S* dst, const S* src, bool ok)
 __device__ __forceinline__ void copy_async_pair(unsigned* dst, const __half* src, int bytes)
 {
 #if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+    copy_async<4>(dst, src, bytes);
 #else
     const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
     *dst = (bytes >= 2 ? (unsigned)s[0] : 0u) | (bytes >= 4 ? (unsigned)s[1] << 16 : 0u);
@@ -221,7 +217,7 @@ __device__ __forceinline__ void ring_issue(S* dst, const S* const (&arow)[RM], l
             const S* src = arow[r] + col * cstep;
 #pragma unroll
             for (int i = 0; i < T3; ++i)
-                copy_async(dst + (r * T3 + i) * T1, src + i * cstep, true);
+                copy_element_async(dst + (r * T3 + i) * T1, src + i * cstep, true);
         }
     } else if (col < kend) {
 #pragma unroll
@@ -229,7 +225,7 @@ __device__ __forceinline__ void ring_issue(S* dst, const S* const (&arow)[RM], l
 #pragma unroll
             for (int i = 0; i < T3; ++i) {
                 const bool ok = col + i < kend;
-                copy_async(dst + (r * T3 + i) * T1, ok ? arow[r] + (col + i) * cstep : A, ok);
+                copy_element_async(dst + (r * T3 + i) * T1, ok ? arow[r] + (col + i) * cstep : A, ok);
             }
     }
     async_commit();

@@ -337,7 +337,7 @@ struct AsyncSlice {
                 const int line = c / CHUNKS_PER_LINE, along = (c % CHUNKS_PER_LINE) * 8;
                 const int left = rows - along;
                 const int valid = line < cols ? (left < 0 ? 0 : left > 8 ? 8 : left) : 0;
-                copy_async16(s + line * LD + along, valid > 0 ? X + along + (long long)line * ld : X, 2 * valid);
+                copy_async<16>(s + line * LD + along, valid > 0 ? X + along + (long long)line * ld : X, 2 * valid);
             }
         }
     }
