@@ -150,13 +150,28 @@ def tune():
               help="Data moved per launch (A, B and C), far above L2.")
 @click.option("--write-table/--no-write-table", default=True, show_default=True,
               help="Write generator/tuning/<arch>.json from the results.")
+@click.option("--around-table", is_flag=True,
+              help="Only the present table's tuples with tba halved, kept and doubled, each with both "
+                   "stagings, all measured again in this run (a short re-tune after a new knob).")
+@click.option("--table-only", is_flag=True,
+              help="Measure nothing: compile the results' winners with every transpose for the default "
+                   "architectures (nvcc, no GPU), refuse those with local memory, write the table.")
+@click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
 @click.option("--jobs", "-j", type=int, default=0)
-def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, jobs):
-    """Sweep tba and the N̂ blocking of the small family."""
-    from harness.tune_small import run_tune
+def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
+               table_only, table_arch, jobs):
+    """Sweep tba, the N̂ blocking and the staging of the small family."""
+    from harness import tune_small as tuner
 
+    if table_only:
+        devices = [r["device"] for r in tuner.load_results(results) if r.get("arch") == table_arch]
+        if not devices:
+            raise click.ClickException(f"{results} holds no {table_arch} results")
+        tuner.verify_and_write_table(results, table_arch, devices[-1], build_dir, jobs,
+                                     "gemmgen tune small")
+        return
     selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
-    sys.exit(run_tune(selection, results, build_dir, megabytes, write_table, jobs))
+    sys.exit(tuner.run_tune(selection, results, build_dir, megabytes, write_table, jobs, around_table))
 
 
 @tune.command("wmma")

@@ -15,7 +15,7 @@ Design (very-small-gemm-cpu-gpu.txt §6; batched-half-tensor-core-gemm.txt §8 f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .arch import ARCHS
 from .precision import PRECISIONS
@@ -25,7 +25,7 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?$")
 
 
 @dataclass(frozen=True, order=True)
@@ -37,6 +37,11 @@ class SmallSpec(Spec):
     dim_m: int      # threads per GEMM along M (N̂ of §6.4 for square sizes)
     dim_n: int      # threads per GEMM along N
     tba: int        # GEMMs per thread block (§6.3)
+    # Packed strided operands: issue all of a thread's 16-byte loads of an operand before its
+    # first shared-memory store (all in flight at once) instead of load-store per vector.  It
+    # needs a register per vector, so it is a tuning knob: faster at most odd sizes, and the
+    # tuner refuses the tuples where ptxas then spills.
+    hoist: bool = False
 
     family = "small"
 
@@ -44,16 +49,16 @@ class SmallSpec(Spec):
     @property
     def name(self) -> str:
         return (f"small_{self.precision}_m{self.m}n{self.n}k{self.k}"
-                f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}")
+                f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>)")
-        prec, *numbers = match.groups()
-        spec = cls(prec, *(int(x) for x in numbers))
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist])")
+        prec, *numbers, hoist = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers), hoist=hoist is not None)
         spec.validate()
         return spec
 
@@ -115,6 +120,13 @@ class SmallSpec(Spec):
                     f"dim_{dim}={threads} leaves threads without work; use ceil({size}/{ratio})"
                     f" = {ceil_div(size, ratio)}")
         require(1 <= self.tba <= MAX_TBA, "tba", f"tba={self.tba} must be in 1..{MAX_TBA}")
+        require(isinstance(self.hoist, bool), "hoist", f"hoist={self.hoist!r} must be True or False")
+        if self.hoist:
+            block_bytes = [self.tba * rows * cols * PRECISIONS[self.precision].element_bytes
+                           for rows, cols in ((self.m, self.k), (self.k, self.n))]
+            require(any(b % 16 == 0 for b in block_bytes), "hoist",
+                    f"neither A's nor B's block ({block_bytes[0]} and {block_bytes[1]} bytes for "
+                    f"tba={self.tba}) is whole 16-byte vectors, so no load could be hoisted")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)
@@ -152,7 +164,7 @@ SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
     """Every tuple the tuner tries for one shape: blocking ratios 1..4 per dimension (differing by
-    at most one level) and tba from SWEEP_TBA."""
+    at most one level), tba from SWEEP_TBA, and each with both stagings (hoist)."""
     out = []
     for rm in range(1, MAX_RECURSION_RATIO + 1):
         for rn in range(1, MAX_RECURSION_RATIO + 1):
@@ -169,6 +181,19 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
                     continue
                 if spec.threads < 32 and tba != SWEEP_TBA[-1]:
                     continue
-                if spec.is_valid(arch):
-                    out.append(spec)
+                out += [s for s in (spec, replace(spec, hoist=True)) if s.is_valid(arch)]
     return sorted(set(out))
+
+
+def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
+    """A short sweep around a tuned table row: its blocking with tba halved, kept and doubled, each
+    with both stagings.  Measured in one run, it re-tunes a knob added after the full sweep without
+    repeating the thousands of tuples the full sweep already ranked."""
+    out = []
+    for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
+        for hoist in (False, True):
+            spec = SmallSpec(row["precision"], row["m"], row["n"], row["k"], row["dim_m"], row["dim_n"],
+                             tba, hoist)
+            if spec.is_valid(arch):
+                out.append(spec)
+    return out

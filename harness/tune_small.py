@@ -81,16 +81,28 @@ def correct(f, spec: small.SmallSpec) -> tuple[bool, float]:
     return err <= ref.error_bound(spec.precision, k), err
 
 
+def sweep(selection: Selection, arch: str, around_table: bool) -> list[small.SmallSpec]:
+    """The candidates of a run: the full sweep of every selected shape, or (around_table) the
+    neighbourhood of each selected shape's row in the present table."""
+    if not around_table:
+        return [spec for p in selection.precisions for shape in selection.all_shapes
+                for spec in small.sweep_candidates(p, *shape, arch=arch)]
+    rows = {(r["precision"], r["m"], r["n"], r["k"]): r for r in load_table(arch).get("small", [])}
+    return [spec for p in selection.precisions for shape in selection.all_shapes
+            if (p, *shape) in rows for spec in small.neighbourhood(rows[(p, *shape)], arch)]
+
+
 def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabytes: int,
-             write_table: bool, jobs: int) -> int:
+             write_table: bool, jobs: int, around_table: bool = False) -> int:
     if not gpu_available():
         click.echo("error: no GPU present; gemmgen tune measures on the GPU it runs on", err=True)
         return 2
     arch, device = device_arch()
     previous = {(r["name"], r["device"]) for r in load_results(results_path)}
-    candidates = [spec for p in selection.precisions for shape in selection.all_shapes
-                  for spec in small.sweep_candidates(p, *shape, arch=arch)]
-    todo = [s for s in candidates if (s.name, device) not in previous]
+    candidates = sweep(selection, arch, around_table)
+    # A full sweep skips what this device measured before (it resumes); a neighbourhood run
+    # measures its few candidates again so that they are compared within one run.
+    todo = candidates if around_table else [s for s in candidates if (s.name, device) not in previous]
     click.echo(f"{device} ({arch}): {len(candidates)} candidates, {len(todo)} not yet measured")
     command = "gemmgen tune small"
     root = build_dir / arch
@@ -152,12 +164,20 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
                                              "floor_fraction": floor_ms / ms})
             work.release()
     if write_table:
-        refused = verify_winners(results_path, device, arch, build_dir, jobs)
-        click.echo(f"verified the winners with every transpose on {', '.join(DEFAULT_ARCHS)}: "
-                   f"{refused} refused for local memory")
-        path = write_tuning_table(results_path, arch, device, command)
-        click.echo(f"wrote {path}")
+        verify_and_write_table(results_path, arch, device, build_dir, jobs, command)
     return 0
+
+
+def verify_and_write_table(results_path: Path, arch: str, device: str, build_dir: Path, jobs: int,
+                           command: str) -> Path:
+    """The last step of a sweep, also run on its own (nvcc only, no GPU): refuse the winners with
+    local memory in any transpose or default architecture, then write the table."""
+    refused = verify_winners(results_path, device, arch, build_dir, jobs)
+    click.echo(f"verified the winners with every transpose on {', '.join(DEFAULT_ARCHS)}: "
+               f"{refused} refused for local memory")
+    path = write_tuning_table(results_path, arch, device, command)
+    click.echo(f"wrote {path}")
+    return path
 
 
 def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, jobs: int,
@@ -199,21 +219,23 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
 
 def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dict]:
     """Per precision and shape, the fastest variant measured correct on this device and never
-    refused afterwards (a later refusal, e.g. by verify_winners, overrides an earlier 'ok')."""
+    refused (a refusal, e.g. by verify_winners, stands whatever was measured before or after).
+    A variant measured more than once counts with its latest time: a re-measurement happened in
+    a run that compared it with its neighbours."""
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch]
     refused = {r["name"] for r in rows if r["status"] != "ok"}
+    latest = {r["name"]: r for r in rows if r["status"] == "ok" and r["name"] not in refused}
     best: dict[tuple, dict] = {}
-    for r in rows:
+    for r in latest.values():
         key = (r["precision"], r["m"], r["n"], r["k"])
-        if r["status"] == "ok" and r["name"] not in refused and (
-                key not in best or r["time_us"] < best[key]["time_us"]):
+        if key not in best or r["time_us"] < best[key]["time_us"]:
             best[key] = r
     return best
 
 
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
-            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba}
+            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
@@ -228,7 +250,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
     table["small"] = [
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
-         "dim_n": r["dim_n"], "tba": r["tba"], "time_us": round(r["time_us"], 3),
+         "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
         for key, r in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))

@@ -3,7 +3,7 @@ variant the heuristic or the sweep proposes is valid."""
 import pytest
 
 from generator.precision import PRECISION_ORDER
-from generator.small import SmallSpec, heuristic, sweep_candidates
+from generator.small import SmallSpec, heuristic, neighbourhood, sweep_candidates
 from generator.spec import SpecError
 
 
@@ -40,6 +40,8 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("d", 4, 4, 4, 4, 4, 0), "tba"),
     (("d", 32, 32, 32, 32, 32, 2), "threads per block"),
     (("z", 32, 32, 32, 16, 16, 4), "shared memory"),
+    (("s", 3, 3, 3, 3, 3, 1, True), "hoist"),       # 36-byte blocks: nothing to load 16 B at a time
+    (("d", 4, 4, 4, 4, 4, 1, 1), "hoist"),
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -60,3 +62,26 @@ def test_parse_refuses_names_of_invalid_tuples():
     with pytest.raises(SpecError) as info:
         SmallSpec.parse("small_d_m32n32k32_dim4x4_tba1")
     assert info.value.rule == "recursive blocking"
+
+
+def test_hoist_round_trips_and_is_swept_with_both_stagings():
+    spec = SmallSpec("s", 19, 19, 19, 5, 7, 4, True).validate()
+    assert spec.name == "small_s_m19n19k19_dim5x7_tba4_hoist"
+    assert SmallSpec.parse(spec.name) == spec
+    assert SmallSpec.parse("small_s_m19n19k19_dim5x7_tba4").hoist is False
+    cands = sweep_candidates("s", 19, 19, 19)
+    plain = {c for c in cands if not c.hoist}
+    hoisted = {c for c in cands if c.hoist}
+    assert hoisted and all(SmallSpec.parse(c.name) == c for c in hoisted)
+    # every hoisted tuple has its plain twin; a plain one lacks a twin only where nothing is whole vectors
+    assert {SmallSpec(c.precision, c.m, c.n, c.k, c.dim_m, c.dim_n, c.tba) for c in hoisted} <= plain
+    assert all(c.tba % 4 == 0 for c in hoisted)        # 19·19 floats: whole vectors only per 4 GEMMs
+
+
+def test_neighbourhood_halves_keeps_and_doubles_tba_in_both_stagings():
+    row = {"precision": "s", "m": 19, "n": 19, "k": 19, "dim_m": 5, "dim_n": 7, "tba": 4}
+    names = sorted(c.name for c in neighbourhood(row))
+    assert names == sorted(["small_s_m19n19k19_dim5x7_tba2", "small_s_m19n19k19_dim5x7_tba4",
+                            "small_s_m19n19k19_dim5x7_tba4_hoist", "small_s_m19n19k19_dim5x7_tba8",
+                            "small_s_m19n19k19_dim5x7_tba8_hoist"])
+    assert all(c.is_valid() for c in neighbourhood({**row, "tba": 1}))   # tba 0 is dropped, not refused

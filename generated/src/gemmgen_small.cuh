@@ -9,6 +9,17 @@
 
 namespace gemmgen {
 
+// Store element (sr, sc) of the stored X of the block's GEMM g where op(X)'s layout wants it:
+// s[g·COLS·LDS + col·LDS + row] with (row, col) = (sr, sc) for OP = 'N' and (sc, sr) otherwise.
+template <char OP, int COLS, int LDS, typename R>
+__device__ __forceinline__ void store_staged(R* s, int g, int sr, int sc, R value)
+{
+    if (OP == 'N')
+        s[g * COLS * LDS + sc * LDS + sr] = value;
+    else
+        s[g * COLS * LDS + sr * LDS + sc] = value;
+}
+
 // Copy op(X) of the block's TBA GEMMs into shared memory.  op(X) is ROWS×COLS and lands at
 // s[g·COLS·LDS + col·LDS + row].  X itself is stored column-major as ROWS×COLS (OP = 'N') or
 // COLS×ROWS ('T', 'C') with leading dimension ld.  Thread t reads stored elements t, t+THREADS,
@@ -33,61 +44,99 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
             R v = zero<R>();
             if (entry < batch)
                 v = widen<OP == 'C'>(ptrs.template operand<X>(entry) + sr + (long long)sc * ld);
-            if (OP == 'N')
-                s[g * COLS * LDS + sc * LDS + sr] = v;
-            else
-                s[g * COLS * LDS + sr * LDS + sc] = v;
+            store_staged<OP, COLS, LDS>(s, g, sr, sc, v);
         }
     }
 }
 
-// The same copy when the block's part of X is one contiguous, 16-byte aligned range (strided
-// interface, ld equal to the stored row count, stride equal to the matrix size): each thread
-// reads 16 bytes at a time, so far fewer load instructions and address computations per byte
-// (what limits fp16 and fp32 at small sizes).  `valid` counts the elements of the range that
-// belong to the batch; the rest (the last block's missing GEMMs) read as zero.
-template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, typename R, typename S>
-__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
+// Store the VEC elements of one 16-byte vector of stored X, whose first element is element e0 of the
+// block's GEMM g, into shared memory.  WITHIN_GEMM: the vector lies inside GEMM g (e0 + VEC ≤ the
+// matrix size); otherwise e0 may run past it into the next GEMMs (a packed block of matrices whose
+// size is not whole vectors).
+template <char OP, int ROWS, int COLS, int LDS, bool WITHIN_GEMM, typename R, typename S>
+__device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw)
 {
     constexpr int VEC = 16 / sizeof(S);
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
     constexpr int PER_GEMM = ROWS * COLS;
-    constexpr int VECTORS = TBA * PER_GEMM / VEC;
+    union { int4 raw; S elem[VEC]; } chunk;
+    chunk.raw = raw;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+        const int e = e0 + j;
+        const int gemm = WITHIN_GEMM ? g : g + e / PER_GEMM;
+        const int r = WITHIN_GEMM ? e : e % PER_GEMM;
+        store_staged<OP, COLS, LDS>(s, gemm, r % STORED_ROWS, r / STORED_ROWS, widen_value<OP == 'C'>(chunk.elem[j]));
+    }
+}
+
+// Copy VECTORS 16-byte vectors into shared memory: thread t takes vectors t, t + THREADS, ...;
+// load(v) fetches vector v and store(v, raw) scatters it.  HOIST (a tuning knob) issues every load
+// of the thread before its first store, so they are in flight together instead of one after
+// another; it costs a register per vector, and `load` must then be safe for all of them.
+template <int THREADS, int VECTORS, bool HOIST, typename Load, typename Store>
+__device__ __forceinline__ void copy_vectors(Load load, Store store)
+{
     constexpr int ITERATIONS = (VECTORS + THREADS - 1) / THREADS;
+    if (HOIST) {
+        int4 raw[ITERATIONS > 0 ? ITERATIONS : 1];
 #pragma unroll
-    for (int it = 0; it < ITERATIONS; ++it) {
-        const int v = threadIdx.x + it * THREADS;
-        if ((it + 1) * THREADS <= VECTORS || v < VECTORS) {
-            union { int4 raw; S elem[VEC]; } chunk;
-            if ((long long)(v + 1) * VEC <= valid) {
-                chunk.raw = __ldg(reinterpret_cast<const int4*>(X) + v);
-            } else {
+        for (int it = 0; it < ITERATIONS; ++it) {
+            const int v = threadIdx.x + it * THREADS;
+            if ((it + 1) * THREADS <= VECTORS || v < VECTORS)
+                raw[it] = load(v);
+        }
 #pragma unroll
-                for (int j = 0; j < VEC; ++j)
-                    chunk.elem[j] = (long long)v * VEC + j < valid ? X[v * VEC + j] : S();
-            }
+        for (int it = 0; it < ITERATIONS; ++it) {
+            const int v = threadIdx.x + it * THREADS;
+            if ((it + 1) * THREADS <= VECTORS || v < VECTORS)
+                store(v, raw[it]);
+        }
+    } else {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const int e = v * VEC + j;
-                const int g = e / PER_GEMM;
-                const int r = e % PER_GEMM;
-                const int sr = r % STORED_ROWS;
-                const int sc = r / STORED_ROWS;
-                const R value = widen_value<OP == 'C'>(chunk.elem[j]);
-                if (OP == 'N')
-                    s[g * COLS * LDS + sc * LDS + sr] = value;
-                else
-                    s[g * COLS * LDS + sr * LDS + sc] = value;
-            }
+        for (int it = 0; it < ITERATIONS; ++it) {
+            const int v = threadIdx.x + it * THREADS;
+            if ((it + 1) * THREADS <= VECTORS || v < VECTORS)
+                store(v, load(v));
         }
     }
+}
+
+// The same copy as stage_operand when the block's part of X is one contiguous, 16-byte aligned
+// range (strided interface, ld equal to the stored row count, stride equal to the matrix size):
+// each thread reads 16 bytes at a time, so far fewer load instructions and address computations
+// per byte (what limits fp16 and fp32 at small sizes).  `valid` counts the elements of the range
+// that belong to the batch; the rest (the last block's missing GEMMs) read as zero.  With HOIST
+// the caller passes only blocks whose TBA GEMMs are all in the batch, so no load needs a bound.
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, typename R, typename S>
+__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
+{
+    constexpr int VEC = 16 / sizeof(S);
+    constexpr int VECTORS = TBA * ROWS * COLS / VEC;
+    const int4* vectors = reinterpret_cast<const int4*>(X);
+    const auto store = [&](int v, int4 raw) { scatter_vector<OP, ROWS, COLS, LDS, false, R, S>(s, 0, v * VEC, raw); };
+    if (HOIST) {
+        copy_vectors<THREADS, VECTORS, true>([&](int v) { return __ldg(vectors + v); }, store);
+        return;
+    }
+    copy_vectors<THREADS, VECTORS, false>([&](int v) {
+        union { int4 raw; S elem[VEC]; } chunk;
+        if ((long long)(v + 1) * VEC <= valid) {
+            chunk.raw = __ldg(vectors + v);
+        } else {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j)
+                chunk.elem[j] = (long long)v * VEC + j < valid ? X[v * VEC + j] : S();
+        }
+        return chunk.raw;
+    }, store);
 }
 
 // The pointer-array interface: op(X) of the block's GEMMs from their own matrices, whose
 // addresses were read once per block into `bases` (nullptr past the end of the batch) rather
 // than once per element.  When every matrix of the block is contiguous (ld = stored rows) and
 // 16-byte aligned, and one matrix is whole 16-byte chunks, each thread reads 16 bytes at a time.
-template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, typename R, typename S>
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, typename R, typename S>
 __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, int ld)
 {
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
@@ -95,26 +144,16 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
     constexpr int VEC = 16 / sizeof(S) > 0 ? 16 / sizeof(S) : 1;
     constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (PER_GEMM * sizeof(S)) % 16 == 0;
     if (CAN_VECTORIZE && whole_chunks) {
+        // Vector v is chunk w = v % PER_GEMM_CHUNKS of GEMM g = v / PER_GEMM_CHUNKS.
         constexpr int PER_GEMM_CHUNKS = PER_GEMM / VEC;
-        constexpr int TOTAL = TBA * PER_GEMM_CHUNKS;
-#pragma unroll
-        for (int it = 0; it < (TOTAL + THREADS - 1) / THREADS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if ((it + 1) * THREADS <= TOTAL || v < TOTAL) {
+        copy_vectors<THREADS, TBA * PER_GEMM_CHUNKS, HOIST>(
+            [&](int v) {
                 const int g = v / PER_GEMM_CHUNKS, w = v % PER_GEMM_CHUNKS;
-                union { int4 raw; S elem[VEC]; } chunk;
-                chunk.raw = bases[g] ? __ldg(reinterpret_cast<const int4*>(bases[g]) + w) : make_int4(0, 0, 0, 0);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    const int e = w * VEC + j, sr = e % STORED_ROWS, sc = e / STORED_ROWS;
-                    const R value = widen_value<OP == 'C'>(chunk.elem[j]);
-                    if (OP == 'N')
-                        s[g * COLS * LDS + sc * LDS + sr] = value;
-                    else
-                        s[g * COLS * LDS + sr * LDS + sc] = value;
-                }
-            }
-        }
+                return bases[g] ? __ldg(reinterpret_cast<const int4*>(bases[g]) + w) : make_int4(0, 0, 0, 0);
+            },
+            [&](int v, int4 raw) {
+                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / PER_GEMM_CHUNKS, v % PER_GEMM_CHUNKS * VEC, raw);
+            });
         return;
     }
     constexpr int TOTAL = TBA * PER_GEMM;
@@ -124,34 +163,34 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
         if ((it + 1) * THREADS <= TOTAL || e < TOTAL) {
             const int g = e / PER_GEMM, r = e % PER_GEMM;
             const int sr = r % STORED_ROWS, sc = r / STORED_ROWS;
-            const R value = bases[g] ? widen<OP == 'C'>(bases[g] + sr + (long long)sc * ld) : zero<R>();
-            if (OP == 'N')
-                s[g * COLS * LDS + sc * LDS + sr] = value;
-            else
-                s[g * COLS * LDS + sr * LDS + sc] = value;
+            store_staged<OP, COLS, LDS>(s, g, sr, sc,
+                                        bases[g] ? widen<OP == 'C'>(bases[g] + sr + (long long)sc * ld) : zero<R>());
         }
     }
 }
 
 // Stage op(X) with 16-byte loads when the layout allows it (decided once per block, the same for
 // every thread), element by element otherwise.
-template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, Operand X, typename R, typename S>
+template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, Operand X, typename R, typename S>
 __device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch)
 {
     constexpr int PER_GEMM = ROWS * COLS;
     constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (TBA * PER_GEMM * sizeof(S)) % 16 == 0;
     const S* base = X == OPERAND_A ? ptrs.A : ptrs.B;
     const long long stride = X == OPERAND_A ? ptrs.stride_a : ptrs.stride_b;
+    // With HOIST, the last block, cut by the end of the batch, takes the element-wise path (its
+    // missing GEMMs read as zero there), so the hoisted loads need no bounds.
     const bool packed = ptrs.A_array == nullptr && ld == (OP == 'N' ? ROWS : COLS) && stride == PER_GEMM
-                        && aligned16(base);
+                        && aligned16(base) && (!HOIST || batch - first >= TBA);
     if (CAN_VECTORIZE && packed)
-        stage_packed<OP, ROWS, COLS, LDS, THREADS, TBA>(s, base + first * PER_GEMM,
-                                                        (batch - first) * PER_GEMM);
+        stage_packed<OP, ROWS, COLS, LDS, THREADS, TBA, HOIST>(s, base + first * PER_GEMM,
+                                                               (batch - first) * PER_GEMM);
     else
         stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch);
 }
 
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
+          typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
 small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch)
 {
@@ -193,11 +232,11 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         }
         a_whole = __syncthreads_and(a_whole) && lda == (TA == 'N' ? M : K);
         b_whole = __syncthreads_and(b_whole) && ldb == (TB == 'N' ? K : N);
-        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA>(sA, bases[0], a_whole, lda);
-        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA>(sB, bases[1], b_whole, ldb);
+        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, lda);
+        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, ldb);
     } else if (use_ab) {
-        stage<TA, M, K, LDS_A, THREADS, TBA, OPERAND_A>(sA, ptrs, lda, first, batch);
-        stage<TB, K, N, LDS_B, THREADS, TBA, OPERAND_B>(sB, ptrs, ldb, first, batch);
+        stage<TA, M, K, LDS_A, THREADS, TBA, HOIST, OPERAND_A>(sA, ptrs, lda, first, batch);
+        stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
     R c_in[TILE_M][TILE_N];
@@ -257,12 +296,13 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 }
 
 // Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
+          typename Scalar>
 int launch_small(const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
                  cudaStream_t stream)
 {
     const unsigned blocks = (unsigned)(((long long)batch + TBA - 1) / TBA);
-    small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA>
+    small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, HOIST>
         <<<blocks, TBA * DIM_M * DIM_N, 0, stream>>>(ptrs, lda, ldb, ldc, alpha, beta, batch);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
