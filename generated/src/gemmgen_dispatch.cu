@@ -10,313 +10,313 @@
 #include "gemmgen_device.cuh"
 
 // ---- every emitted launcher ------------------------------------------------------------------------
-extern "C" int small_c_m10n10k10_dim5x5_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m10n10k10_dim5x5_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m11n11k11_dim4x4_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m11n11k11_dim4x4_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m12n12k12_dim4x3_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m12n12k12_dim4x6_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m12n12k12_dim4x3_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m12n12k12_dim4x6_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m13n13k13_dim4x4_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m13n13k13_dim4x4_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m14n14k14_dim7x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m14n14k14_dim7x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m15n15k15_dim4x4_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m15n15k15_dim4x4_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m16n16k16_dim8x8_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m16n16k16_dim8x8_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m16n16k16_dim8x8_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m16n16k16_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m17n17k17_dim6x6_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m17n17k17_dim6x6_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m18n18k18_dim6x9_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m18n18k18_dim6x9_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m18n18k18_dim6x9_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m18n18k18_dim6x9_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m19n19k19_dim10x19_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m19n19k19_dim10x19_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m1n1k1_dim1x1_tba128_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m1n1k1_dim1x1_tba128_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m20n20k20_dim5x5_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m20n20k20_dim5x5_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m20n20k20_dim5x5_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m20n20k20_dim5x5_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m21n21k21_dim11x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m21n21k21_dim11x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m22n22k22_dim11x11_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m22n22k22_dim11x11_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m23n23k23_dim8x8_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m23n23k23_dim8x8_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m24n24k24_dim8x12_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m24n24k24_dim8x12_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m25n25k25_dim9x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m25n25k25_dim9x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m26n26k26_dim13x13_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m26n26k26_dim13x13_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m26n26k26_dim13x13_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m26n26k26_dim13x13_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim9x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m27n27k27_dim9x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim9x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m27n27k27_dim9x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m28n28k28_dim14x14_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m28n28k28_dim14x14_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim8x10_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m29n29k29_dim8x10_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim8x10_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m29n29k29_dim8x10_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m2n2k2_dim1x2_tba64_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m2n2k2_dim1x2_tba64_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m30n30k30_dim15x10_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m30n30k30_dim15x10_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m30n30k30_dim15x10_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m30n30k30_dim15x10_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m31n31k31_dim8x8_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m31n31k31_dim8x8_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m32n32k32_dim16x16_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m32n32k32_dim16x16_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x2_tba16_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x2_tba16_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m4n4k4_dim4x2_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m4n4k4_dim2x4_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m4n4k4_dim4x2_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m4n4k4_dim2x4_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m5n5k5_dim5x3_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m5n5k5_dim5x3_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim2x3_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m6n6k6_dim2x3_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim2x3_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m6n6k6_dim2x3_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m7n7k7_dim4x7_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m7n7k7_dim4x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m7n7k7_dim4x7_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m7n7k7_dim4x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m8n8k8_dim4x8_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m8n8k8_dim8x4_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m8n8k8_dim4x8_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m8n8k8_dim8x4_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m9n9k9_dim9x5_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m9n9k9_dim9x5_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m9n9k9_dim9x5_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m9n9k9_dim9x5_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_d_m10n10k10_dim5x5_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m10n10k10_dim5x5_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m11n11k11_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m11n11k11_dim4x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m12n12k12_dim4x6_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m12n12k12_dim6x4_tba4_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m12n12k12_dim4x6_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m12n12k12_dim6x4_tba4_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m13n13k13_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m13n13k13_dim4x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m14n14k14_dim7x7_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m14n14k14_dim7x7_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m15n15k15_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m15n15k15_dim4x4_tba2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m16n16k16_dim8x8_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m16n16k16_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m16n16k16_dim8x8_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m16n16k16_dim4x4_tba2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m17n17k17_dim6x6_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m17n17k17_dim6x6_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x9_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m18n18k18_dim6x9_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x9_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m18n18k18_dim6x9_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m19n19k19_dim5x5_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m19n19k19_dim5x5_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m1n1k1_dim1x1_tba128_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m1n1k1_dim1x1_tba128_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m1n1k1_dim1x1_tba128_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m1n1k1_dim1x1_tba128_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m20n20k20_dim10x10_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m20n20k20_dim10x10_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m20n20k20_dim10x10_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m20n20k20_dim10x10_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m21n21k21_dim11x7_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m21n21k21_dim11x7_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim11x11_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim11x11_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim8x8_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim8x8_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m24n24k24_dim12x8_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m24n24k24_dim8x12_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m24n24k24_dim12x8_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m24n24k24_dim8x12_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x7_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x7_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m26n26k26_dim13x13_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m26n26k26_dim13x13_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m26n26k26_dim13x13_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m26n26k26_dim13x13_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim14x9_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim14x9_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim7x7_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m28n28k28_dim7x7_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim7x7_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m28n28k28_dim7x7_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m29n29k29_dim8x10_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m29n29k29_dim8x10_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m2n2k2_dim1x2_tba64_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m2n2k2_dim1x2_tba64_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m2n2k2_dim2x1_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim10x15_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m30n30k30_dim10x15_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim10x15_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m30n30k30_dim10x15_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m31n31k31_dim8x8_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m31n31k31_dim8x8_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m32n32k32_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m32n32k32_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m3n3k3_dim2x1_tba32_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m3n3k3_dim2x1_tba32_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m4n4k4_dim4x2_tba16_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m4n4k4_dim2x4_tba8_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m4n4k4_dim4x2_tba16_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m4n4k4_dim2x4_tba8_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m5n5k5_dim5x3_tba4_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m5n5k5_dim5x3_tba4_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m5n5k5_dim5x3_tba4_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m5n5k5_dim5x3_tba4_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m6n6k6_dim3x3_tba8_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m6n6k6_dim2x3_tba8_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m6n6k6_dim3x3_tba8_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m6n6k6_dim2x3_tba8_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m7n7k7_dim7x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m7n7k7_dim7x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m7n7k7_dim7x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m7n7k7_dim7x4_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m8n8k8_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m8n8k8_dim4x4_tba16_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m8n8k8_dim4x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m8n8k8_dim4x4_tba16_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m9n9k9_dim9x5_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m9n9k9_dim9x5_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim4x4_tba4_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m10n10k10_dim4x4_tba4_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim4x4_tba4_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m10n10k10_dim4x4_tba4_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim4x4_tba8_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m12n12k12_dim4x4_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim4x4_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m12n12k12_dim4x4_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim5x7_tba8_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim5x7_tba8_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim5x8_tba8_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim5x8_tba8_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim4x4_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m16n16k16_dim4x4_tba4_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim4x4_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m16n16k16_dim4x4_tba4_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x5_tba4_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m18n18k18_dim6x5_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x5_tba4_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m18n18k18_dim6x5_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x7_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m19n19k19_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x7_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m19n19k19_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m1n1k1_dim1x1_tba128_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m1n1k1_dim1x1_tba128_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m1n1k1_dim1x1_tba128_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -326,25 +326,25 @@ extern "C" int small_h_m23n23k23_dim8x8_tba8_strided(char, char, float, const __
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim7x9_tba2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim7x9_tba2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m28n28k28_dim7x7_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m28n28k28_dim7x7_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -354,137 +354,137 @@ extern "C" int small_h_m2n2k2_dim1x1_tba128_strided(char, char, float, const __h
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba128_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m31n31k31_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m31n31k31_dim11x11_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m32n32k32_dim8x8_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m32n32k32_dim8x8_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m3n3k3_dim2x1_tba32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m3n3k3_dim2x1_tba32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim2x2_tba32_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m4n4k4_dim2x2_tba32_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim2x2_tba32_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m4n4k4_dim2x2_tba32_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m5n5k5_dim2x2_tba16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m5n5k5_dim2x2_tba16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim3x2_tba16_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m6n6k6_dim2x3_tba16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim3x2_tba16_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m6n6k6_dim2x3_tba16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m7n7k7_dim4x4_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim4x4_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m7n7k7_dim4x4_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m8n8k8_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m8n8k8_dim4x4_tba8_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim3x5_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim3x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim3x5_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim3x5_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x3_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m11n11k11_dim4x3_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x3_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m11n11k11_dim4x3_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x4_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x4_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m14n14k14_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m14n14k14_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim8x8_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m15n15k15_dim8x8_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim8x8_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m15n15k15_dim8x8_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x6_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x6_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim7x10_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim7x10_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m1n1k1_dim1x1_tba128_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m1n1k1_dim1x1_tba128_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim10x10_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m20n20k20_dim10x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim10x10_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m20n20k20_dim10x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim11x11_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m21n21k21_dim11x11_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim11x11_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m21n21k21_dim11x11_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim8x8_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim8x8_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m23n23k23_dim6x8_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k23_dim6x8_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x8_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m26n26k26_dim7x9_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m26n26k26_dim7x9_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m27n27k27_dim9x14_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m27n27k27_dim9x14_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m28n28k28_dim14x14_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m28n28k28_dim14x14_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m28n28k28_dim14x14_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m28n28k28_dim14x14_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim10x15_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim10x15_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim1x1_tba64_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m2n2k2_dim1x1_tba64_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim1x1_tba64_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m2n2k2_dim1x1_tba64_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m30n30k30_dim10x15_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m30n30k30_dim10x15_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m30n30k30_dim10x15_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m30n30k30_dim10x15_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m31n31k31_dim16x16_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -494,149 +494,149 @@ extern "C" int small_hc_m32n32k32_dim8x8_tba2_strided(char, char, cuFloatComplex
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m32n32k32_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim1x1_tba64_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim1x1_tba64_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim4x2_tba16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m4n4k4_dim2x2_tba16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim4x2_tba16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m4n4k4_dim2x2_tba16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim2x2_tba16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m5n5k5_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim2x2_tba16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m5n5k5_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m6n6k6_dim2x2_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m6n6k6_dim2x2_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m7n7k7_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m7n7k7_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim4x4_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m8n8k8_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim4x4_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m8n8k8_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim5x3_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m9n9k9_dim5x3_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim5x3_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m9n9k9_dim5x3_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_s_m10n10k10_dim5x5_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m10n10k10_dim5x5_tba8_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m11n11k11_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m11n11k11_dim4x4_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m11n11k11_dim4x4_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m11n11k11_dim4x4_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m12n12k12_dim4x3_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m12n12k12_dim4x3_tba8_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m13n13k13_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m13n13k13_dim4x4_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m14n14k14_dim4x4_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m14n14k14_dim4x4_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m15n15k15_dim8x8_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m15n15k15_dim8x8_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m16n16k16_dim8x8_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m16n16k16_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m16n16k16_dim8x8_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m16n16k16_dim4x4_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m17n17k17_dim6x6_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m17n17k17_dim6x6_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m18n18k18_dim6x5_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m18n18k18_dim6x5_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m19n19k19_dim5x7_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m19n19k19_dim5x7_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m1n1k1_dim1x1_tba128_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m1n1k1_dim1x1_tba128_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m20n20k20_dim5x5_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m20n20k20_dim5x5_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m20n20k20_dim5x5_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m20n20k20_dim5x5_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m21n21k21_dim7x11_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m21n21k21_dim7x11_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m21n21k21_dim7x11_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m21n21k21_dim7x11_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m22n22k22_dim8x8_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m22n22k22_dim8x8_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m23n23k23_dim8x6_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m23n23k23_dim8x6_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m24n24k24_dim8x6_tba2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m24n24k24_dim8x6_tba2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m25n25k25_dim7x9_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m25n25k25_dim7x9_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m25n25k25_dim7x9_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m25n25k25_dim7x9_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m26n26k26_dim7x9_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m26n26k26_dim7x9_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m27n27k27_dim7x9_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m27n27k27_dim7x9_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim7x7_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim7x7_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m2n2k2_dim1x1_tba64_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m2n2k2_dim1x1_tba64_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m30n30k30_dim10x15_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m30n30k30_dim10x15_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m31n31k31_dim11x8_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m31n31k31_dim11x8_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m31n31k31_dim11x8_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m31n31k31_dim11x8_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m32n32k32_dim8x8_tba1_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m32n32k32_dim8x8_tba1_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m3n3k3_dim1x1_tba32_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m3n3k3_dim1x1_tba32_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m3n3k3_dim1x1_tba32_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m3n3k3_dim1x1_tba32_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m4n4k4_dim2x2_tba16_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m4n4k4_dim2x2_tba16_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m5n5k5_dim2x3_tba16_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m5n5k5_dim2x3_tba16_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m5n5k5_dim2x3_tba16_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m5n5k5_dim2x3_tba16_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m6n6k6_dim2x2_tba16_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m6n6k6_dim2x2_tba8_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m6n6k6_dim2x2_tba16_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m6n6k6_dim2x2_tba8_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m7n7k7_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -646,137 +646,137 @@ extern "C" int small_s_m8n8k8_dim4x4_tba4_strided(char, char, float, const float
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m8n8k8_dim4x4_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim5x3_tba8_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim5x3_tba8_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_z_m10n10k10_dim10x5_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m10n10k10_dim10x5_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m10n10k10_dim10x5_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m10n10k10_dim10x5_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m11n11k11_dim6x11_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m11n11k11_dim6x11_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m11n11k11_dim6x11_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m11n11k11_dim6x11_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m12n12k12_dim12x6_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m12n12k12_dim12x6_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m13n13k13_dim7x13_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m13n13k13_dim7x13_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m14n14k14_dim14x7_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m14n14k14_dim14x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m14n14k14_dim14x7_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m14n14k14_dim14x7_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m15n15k15_dim8x8_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m15n15k15_dim8x8_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m16n16k16_dim8x8_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m16n16k16_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m16n16k16_dim8x8_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m16n16k16_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m17n17k17_dim17x9_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m17n17k17_dim17x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m17n17k17_dim17x9_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m17n17k17_dim17x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m18n18k18_dim18x9_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m18n18k18_dim18x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m18n18k18_dim18x9_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m18n18k18_dim18x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim19x10_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m19n19k19_dim19x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim19x10_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m19n19k19_dim19x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m1n1k1_dim1x1_tba256_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m1n1k1_dim1x1_tba256_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m20n20k20_dim20x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m20n20k20_dim20x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m21n21k21_dim21x11_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m21n21k21_dim21x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m21n21k21_dim21x11_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m21n21k21_dim21x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m22n22k22_dim22x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m22n22k22_dim22x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m23n23k23_dim23x12_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m23n23k23_dim23x12_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m23n23k23_dim23x12_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m23n23k23_dim23x12_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim25x13_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m25n25k25_dim25x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim25x13_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m25n25k25_dim25x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim26x13_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m26n26k26_dim26x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim26x13_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m26n26k26_dim26x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim27x14_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m27n27k27_dim27x14_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim27x14_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m27n27k27_dim27x14_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim28x14_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m28n28k28_dim14x14_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim28x14_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m28n28k28_dim14x14_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim29x15_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m29n29k29_dim29x15_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim29x15_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m29n29k29_dim29x15_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m2n2k2_dim2x1_tba256_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m2n2k2_dim2x1_tba256_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m2n2k2_dim2x2_tba64_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim30x15_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m30n30k30_dim30x15_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim30x15_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m30n30k30_dim30x15_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m31n31k31_dim16x16_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m31n31k31_dim16x16_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m3n3k3_dim3x3_tba16_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m3n3k3_dim3x3_tba16_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m4n4k4_dim4x4_tba8_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m4n4k4_dim4x4_tba8_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m4n4k4_dim4x4_tba8_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m4n4k4_dim4x4_tba8_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m5n5k5_dim5x5_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m5n5k5_dim5x5_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m5n5k5_dim5x5_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m5n5k5_dim5x5_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m6n6k6_dim6x3_tba8_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m6n6k6_dim6x3_tba4_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m6n6k6_dim6x3_tba8_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m6n6k6_dim6x3_tba4_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m7n7k7_dim7x7_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m7n7k7_dim7x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m7n7k7_dim7x7_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m7n7k7_dim7x7_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m8n8k8_dim8x8_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m8n8k8_dim4x8_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m8n8k8_dim8x8_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m8n8k8_dim4x8_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m9n9k9_dim5x9_tba2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m9n9k9_dim5x9_tba2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int wmmatiny_h_m10n10k16_w2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -973,47 +973,47 @@ struct GeneralEntry {
 };
 
 const SmallEntry<__half, float> small_h[] = {
-    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba128", small_h_m1n1k1_dim1x1_tba128_strided, small_h_m1n1k1_dim1x1_tba128_array, 0},
+    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba128_hoist", small_h_m1n1k1_dim1x1_tba128_hoist_strided, small_h_m1n1k1_dim1x1_tba128_hoist_array, 0},
     {1, 1, 16, 75, "wmmatiny_h_m1n1k16_w4", wmmatiny_h_m1n1k16_w4_strided, wmmatiny_h_m1n1k16_w4_array, 0},
     {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba128", small_h_m2n2k2_dim1x1_tba128_strided, small_h_m2n2k2_dim1x1_tba128_array, 0},
     {2, 2, 16, 75, "wmmatiny_h_m2n2k16_w1", wmmatiny_h_m2n2k16_w1_strided, wmmatiny_h_m2n2k16_w1_array, 0},
     {3, 3, 3, 75, "small_h_m3n3k3_dim2x1_tba32", small_h_m3n3k3_dim2x1_tba32_strided, small_h_m3n3k3_dim2x1_tba32_array, 0},
     {3, 3, 16, 75, "wmmatiny_h_m3n3k16_w2", wmmatiny_h_m3n3k16_w2_strided, wmmatiny_h_m3n3k16_w2_array, 0},
-    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba32", small_h_m4n4k4_dim2x2_tba32_strided, small_h_m4n4k4_dim2x2_tba32_array, 0},
+    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba32_hoist", small_h_m4n4k4_dim2x2_tba32_hoist_strided, small_h_m4n4k4_dim2x2_tba32_hoist_array, 0},
     {4, 4, 16, 75, "wmmatiny_h_m4n4k16_w1", wmmatiny_h_m4n4k16_w1_strided, wmmatiny_h_m4n4k16_w1_array, 0},
     {5, 5, 5, 75, "small_h_m5n5k5_dim2x2_tba16", small_h_m5n5k5_dim2x2_tba16_strided, small_h_m5n5k5_dim2x2_tba16_array, 0},
     {5, 5, 16, 75, "wmmatiny_h_m5n5k16_w1", wmmatiny_h_m5n5k16_w1_strided, wmmatiny_h_m5n5k16_w1_array, 0},
-    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16", small_h_m6n6k6_dim3x2_tba16_strided, small_h_m6n6k6_dim3x2_tba16_array, 0},
+    {6, 6, 6, 75, "small_h_m6n6k6_dim2x3_tba16", small_h_m6n6k6_dim2x3_tba16_strided, small_h_m6n6k6_dim2x3_tba16_array, 0},
     {6, 6, 16, 75, "wmmatiny_h_m6n6k16_w1", wmmatiny_h_m6n6k16_w1_strided, wmmatiny_h_m6n6k16_w1_array, 0},
-    {7, 7, 7, 75, "small_h_m7n7k7_dim4x4_tba8", small_h_m7n7k7_dim4x4_tba8_strided, small_h_m7n7k7_dim4x4_tba8_array, 0},
+    {7, 7, 7, 75, "small_h_m7n7k7_dim4x4_tba8_hoist", small_h_m7n7k7_dim4x4_tba8_hoist_strided, small_h_m7n7k7_dim4x4_tba8_hoist_array, 0},
     {7, 7, 16, 75, "wmmatiny_h_m7n7k16_w2", wmmatiny_h_m7n7k16_w2_strided, wmmatiny_h_m7n7k16_w2_array, 0},
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba8", small_h_m8n8k8_dim4x4_tba8_strided, small_h_m8n8k8_dim4x4_tba8_array, 0},
     {8, 8, 16, 75, "wmmatiny_h_m8n8k16_w1", wmmatiny_h_m8n8k16_w1_strided, wmmatiny_h_m8n8k16_w1_array, 0},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba8", small_h_m9n9k9_dim3x5_tba8_strided, small_h_m9n9k9_dim3x5_tba8_array, 0},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim4x4_tba4", small_h_m10n10k10_dim4x4_tba4_strided, small_h_m10n10k10_dim4x4_tba4_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba8_hoist", small_h_m9n9k9_dim3x5_tba8_hoist_strided, small_h_m9n9k9_dim3x5_tba8_hoist_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim4x4_tba4_hoist", small_h_m10n10k10_dim4x4_tba4_hoist_strided, small_h_m10n10k10_dim4x4_tba4_hoist_array, 0},
     {10, 10, 16, 75, "wmmatiny_h_m10n10k16_w2", wmmatiny_h_m10n10k16_w2_strided, wmmatiny_h_m10n10k16_w2_array, 0},
     {11, 11, 11, 75, "small_h_m11n11k11_dim4x4_tba8", small_h_m11n11k11_dim4x4_tba8_strided, small_h_m11n11k11_dim4x4_tba8_array, 0},
-    {12, 12, 12, 75, "small_h_m12n12k12_dim4x4_tba8", small_h_m12n12k12_dim4x4_tba8_strided, small_h_m12n12k12_dim4x4_tba8_array, 0},
+    {12, 12, 12, 75, "small_h_m12n12k12_dim4x4_tba8_hoist", small_h_m12n12k12_dim4x4_tba8_hoist_strided, small_h_m12n12k12_dim4x4_tba8_hoist_array, 0},
     {13, 13, 13, 75, "small_h_m13n13k13_dim5x7_tba8", small_h_m13n13k13_dim5x7_tba8_strided, small_h_m13n13k13_dim5x7_tba8_array, 0},
-    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8", small_h_m14n14k14_dim7x5_tba8_strided, small_h_m14n14k14_dim7x5_tba8_array, 0},
+    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_hoist", small_h_m14n14k14_dim7x5_tba8_hoist_strided, small_h_m14n14k14_dim7x5_tba8_hoist_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim5x8_tba8", small_h_m15n15k15_dim5x8_tba8_strided, small_h_m15n15k15_dim5x8_tba8_array, 0},
-    {16, 16, 16, 75, "small_h_m16n16k16_dim4x4_tba2", small_h_m16n16k16_dim4x4_tba2_strided, small_h_m16n16k16_dim4x4_tba2_array, 0},
-    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8", small_h_m17n17k17_dim6x6_tba8_strided, small_h_m17n17k17_dim6x6_tba8_array, 0},
-    {18, 18, 18, 75, "small_h_m18n18k18_dim6x5_tba4", small_h_m18n18k18_dim6x5_tba4_strided, small_h_m18n18k18_dim6x5_tba4_array, 0},
-    {19, 19, 19, 75, "small_h_m19n19k19_dim7x7_tba8", small_h_m19n19k19_dim7x7_tba8_strided, small_h_m19n19k19_dim7x7_tba8_array, 0},
-    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba2", small_h_m20n20k20_dim5x5_tba2_strided, small_h_m20n20k20_dim5x5_tba2_array, 0},
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8", small_h_m21n21k21_dim7x7_tba8_strided, small_h_m21n21k21_dim7x7_tba8_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim4x4_tba4_hoist", small_h_m16n16k16_dim4x4_tba4_hoist_strided, small_h_m16n16k16_dim4x4_tba4_hoist_array, 0},
+    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist", small_h_m17n17k17_dim6x6_tba8_hoist_strided, small_h_m17n17k17_dim6x6_tba8_hoist_array, 0},
+    {18, 18, 18, 75, "small_h_m18n18k18_dim6x5_tba2_hoist", small_h_m18n18k18_dim6x5_tba2_hoist_strided, small_h_m18n18k18_dim6x5_tba2_hoist_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim7x7_tba8_hoist", small_h_m19n19k19_dim7x7_tba8_hoist_strided, small_h_m19n19k19_dim7x7_tba8_hoist_array, 0},
+    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist", small_h_m20n20k20_dim5x5_tba1_hoist_strided, small_h_m20n20k20_dim5x5_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist", small_h_m21n21k21_dim7x7_tba8_hoist_strided, small_h_m21n21k21_dim7x7_tba8_hoist_array, 0},
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2", small_h_m22n22k22_dim8x8_tba2_strided, small_h_m22n22k22_dim8x8_tba2_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8", small_h_m23n23k23_dim8x8_tba8_strided, small_h_m23n23k23_dim8x8_tba8_array, 0},
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2", small_h_m24n24k24_dim8x8_tba2_strided, small_h_m24n24k24_dim8x8_tba2_array, 1},
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8", small_h_m25n25k25_dim7x7_tba8_strided, small_h_m25n25k25_dim7x7_tba8_array, 1},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist", small_h_m24n24k24_dim8x8_tba2_hoist_strided, small_h_m24n24k24_dim8x8_tba2_hoist_array, 1},
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
     {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
-    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8", small_h_m27n27k27_dim7x7_tba8_strided, small_h_m27n27k27_dim7x7_tba8_array, 1},
-    {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1", small_h_m28n28k28_dim7x7_tba1_strided, small_h_m28n28k28_dim7x7_tba1_array, 1},
+    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist", small_h_m27n27k27_dim7x7_tba8_hoist_strided, small_h_m27n27k27_dim7x7_tba8_hoist_array, 1},
+    {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1_hoist", small_h_m28n28k28_dim7x7_tba1_hoist_strided, small_h_m28n28k28_dim7x7_tba1_hoist_array, 1},
     {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
-    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2", small_h_m30n30k30_dim8x10_tba2_strided, small_h_m30n30k30_dim8x10_tba2_array, 1},
+    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist", small_h_m30n30k30_dim8x10_tba2_hoist_strided, small_h_m30n30k30_dim8x10_tba2_hoist_array, 1},
     {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
-    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1", small_h_m32n32k32_dim8x8_tba1_strided, small_h_m32n32k32_dim8x8_tba1_array, 1},
+    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba2_hoist", small_h_m32n32k32_dim8x8_tba2_hoist_strided, small_h_m32n32k32_dim8x8_tba2_hoist_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1061,44 +1061,44 @@ const GeneralEntry<__half, float> general_h[] = {
 };
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
-    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba128", small_hc_m1n1k1_dim1x1_tba128_strided, small_hc_m1n1k1_dim1x1_tba128_array, 0},
+    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba128_hoist", small_hc_m1n1k1_dim1x1_tba128_hoist_strided, small_hc_m1n1k1_dim1x1_tba128_hoist_array, 0},
     {1, 1, 16, 75, "wmmatiny_hc_m1n1k16_w2", wmmatiny_hc_m1n1k16_w2_strided, wmmatiny_hc_m1n1k16_w2_array, 0},
-    {2, 2, 2, 75, "small_hc_m2n2k2_dim1x1_tba64", small_hc_m2n2k2_dim1x1_tba64_strided, small_hc_m2n2k2_dim1x1_tba64_array, 0},
+    {2, 2, 2, 75, "small_hc_m2n2k2_dim1x1_tba64_hoist", small_hc_m2n2k2_dim1x1_tba64_hoist_strided, small_hc_m2n2k2_dim1x1_tba64_hoist_array, 0},
     {2, 2, 16, 75, "wmmatiny_hc_m2n2k16_w1", wmmatiny_hc_m2n2k16_w1_strided, wmmatiny_hc_m2n2k16_w1_array, 0},
-    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba64", small_hc_m3n3k3_dim1x1_tba64_strided, small_hc_m3n3k3_dim1x1_tba64_array, 0},
+    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist", small_hc_m3n3k3_dim1x1_tba32_hoist_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_array, 0},
     {3, 3, 16, 75, "wmmatiny_hc_m3n3k16_w2", wmmatiny_hc_m3n3k16_w2_strided, wmmatiny_hc_m3n3k16_w2_array, 0},
-    {4, 4, 4, 75, "small_hc_m4n4k4_dim4x2_tba16", small_hc_m4n4k4_dim4x2_tba16_strided, small_hc_m4n4k4_dim4x2_tba16_array, 0},
+    {4, 4, 4, 75, "small_hc_m4n4k4_dim2x2_tba16", small_hc_m4n4k4_dim2x2_tba16_strided, small_hc_m4n4k4_dim2x2_tba16_array, 0},
     {4, 4, 16, 75, "wmmatiny_hc_m4n4k16_w1", wmmatiny_hc_m4n4k16_w1_strided, wmmatiny_hc_m4n4k16_w1_array, 0},
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x2_tba16", small_hc_m5n5k5_dim2x2_tba16_strided, small_hc_m5n5k5_dim2x2_tba16_array, 0},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x2_tba8_hoist", small_hc_m5n5k5_dim2x2_tba8_hoist_strided, small_hc_m5n5k5_dim2x2_tba8_hoist_array, 0},
     {5, 5, 16, 75, "wmmatiny_hc_m5n5k16_w2", wmmatiny_hc_m5n5k16_w2_strided, wmmatiny_hc_m5n5k16_w2_array, 0},
-    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8", small_hc_m6n6k6_dim2x2_tba8_strided, small_hc_m6n6k6_dim2x2_tba8_array, 0},
+    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
     {6, 6, 16, 75, "wmmatiny_hc_m6n6k16_w1", wmmatiny_hc_m6n6k16_w1_strided, wmmatiny_hc_m6n6k16_w1_array, 0},
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba4", small_hc_m7n7k7_dim4x4_tba4_strided, small_hc_m7n7k7_dim4x4_tba4_array, 0},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba4_hoist", small_hc_m7n7k7_dim4x4_tba4_hoist_strided, small_hc_m7n7k7_dim4x4_tba4_hoist_array, 0},
     {7, 7, 16, 75, "wmmatiny_hc_m7n7k16_w1", wmmatiny_hc_m7n7k16_w1_strided, wmmatiny_hc_m7n7k16_w1_array, 0},
-    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba4", small_hc_m8n8k8_dim4x4_tba4_strided, small_hc_m8n8k8_dim4x4_tba4_array, 0},
+    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba4_hoist", small_hc_m8n8k8_dim4x4_tba4_hoist_strided, small_hc_m8n8k8_dim4x4_tba4_hoist_array, 0},
     {8, 8, 16, 75, "wmmatiny_hc_m8n8k16_w1", wmmatiny_hc_m8n8k16_w1_strided, wmmatiny_hc_m8n8k16_w1_array, 0},
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4", small_hc_m9n9k9_dim5x3_tba4_strided, small_hc_m9n9k9_dim5x3_tba4_array, 0},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4_hoist", small_hc_m9n9k9_dim5x3_tba4_hoist_strided, small_hc_m9n9k9_dim5x3_tba4_hoist_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8", small_hc_m10n10k10_dim5x5_tba8_strided, small_hc_m10n10k10_dim5x5_tba8_array, 0},
-    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8", small_hc_m11n11k11_dim4x3_tba8_strided, small_hc_m11n11k11_dim4x3_tba8_array, 0},
-    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba2", small_hc_m12n12k12_dim4x4_tba2_strided, small_hc_m12n12k12_dim4x4_tba2_array, 0},
-    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4", small_hc_m13n13k13_dim4x4_tba4_strided, small_hc_m13n13k13_dim4x4_tba4_array, 0},
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2", small_hc_m14n14k14_dim4x4_tba2_strided, small_hc_m14n14k14_dim4x4_tba2_array, 0},
-    {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4", small_hc_m15n15k15_dim8x8_tba4_strided, small_hc_m15n15k15_dim8x8_tba4_array, 1},
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba4", small_hc_m16n16k16_dim4x4_tba4_strided, small_hc_m16n16k16_dim4x4_tba4_array, 1},
-    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8", small_hc_m17n17k17_dim6x6_tba8_strided, small_hc_m17n17k17_dim6x6_tba8_array, 0},
-    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba2", small_hc_m18n18k18_dim6x5_tba2_strided, small_hc_m18n18k18_dim6x5_tba2_array, 0},
-    {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4", small_hc_m19n19k19_dim7x10_tba4_strided, small_hc_m19n19k19_dim7x10_tba4_array, 0},
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim10x10_tba2", small_hc_m20n20k20_dim10x10_tba2_strided, small_hc_m20n20k20_dim10x10_tba2_array, 0},
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4", small_hc_m21n21k21_dim11x11_tba4_strided, small_hc_m21n21k21_dim11x11_tba4_array, 1},
-    {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1", small_hc_m22n22k22_dim8x8_tba1_strided, small_hc_m22n22k22_dim8x8_tba1_array, 1},
+    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8_hoist", small_hc_m11n11k11_dim4x3_tba8_hoist_strided, small_hc_m11n11k11_dim4x3_tba8_hoist_array, 0},
+    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist", small_hc_m12n12k12_dim4x4_tba4_hoist_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_array, 0},
+    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4_hoist", small_hc_m13n13k13_dim4x4_tba4_hoist_strided, small_hc_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2_hoist", small_hc_m14n14k14_dim4x4_tba2_hoist_strided, small_hc_m14n14k14_dim4x4_tba2_hoist_array, 0},
+    {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4_hoist", small_hc_m15n15k15_dim8x8_tba4_hoist_strided, small_hc_m15n15k15_dim8x8_tba4_hoist_array, 1},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist", small_hc_m16n16k16_dim4x4_tba2_hoist_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_array, 1},
+    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
+    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist", small_hc_m18n18k18_dim6x5_tba1_hoist_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_array, 0},
+    {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4_hoist", small_hc_m19n19k19_dim7x10_tba4_hoist_strided, small_hc_m19n19k19_dim7x10_tba4_hoist_array, 0},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim10x10_tba4_hoist", small_hc_m20n20k20_dim10x10_tba4_hoist_strided, small_hc_m20n20k20_dim10x10_tba4_hoist_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4_hoist", small_hc_m21n21k21_dim11x11_tba4_hoist_strided, small_hc_m21n21k21_dim11x11_tba4_hoist_array, 1},
+    {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 1},
     {23, 23, 23, 75, "small_hc_m23n23k23_dim6x8_tba4", small_hc_m23n23k23_dim6x8_tba4_strided, small_hc_m23n23k23_dim6x8_tba4_array, 1},
-    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2", small_hc_m24n24k24_dim8x8_tba2_strided, small_hc_m24n24k24_dim8x8_tba2_array, 1},
-    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4", small_hc_m25n25k25_dim7x9_tba4_strided, small_hc_m25n25k25_dim7x9_tba4_array, 1},
-    {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1", small_hc_m26n26k26_dim7x9_tba1_strided, small_hc_m26n26k26_dim7x9_tba1_array, 1},
+    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
+    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
+    {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
     {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
-    {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2", small_hc_m28n28k28_dim14x14_tba2_strided, small_hc_m28n28k28_dim14x14_tba2_array, 1},
+    {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2_hoist", small_hc_m28n28k28_dim14x14_tba2_hoist_strided, small_hc_m28n28k28_dim14x14_tba2_hoist_array, 1},
     {29, 29, 29, 75, "small_hc_m29n29k29_dim10x15_tba1", small_hc_m29n29k29_dim10x15_tba1_strided, small_hc_m29n29k29_dim10x15_tba1_array, 1},
-    {30, 30, 30, 75, "small_hc_m30n30k30_dim10x15_tba1", small_hc_m30n30k30_dim10x15_tba1_strided, small_hc_m30n30k30_dim10x15_tba1_array, 1},
+    {30, 30, 30, 75, "small_hc_m30n30k30_dim10x15_tba1_hoist", small_hc_m30n30k30_dim10x15_tba1_hoist_strided, small_hc_m30n30k30_dim10x15_tba1_hoist_array, 1},
     {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array, 1},
     {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba2", small_hc_m32n32k32_dim8x8_tba2_strided, small_hc_m32n32k32_dim8x8_tba2_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
@@ -1150,37 +1150,37 @@ const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
 };
 
 const SmallEntry<float, float> small_s[] = {
-    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128", small_s_m1n1k1_dim1x1_tba128_strided, small_s_m1n1k1_dim1x1_tba128_array, 0},
-    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba64", small_s_m2n2k2_dim1x1_tba64_strided, small_s_m2n2k2_dim1x1_tba64_array, 0},
-    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32", small_s_m3n3k3_dim1x1_tba32_strided, small_s_m3n3k3_dim1x1_tba32_array, 0},
+    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128_hoist", small_s_m1n1k1_dim1x1_tba128_hoist_strided, small_s_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba128_hoist", small_s_m2n2k2_dim1x1_tba128_hoist_strided, small_s_m2n2k2_dim1x1_tba128_hoist_array, 0},
+    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32_hoist", small_s_m3n3k3_dim1x1_tba32_hoist_strided, small_s_m3n3k3_dim1x1_tba32_hoist_array, 0},
     {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array, 0},
-    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16", small_s_m5n5k5_dim2x3_tba16_strided, small_s_m5n5k5_dim2x3_tba16_array, 0},
-    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba16", small_s_m6n6k6_dim2x2_tba16_strided, small_s_m6n6k6_dim2x2_tba16_array, 0},
+    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16_hoist", small_s_m5n5k5_dim2x3_tba16_hoist_strided, small_s_m5n5k5_dim2x3_tba16_hoist_array, 0},
+    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba8_hoist", small_s_m6n6k6_dim2x2_tba8_hoist_strided, small_s_m6n6k6_dim2x2_tba8_hoist_array, 0},
     {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0},
     {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0},
-    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba8", small_s_m9n9k9_dim5x3_tba8_strided, small_s_m9n9k9_dim5x3_tba8_array, 0},
+    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist", small_s_m9n9k9_dim5x3_tba4_hoist_strided, small_s_m9n9k9_dim5x3_tba4_hoist_array, 0},
     {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0},
-    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4", small_s_m11n11k11_dim4x4_tba4_strided, small_s_m11n11k11_dim4x4_tba4_array, 0},
+    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4_hoist", small_s_m11n11k11_dim4x4_tba4_hoist_strided, small_s_m11n11k11_dim4x4_tba4_hoist_array, 0},
     {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0},
-    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4", small_s_m13n13k13_dim4x4_tba4_strided, small_s_m13n13k13_dim4x4_tba4_array, 0},
-    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2", small_s_m14n14k14_dim4x4_tba2_strided, small_s_m14n14k14_dim4x4_tba2_array, 0},
-    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4", small_s_m15n15k15_dim8x8_tba4_strided, small_s_m15n15k15_dim8x8_tba4_array, 0},
-    {16, 16, 16, 75, "small_s_m16n16k16_dim8x8_tba1", small_s_m16n16k16_dim8x8_tba1_strided, small_s_m16n16k16_dim8x8_tba1_array, 0},
-    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4", small_s_m17n17k17_dim6x6_tba4_strided, small_s_m17n17k17_dim6x6_tba4_array, 0},
-    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba2", small_s_m18n18k18_dim6x5_tba2_strided, small_s_m18n18k18_dim6x5_tba2_array, 0},
-    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4", small_s_m19n19k19_dim5x7_tba4_strided, small_s_m19n19k19_dim5x7_tba4_array, 0},
-    {20, 20, 20, 75, "small_s_m20n20k20_dim5x5_tba2", small_s_m20n20k20_dim5x5_tba2_strided, small_s_m20n20k20_dim5x5_tba2_array, 0},
-    {21, 21, 21, 75, "small_s_m21n21k21_dim7x11_tba4", small_s_m21n21k21_dim7x11_tba4_strided, small_s_m21n21k21_dim7x11_tba4_array, 0},
-    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1", small_s_m22n22k22_dim8x8_tba1_strided, small_s_m22n22k22_dim8x8_tba1_array, 0},
-    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4", small_s_m23n23k23_dim8x6_tba4_strided, small_s_m23n23k23_dim8x6_tba4_array, 0},
+    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0},
+    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist", small_s_m15n15k15_dim8x8_tba4_hoist_strided, small_s_m15n15k15_dim8x8_tba4_hoist_array, 0},
+    {16, 16, 16, 75, "small_s_m16n16k16_dim4x4_tba4", small_s_m16n16k16_dim4x4_tba4_strided, small_s_m16n16k16_dim4x4_tba4_array, 0},
+    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist", small_s_m17n17k17_dim6x6_tba4_hoist_strided, small_s_m17n17k17_dim6x6_tba4_hoist_array, 0},
+    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0},
+    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist", small_s_m19n19k19_dim5x7_tba4_hoist_strided, small_s_m19n19k19_dim5x7_tba4_hoist_array, 0},
+    {20, 20, 20, 75, "small_s_m20n20k20_dim5x5_tba1_hoist", small_s_m20n20k20_dim5x5_tba1_hoist_strided, small_s_m20n20k20_dim5x5_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_s_m21n21k21_dim7x11_tba4_hoist", small_s_m21n21k21_dim7x11_tba4_hoist_strided, small_s_m21n21k21_dim7x11_tba4_hoist_array, 0},
+    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0},
+    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist", small_s_m23n23k23_dim8x6_tba4_hoist_strided, small_s_m23n23k23_dim8x6_tba4_hoist_array, 0},
     {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array, 0},
-    {25, 25, 25, 75, "small_s_m25n25k25_dim7x9_tba4", small_s_m25n25k25_dim7x9_tba4_strided, small_s_m25n25k25_dim7x9_tba4_array, 0},
-    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1", small_s_m26n26k26_dim7x9_tba1_strided, small_s_m26n26k26_dim7x9_tba1_array, 0},
-    {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4", small_s_m27n27k27_dim7x9_tba4_strided, small_s_m27n27k27_dim7x9_tba4_array, 0},
-    {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1", small_s_m28n28k28_dim7x7_tba1_strided, small_s_m28n28k28_dim7x7_tba1_array, 0},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array, 0},
-    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba1", small_s_m30n30k30_dim10x15_tba1_strided, small_s_m30n30k30_dim10x15_tba1_array, 0},
-    {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4", small_s_m31n31k31_dim11x8_tba4_strided, small_s_m31n31k31_dim11x8_tba4_array, 0},
+    {25, 25, 25, 75, "small_s_m25n25k25_dim7x9_tba4_hoist", small_s_m25n25k25_dim7x9_tba4_hoist_strided, small_s_m25n25k25_dim7x9_tba4_hoist_array, 0},
+    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
+    {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4_hoist", small_s_m27n27k27_dim7x9_tba4_hoist_strided, small_s_m27n27k27_dim7x9_tba4_hoist_array, 0},
+    {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1_hoist", small_s_m28n28k28_dim7x7_tba1_hoist_strided, small_s_m28n28k28_dim7x7_tba1_hoist_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4_hoist", small_s_m29n29k29_dim10x10_tba4_hoist_strided, small_s_m29n29k29_dim10x10_tba4_hoist_array, 0},
+    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba1_hoist", small_s_m30n30k30_dim10x15_tba1_hoist_strided, small_s_m30n30k30_dim10x15_tba1_hoist_array, 0},
+    {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4_hoist", small_s_m31n31k31_dim11x8_tba4_hoist_strided, small_s_m31n31k31_dim11x8_tba4_hoist_array, 0},
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
@@ -1190,38 +1190,38 @@ const GeneralEntry<float, float> general_s[] = {
 };
 
 const SmallEntry<double, double> small_d[] = {
-    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128", small_d_m1n1k1_dim1x1_tba128_strided, small_d_m1n1k1_dim1x1_tba128_array, 0},
-    {2, 2, 2, 75, "small_d_m2n2k2_dim1x2_tba64", small_d_m2n2k2_dim1x2_tba64_strided, small_d_m2n2k2_dim1x2_tba64_array, 0},
-    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba32", small_d_m3n3k3_dim2x1_tba32_strided, small_d_m3n3k3_dim2x1_tba32_array, 0},
-    {4, 4, 4, 75, "small_d_m4n4k4_dim4x2_tba16", small_d_m4n4k4_dim4x2_tba16_strided, small_d_m4n4k4_dim4x2_tba16_array, 0},
-    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4", small_d_m5n5k5_dim5x3_tba4_strided, small_d_m5n5k5_dim5x3_tba4_array, 0},
-    {6, 6, 6, 75, "small_d_m6n6k6_dim3x3_tba8", small_d_m6n6k6_dim3x3_tba8_strided, small_d_m6n6k6_dim3x3_tba8_array, 0},
-    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2", small_d_m7n7k7_dim7x4_tba2_strided, small_d_m7n7k7_dim7x4_tba2_array, 0},
-    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba2", small_d_m8n8k8_dim4x4_tba2_strided, small_d_m8n8k8_dim4x4_tba2_array, 0},
-    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2", small_d_m9n9k9_dim9x5_tba2_strided, small_d_m9n9k9_dim9x5_tba2_array, 0},
-    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2", small_d_m10n10k10_dim5x5_tba2_strided, small_d_m10n10k10_dim5x5_tba2_array, 0},
-    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2", small_d_m11n11k11_dim4x4_tba2_strided, small_d_m11n11k11_dim4x4_tba2_array, 0},
-    {12, 12, 12, 75, "small_d_m12n12k12_dim4x6_tba2", small_d_m12n12k12_dim4x6_tba2_strided, small_d_m12n12k12_dim4x6_tba2_array, 0},
-    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba2", small_d_m13n13k13_dim4x4_tba2_strided, small_d_m13n13k13_dim4x4_tba2_array, 0},
-    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2", small_d_m14n14k14_dim7x7_tba2_strided, small_d_m14n14k14_dim7x7_tba2_array, 0},
+    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128_hoist", small_d_m1n1k1_dim1x1_tba128_hoist_strided, small_d_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {2, 2, 2, 75, "small_d_m2n2k2_dim2x1_tba64", small_d_m2n2k2_dim2x1_tba64_strided, small_d_m2n2k2_dim2x1_tba64_array, 0},
+    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba16_hoist", small_d_m3n3k3_dim2x1_tba16_hoist_strided, small_d_m3n3k3_dim2x1_tba16_hoist_array, 0},
+    {4, 4, 4, 75, "small_d_m4n4k4_dim2x4_tba8", small_d_m4n4k4_dim2x4_tba8_strided, small_d_m4n4k4_dim2x4_tba8_array, 0},
+    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4_hoist", small_d_m5n5k5_dim5x3_tba4_hoist_strided, small_d_m5n5k5_dim5x3_tba4_hoist_array, 0},
+    {6, 6, 6, 75, "small_d_m6n6k6_dim2x3_tba8", small_d_m6n6k6_dim2x3_tba8_strided, small_d_m6n6k6_dim2x3_tba8_array, 0},
+    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2_hoist", small_d_m7n7k7_dim7x4_tba2_hoist_strided, small_d_m7n7k7_dim7x4_tba2_hoist_array, 0},
+    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba16", small_d_m8n8k8_dim4x4_tba16_strided, small_d_m8n8k8_dim4x4_tba16_array, 0},
+    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2_hoist", small_d_m9n9k9_dim9x5_tba2_hoist_strided, small_d_m9n9k9_dim9x5_tba2_hoist_array, 0},
+    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2_hoist", small_d_m10n10k10_dim5x5_tba2_hoist_strided, small_d_m10n10k10_dim5x5_tba2_hoist_array, 0},
+    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist", small_d_m11n11k11_dim4x4_tba2_hoist_strided, small_d_m11n11k11_dim4x4_tba2_hoist_array, 0},
+    {12, 12, 12, 75, "small_d_m12n12k12_dim6x4_tba4", small_d_m12n12k12_dim6x4_tba4_strided, small_d_m12n12k12_dim6x4_tba4_array, 0},
+    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist", small_d_m13n13k13_dim4x4_tba4_hoist_strided, small_d_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0},
     {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2", small_d_m15n15k15_dim4x4_tba2_strided, small_d_m15n15k15_dim4x4_tba2_array, 0},
-    {16, 16, 16, 75, "small_d_m16n16k16_dim8x8_tba1", small_d_m16n16k16_dim8x8_tba1_strided, small_d_m16n16k16_dim8x8_tba1_array, 0},
-    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2", small_d_m17n17k17_dim6x6_tba2_strided, small_d_m17n17k17_dim6x6_tba2_array, 0},
-    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba2", small_d_m18n18k18_dim6x9_tba2_strided, small_d_m18n18k18_dim6x9_tba2_array, 0},
-    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2", small_d_m19n19k19_dim5x5_tba2_strided, small_d_m19n19k19_dim5x5_tba2_array, 0},
-    {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1", small_d_m20n20k20_dim10x10_tba1_strided, small_d_m20n20k20_dim10x10_tba1_array, 0},
-    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2", small_d_m21n21k21_dim11x7_tba2_strided, small_d_m21n21k21_dim11x7_tba2_array, 0},
+    {16, 16, 16, 75, "small_d_m16n16k16_dim4x4_tba2", small_d_m16n16k16_dim4x4_tba2_strided, small_d_m16n16k16_dim4x4_tba2_array, 0},
+    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2_hoist", small_d_m17n17k17_dim6x6_tba2_hoist_strided, small_d_m17n17k17_dim6x6_tba2_hoist_array, 0},
+    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba2_hoist", small_d_m18n18k18_dim6x9_tba2_hoist_strided, small_d_m18n18k18_dim6x9_tba2_hoist_array, 0},
+    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2_hoist", small_d_m19n19k19_dim5x5_tba2_hoist_strided, small_d_m19n19k19_dim5x5_tba2_hoist_array, 0},
+    {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1_hoist", small_d_m20n20k20_dim10x10_tba1_hoist_strided, small_d_m20n20k20_dim10x10_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2_hoist", small_d_m21n21k21_dim11x7_tba2_hoist_strided, small_d_m21n21k21_dim11x7_tba2_hoist_array, 0},
     {22, 22, 22, 75, "small_d_m22n22k22_dim11x11_tba1", small_d_m22n22k22_dim11x11_tba1_strided, small_d_m22n22k22_dim11x11_tba1_array, 0},
-    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2", small_d_m23n23k23_dim8x8_tba2_strided, small_d_m23n23k23_dim8x8_tba2_array, 0},
-    {24, 24, 24, 75, "small_d_m24n24k24_dim12x8_tba1", small_d_m24n24k24_dim12x8_tba1_strided, small_d_m24n24k24_dim12x8_tba1_array, 0},
-    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2", small_d_m25n25k25_dim9x7_tba2_strided, small_d_m25n25k25_dim9x7_tba2_array, 0},
-    {26, 26, 26, 75, "small_d_m26n26k26_dim13x13_tba1", small_d_m26n26k26_dim13x13_tba1_strided, small_d_m26n26k26_dim13x13_tba1_array, 0},
-    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2", small_d_m27n27k27_dim14x9_tba2_strided, small_d_m27n27k27_dim14x9_tba2_array, 0},
-    {28, 28, 28, 75, "small_d_m28n28k28_dim7x7_tba1", small_d_m28n28k28_dim7x7_tba1_strided, small_d_m28n28k28_dim7x7_tba1_array, 0},
-    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2", small_d_m29n29k29_dim8x10_tba2_strided, small_d_m29n29k29_dim8x10_tba2_array, 0},
-    {30, 30, 30, 75, "small_d_m30n30k30_dim10x15_tba1", small_d_m30n30k30_dim10x15_tba1_strided, small_d_m30n30k30_dim10x15_tba1_array, 0},
-    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2", small_d_m31n31k31_dim8x8_tba2_strided, small_d_m31n31k31_dim8x8_tba2_array, 0},
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array, 0},
+    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2_hoist", small_d_m23n23k23_dim8x8_tba2_hoist_strided, small_d_m23n23k23_dim8x8_tba2_hoist_array, 0},
+    {24, 24, 24, 75, "small_d_m24n24k24_dim8x12_tba1", small_d_m24n24k24_dim8x12_tba1_strided, small_d_m24n24k24_dim8x12_tba1_array, 0},
+    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist", small_d_m25n25k25_dim9x7_tba2_hoist_strided, small_d_m25n25k25_dim9x7_tba2_hoist_array, 0},
+    {26, 26, 26, 75, "small_d_m26n26k26_dim13x13_tba1_hoist", small_d_m26n26k26_dim13x13_tba1_hoist_strided, small_d_m26n26k26_dim13x13_tba1_hoist_array, 0},
+    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist", small_d_m27n27k27_dim14x9_tba2_hoist_strided, small_d_m27n27k27_dim14x9_tba2_hoist_array, 0},
+    {28, 28, 28, 75, "small_d_m28n28k28_dim7x7_tba1_hoist", small_d_m28n28k28_dim7x7_tba1_hoist_strided, small_d_m28n28k28_dim7x7_tba1_hoist_array, 0},
+    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2_hoist", small_d_m29n29k29_dim8x10_tba2_hoist_strided, small_d_m29n29k29_dim8x10_tba2_hoist_array, 0},
+    {30, 30, 30, 75, "small_d_m30n30k30_dim10x15_tba1_hoist", small_d_m30n30k30_dim10x15_tba1_hoist_strided, small_d_m30n30k30_dim10x15_tba1_hoist_array, 0},
+    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist", small_d_m31n31k31_dim8x8_tba2_hoist_strided, small_d_m31n31k31_dim8x8_tba2_hoist_array, 0},
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba2_hoist", small_d_m32n32k32_dim8x8_tba2_hoist_strided, small_d_m32n32k32_dim8x8_tba2_hoist_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1230,38 +1230,38 @@ const GeneralEntry<double, double> general_d[] = {
 };
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
-    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128", small_c_m1n1k1_dim1x1_tba128_strided, small_c_m1n1k1_dim1x1_tba128_array, 0},
-    {2, 2, 2, 75, "small_c_m2n2k2_dim1x2_tba64", small_c_m2n2k2_dim1x2_tba64_strided, small_c_m2n2k2_dim1x2_tba64_array, 0},
-    {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16", small_c_m3n3k3_dim3x2_tba16_strided, small_c_m3n3k3_dim3x2_tba16_array, 0},
-    {4, 4, 4, 75, "small_c_m4n4k4_dim4x2_tba8", small_c_m4n4k4_dim4x2_tba8_strided, small_c_m4n4k4_dim4x2_tba8_array, 0},
-    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4", small_c_m5n5k5_dim5x3_tba4_strided, small_c_m5n5k5_dim5x3_tba4_array, 0},
-    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba8", small_c_m6n6k6_dim2x3_tba8_strided, small_c_m6n6k6_dim2x3_tba8_array, 0},
-    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2", small_c_m7n7k7_dim4x7_tba2_strided, small_c_m7n7k7_dim4x7_tba2_array, 0},
-    {8, 8, 8, 75, "small_c_m8n8k8_dim4x8_tba2", small_c_m8n8k8_dim4x8_tba2_strided, small_c_m8n8k8_dim4x8_tba2_array, 0},
-    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2", small_c_m9n9k9_dim9x5_tba2_strided, small_c_m9n9k9_dim9x5_tba2_array, 0},
-    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4", small_c_m10n10k10_dim5x5_tba4_strided, small_c_m10n10k10_dim5x5_tba4_array, 0},
-    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2", small_c_m11n11k11_dim4x4_tba2_strided, small_c_m11n11k11_dim4x4_tba2_array, 0},
-    {12, 12, 12, 75, "small_c_m12n12k12_dim4x3_tba8", small_c_m12n12k12_dim4x3_tba8_strided, small_c_m12n12k12_dim4x3_tba8_array, 0},
-    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba2", small_c_m13n13k13_dim4x4_tba2_strided, small_c_m13n13k13_dim4x4_tba2_array, 0},
-    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2", small_c_m14n14k14_dim7x7_tba2_strided, small_c_m14n14k14_dim7x7_tba2_array, 0},
+    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128_hoist", small_c_m1n1k1_dim1x1_tba128_hoist_strided, small_c_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {2, 2, 2, 75, "small_c_m2n2k2_dim2x1_tba32", small_c_m2n2k2_dim2x1_tba32_strided, small_c_m2n2k2_dim2x1_tba32_array, 0},
+    {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16_hoist", small_c_m3n3k3_dim3x2_tba16_hoist_strided, small_c_m3n3k3_dim3x2_tba16_hoist_array, 0},
+    {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0},
+    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0},
+    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4", small_c_m6n6k6_dim2x3_tba4_strided, small_c_m6n6k6_dim2x3_tba4_array, 0},
+    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2_hoist", small_c_m7n7k7_dim4x7_tba2_hoist_strided, small_c_m7n7k7_dim4x7_tba2_hoist_array, 0},
+    {8, 8, 8, 75, "small_c_m8n8k8_dim8x4_tba4", small_c_m8n8k8_dim8x4_tba4_strided, small_c_m8n8k8_dim8x4_tba4_array, 0},
+    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2_hoist", small_c_m9n9k9_dim9x5_tba2_hoist_strided, small_c_m9n9k9_dim9x5_tba2_hoist_array, 0},
+    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4_hoist", small_c_m10n10k10_dim5x5_tba4_hoist_strided, small_c_m10n10k10_dim5x5_tba4_hoist_array, 0},
+    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist", small_c_m11n11k11_dim4x4_tba2_hoist_strided, small_c_m11n11k11_dim4x4_tba2_hoist_array, 0},
+    {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8", small_c_m12n12k12_dim4x6_tba8_strided, small_c_m12n12k12_dim4x6_tba8_array, 0},
+    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist", small_c_m13n13k13_dim4x4_tba4_hoist_strided, small_c_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0},
     {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2", small_c_m15n15k15_dim4x4_tba2_strided, small_c_m15n15k15_dim4x4_tba2_array, 0},
-    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2", small_c_m16n16k16_dim8x8_tba2_strided, small_c_m16n16k16_dim8x8_tba2_array, 0},
-    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2", small_c_m17n17k17_dim6x6_tba2_strided, small_c_m17n17k17_dim6x6_tba2_array, 0},
-    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba4", small_c_m18n18k18_dim6x9_tba4_strided, small_c_m18n18k18_dim6x9_tba4_array, 0},
+    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba1_hoist", small_c_m16n16k16_dim8x8_tba1_hoist_strided, small_c_m16n16k16_dim8x8_tba1_hoist_array, 0},
+    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist", small_c_m17n17k17_dim6x6_tba2_hoist_strided, small_c_m17n17k17_dim6x6_tba2_hoist_array, 0},
+    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba4_hoist", small_c_m18n18k18_dim6x9_tba4_hoist_strided, small_c_m18n18k18_dim6x9_tba4_hoist_array, 0},
     {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2", small_c_m19n19k19_dim10x19_tba2_strided, small_c_m19n19k19_dim10x19_tba2_array, 0},
-    {20, 20, 20, 75, "small_c_m20n20k20_dim5x5_tba2", small_c_m20n20k20_dim5x5_tba2_strided, small_c_m20n20k20_dim5x5_tba2_array, 0},
-    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2", small_c_m21n21k21_dim11x7_tba2_strided, small_c_m21n21k21_dim11x7_tba2_array, 0},
+    {20, 20, 20, 75, "small_c_m20n20k20_dim5x5_tba1_hoist", small_c_m20n20k20_dim5x5_tba1_hoist_strided, small_c_m20n20k20_dim5x5_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist", small_c_m21n21k21_dim11x7_tba2_hoist_strided, small_c_m21n21k21_dim11x7_tba2_hoist_array, 0},
     {22, 22, 22, 75, "small_c_m22n22k22_dim11x11_tba1", small_c_m22n22k22_dim11x11_tba1_strided, small_c_m22n22k22_dim11x11_tba1_array, 0},
-    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2", small_c_m23n23k23_dim8x8_tba2_strided, small_c_m23n23k23_dim8x8_tba2_array, 0},
-    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1", small_c_m24n24k24_dim8x12_tba1_strided, small_c_m24n24k24_dim8x12_tba1_array, 0},
-    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba2", small_c_m25n25k25_dim9x7_tba2_strided, small_c_m25n25k25_dim9x7_tba2_array, 0},
-    {26, 26, 26, 75, "small_c_m26n26k26_dim13x13_tba1", small_c_m26n26k26_dim13x13_tba1_strided, small_c_m26n26k26_dim13x13_tba1_array, 0},
-    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba2", small_c_m27n27k27_dim9x7_tba2_strided, small_c_m27n27k27_dim9x7_tba2_array, 0},
-    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba2", small_c_m28n28k28_dim14x14_tba2_strided, small_c_m28n28k28_dim14x14_tba2_array, 0},
-    {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2", small_c_m29n29k29_dim8x10_tba2_strided, small_c_m29n29k29_dim8x10_tba2_array, 0},
-    {30, 30, 30, 75, "small_c_m30n30k30_dim15x10_tba1", small_c_m30n30k30_dim15x10_tba1_strided, small_c_m30n30k30_dim15x10_tba1_array, 0},
-    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2", small_c_m31n31k31_dim8x8_tba2_strided, small_c_m31n31k31_dim8x8_tba2_array, 0},
-    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba1", small_c_m32n32k32_dim16x16_tba1_strided, small_c_m32n32k32_dim16x16_tba1_array, 0},
+    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist", small_c_m23n23k23_dim8x8_tba2_hoist_strided, small_c_m23n23k23_dim8x8_tba2_hoist_array, 0},
+    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba2_hoist", small_c_m25n25k25_dim9x7_tba2_hoist_strided, small_c_m25n25k25_dim9x7_tba2_hoist_array, 0},
+    {26, 26, 26, 75, "small_c_m26n26k26_dim13x13_tba1_hoist", small_c_m26n26k26_dim13x13_tba1_hoist_strided, small_c_m26n26k26_dim13x13_tba1_hoist_array, 0},
+    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba2_hoist", small_c_m27n27k27_dim9x7_tba2_hoist_strided, small_c_m27n27k27_dim9x7_tba2_hoist_array, 0},
+    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba2_hoist", small_c_m28n28k28_dim14x14_tba2_hoist_strided, small_c_m28n28k28_dim14x14_tba2_hoist_array, 0},
+    {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2_hoist", small_c_m29n29k29_dim8x10_tba2_hoist_strided, small_c_m29n29k29_dim8x10_tba2_hoist_array, 0},
+    {30, 30, 30, 75, "small_c_m30n30k30_dim15x10_tba1_hoist", small_c_m30n30k30_dim15x10_tba1_hoist_strided, small_c_m30n30k30_dim15x10_tba1_hoist_array, 0},
+    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist", small_c_m31n31k31_dim8x8_tba2_hoist_strided, small_c_m31n31k31_dim8x8_tba2_hoist_array, 0},
+    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba1_hoist", small_c_m32n32k32_dim16x16_tba1_hoist_strided, small_c_m32n32k32_dim16x16_tba1_hoist_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1270,38 +1270,38 @@ const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
 };
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
-    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba256", small_z_m1n1k1_dim1x1_tba256_strided, small_z_m1n1k1_dim1x1_tba256_array, 0},
-    {2, 2, 2, 75, "small_z_m2n2k2_dim2x1_tba256", small_z_m2n2k2_dim2x1_tba256_strided, small_z_m2n2k2_dim2x1_tba256_array, 0},
-    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16", small_z_m3n3k3_dim3x3_tba16_strided, small_z_m3n3k3_dim3x3_tba16_array, 0},
-    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8", small_z_m4n4k4_dim4x4_tba8_strided, small_z_m4n4k4_dim4x4_tba8_array, 0},
-    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2", small_z_m5n5k5_dim5x5_tba2_strided, small_z_m5n5k5_dim5x5_tba2_array, 0},
-    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba8", small_z_m6n6k6_dim6x3_tba8_strided, small_z_m6n6k6_dim6x3_tba8_array, 0},
-    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1", small_z_m7n7k7_dim7x7_tba1_strided, small_z_m7n7k7_dim7x7_tba1_array, 0},
-    {8, 8, 8, 75, "small_z_m8n8k8_dim8x8_tba2", small_z_m8n8k8_dim8x8_tba2_strided, small_z_m8n8k8_dim8x8_tba2_array, 0},
-    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2", small_z_m9n9k9_dim5x9_tba2_strided, small_z_m9n9k9_dim5x9_tba2_array, 0},
-    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1", small_z_m10n10k10_dim10x5_tba1_strided, small_z_m10n10k10_dim10x5_tba1_array, 0},
-    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba1", small_z_m11n11k11_dim6x11_tba1_strided, small_z_m11n11k11_dim6x11_tba1_array, 0},
-    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2", small_z_m12n12k12_dim12x6_tba2_strided, small_z_m12n12k12_dim12x6_tba2_array, 0},
-    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1", small_z_m13n13k13_dim7x13_tba1_strided, small_z_m13n13k13_dim7x13_tba1_array, 0},
-    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1", small_z_m14n14k14_dim14x7_tba1_strided, small_z_m14n14k14_dim14x7_tba1_array, 0},
-    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1", small_z_m15n15k15_dim8x8_tba1_strided, small_z_m15n15k15_dim8x8_tba1_array, 0},
-    {16, 16, 16, 75, "small_z_m16n16k16_dim8x8_tba1", small_z_m16n16k16_dim8x8_tba1_strided, small_z_m16n16k16_dim8x8_tba1_array, 0},
-    {17, 17, 17, 75, "small_z_m17n17k17_dim17x9_tba1", small_z_m17n17k17_dim17x9_tba1_strided, small_z_m17n17k17_dim17x9_tba1_array, 0},
-    {18, 18, 18, 75, "small_z_m18n18k18_dim18x9_tba1", small_z_m18n18k18_dim18x9_tba1_strided, small_z_m18n18k18_dim18x9_tba1_array, 0},
-    {19, 19, 19, 75, "small_z_m19n19k19_dim19x10_tba1", small_z_m19n19k19_dim19x10_tba1_strided, small_z_m19n19k19_dim19x10_tba1_array, 0},
-    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba1", small_z_m20n20k20_dim20x10_tba1_strided, small_z_m20n20k20_dim20x10_tba1_array, 0},
-    {21, 21, 21, 75, "small_z_m21n21k21_dim21x11_tba1", small_z_m21n21k21_dim21x11_tba1_strided, small_z_m21n21k21_dim21x11_tba1_array, 0},
-    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba1", small_z_m22n22k22_dim22x11_tba1_strided, small_z_m22n22k22_dim22x11_tba1_array, 0},
-    {23, 23, 23, 75, "small_z_m23n23k23_dim23x12_tba1", small_z_m23n23k23_dim23x12_tba1_strided, small_z_m23n23k23_dim23x12_tba1_array, 0},
-    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1", small_z_m24n24k24_dim24x12_tba1_strided, small_z_m24n24k24_dim24x12_tba1_array, 0},
-    {25, 25, 25, 75, "small_z_m25n25k25_dim25x13_tba1", small_z_m25n25k25_dim25x13_tba1_strided, small_z_m25n25k25_dim25x13_tba1_array, 0},
-    {26, 26, 26, 75, "small_z_m26n26k26_dim26x13_tba1", small_z_m26n26k26_dim26x13_tba1_strided, small_z_m26n26k26_dim26x13_tba1_array, 0},
-    {27, 27, 27, 75, "small_z_m27n27k27_dim27x14_tba1", small_z_m27n27k27_dim27x14_tba1_strided, small_z_m27n27k27_dim27x14_tba1_array, 0},
-    {28, 28, 28, 75, "small_z_m28n28k28_dim28x14_tba1", small_z_m28n28k28_dim28x14_tba1_strided, small_z_m28n28k28_dim28x14_tba1_array, 0},
-    {29, 29, 29, 75, "small_z_m29n29k29_dim29x15_tba1", small_z_m29n29k29_dim29x15_tba1_strided, small_z_m29n29k29_dim29x15_tba1_array, 0},
-    {30, 30, 30, 75, "small_z_m30n30k30_dim30x15_tba1", small_z_m30n30k30_dim30x15_tba1_strided, small_z_m30n30k30_dim30x15_tba1_array, 0},
-    {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1", small_z_m31n31k31_dim16x16_tba1_strided, small_z_m31n31k31_dim16x16_tba1_array, 0},
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1", small_z_m32n32k32_dim16x16_tba1_strided, small_z_m32n32k32_dim16x16_tba1_array, 0},
+    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba128_hoist", small_z_m1n1k1_dim1x1_tba128_hoist_strided, small_z_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba64", small_z_m2n2k2_dim2x2_tba64_strided, small_z_m2n2k2_dim2x2_tba64_array, 0},
+    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16_hoist", small_z_m3n3k3_dim3x3_tba16_hoist_strided, small_z_m3n3k3_dim3x3_tba16_hoist_array, 0},
+    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8_hoist", small_z_m4n4k4_dim4x4_tba8_hoist_strided, small_z_m4n4k4_dim4x4_tba8_hoist_array, 0},
+    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2_hoist", small_z_m5n5k5_dim5x5_tba2_hoist_strided, small_z_m5n5k5_dim5x5_tba2_hoist_array, 0},
+    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba4_hoist", small_z_m6n6k6_dim6x3_tba4_hoist_strided, small_z_m6n6k6_dim6x3_tba4_hoist_array, 0},
+    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1_hoist", small_z_m7n7k7_dim7x7_tba1_hoist_strided, small_z_m7n7k7_dim7x7_tba1_hoist_array, 0},
+    {8, 8, 8, 75, "small_z_m8n8k8_dim4x8_tba1", small_z_m8n8k8_dim4x8_tba1_strided, small_z_m8n8k8_dim4x8_tba1_array, 0},
+    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2_hoist", small_z_m9n9k9_dim5x9_tba2_hoist_strided, small_z_m9n9k9_dim5x9_tba2_hoist_array, 0},
+    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1_hoist", small_z_m10n10k10_dim10x5_tba1_hoist_strided, small_z_m10n10k10_dim10x5_tba1_hoist_array, 0},
+    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba2_hoist", small_z_m11n11k11_dim6x11_tba2_hoist_strided, small_z_m11n11k11_dim6x11_tba2_hoist_array, 0},
+    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2_hoist", small_z_m12n12k12_dim12x6_tba2_hoist_strided, small_z_m12n12k12_dim12x6_tba2_hoist_array, 0},
+    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist", small_z_m13n13k13_dim7x13_tba1_hoist_strided, small_z_m13n13k13_dim7x13_tba1_hoist_array, 0},
+    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0},
+    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0},
+    {16, 16, 16, 75, "small_z_m16n16k16_dim8x8_tba1_hoist", small_z_m16n16k16_dim8x8_tba1_hoist_strided, small_z_m16n16k16_dim8x8_tba1_hoist_array, 0},
+    {17, 17, 17, 75, "small_z_m17n17k17_dim17x9_tba1_hoist", small_z_m17n17k17_dim17x9_tba1_hoist_strided, small_z_m17n17k17_dim17x9_tba1_hoist_array, 0},
+    {18, 18, 18, 75, "small_z_m18n18k18_dim18x9_tba1_hoist", small_z_m18n18k18_dim18x9_tba1_hoist_strided, small_z_m18n18k18_dim18x9_tba1_hoist_array, 0},
+    {19, 19, 19, 75, "small_z_m19n19k19_dim19x10_tba1_hoist", small_z_m19n19k19_dim19x10_tba1_hoist_strided, small_z_m19n19k19_dim19x10_tba1_hoist_array, 0},
+    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba1_hoist", small_z_m20n20k20_dim20x10_tba1_hoist_strided, small_z_m20n20k20_dim20x10_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_z_m21n21k21_dim21x11_tba1_hoist", small_z_m21n21k21_dim21x11_tba1_hoist_strided, small_z_m21n21k21_dim21x11_tba1_hoist_array, 0},
+    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba1_hoist", small_z_m22n22k22_dim22x11_tba1_hoist_strided, small_z_m22n22k22_dim22x11_tba1_hoist_array, 0},
+    {23, 23, 23, 75, "small_z_m23n23k23_dim23x12_tba1_hoist", small_z_m23n23k23_dim23x12_tba1_hoist_strided, small_z_m23n23k23_dim23x12_tba1_hoist_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1_hoist", small_z_m24n24k24_dim24x12_tba1_hoist_strided, small_z_m24n24k24_dim24x12_tba1_hoist_array, 0},
+    {25, 25, 25, 75, "small_z_m25n25k25_dim25x13_tba1_hoist", small_z_m25n25k25_dim25x13_tba1_hoist_strided, small_z_m25n25k25_dim25x13_tba1_hoist_array, 0},
+    {26, 26, 26, 75, "small_z_m26n26k26_dim26x13_tba1_hoist", small_z_m26n26k26_dim26x13_tba1_hoist_strided, small_z_m26n26k26_dim26x13_tba1_hoist_array, 0},
+    {27, 27, 27, 75, "small_z_m27n27k27_dim27x14_tba1_hoist", small_z_m27n27k27_dim27x14_tba1_hoist_strided, small_z_m27n27k27_dim27x14_tba1_hoist_array, 0},
+    {28, 28, 28, 75, "small_z_m28n28k28_dim14x14_tba1", small_z_m28n28k28_dim14x14_tba1_strided, small_z_m28n28k28_dim14x14_tba1_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim29x15_tba1_hoist", small_z_m29n29k29_dim29x15_tba1_hoist_strided, small_z_m29n29k29_dim29x15_tba1_hoist_array, 0},
+    {30, 30, 30, 75, "small_z_m30n30k30_dim30x15_tba1_hoist", small_z_m30n30k30_dim30x15_tba1_hoist_strided, small_z_m30n30k30_dim30x15_tba1_hoist_array, 0},
+    {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1_hoist", small_z_m31n31k31_dim16x16_tba1_hoist_strided, small_z_m31n31k31_dim16x16_tba1_hoist_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist", small_z_m32n32k32_dim16x16_tba1_hoist_strided, small_z_m32n32k32_dim16x16_tba1_hoist_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1310,198 +1310,198 @@ const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
 };
 
 const char* const kernel_names[] = {
-    "small_c_m10n10k10_dim5x5_tba4",
-    "small_c_m11n11k11_dim4x4_tba2",
-    "small_c_m12n12k12_dim4x3_tba8",
-    "small_c_m13n13k13_dim4x4_tba2",
-    "small_c_m14n14k14_dim7x7_tba2",
+    "small_c_m10n10k10_dim5x5_tba4_hoist",
+    "small_c_m11n11k11_dim4x4_tba2_hoist",
+    "small_c_m12n12k12_dim4x6_tba8",
+    "small_c_m13n13k13_dim4x4_tba4_hoist",
+    "small_c_m14n14k14_dim7x7_tba2_hoist",
     "small_c_m15n15k15_dim4x4_tba2",
-    "small_c_m16n16k16_dim8x8_tba2",
-    "small_c_m17n17k17_dim6x6_tba2",
-    "small_c_m18n18k18_dim6x9_tba4",
+    "small_c_m16n16k16_dim8x8_tba1_hoist",
+    "small_c_m17n17k17_dim6x6_tba2_hoist",
+    "small_c_m18n18k18_dim6x9_tba4_hoist",
     "small_c_m19n19k19_dim10x19_tba2",
-    "small_c_m1n1k1_dim1x1_tba128",
-    "small_c_m20n20k20_dim5x5_tba2",
-    "small_c_m21n21k21_dim11x7_tba2",
+    "small_c_m1n1k1_dim1x1_tba128_hoist",
+    "small_c_m20n20k20_dim5x5_tba1_hoist",
+    "small_c_m21n21k21_dim11x7_tba2_hoist",
     "small_c_m22n22k22_dim11x11_tba1",
-    "small_c_m23n23k23_dim8x8_tba2",
-    "small_c_m24n24k24_dim8x12_tba1",
-    "small_c_m25n25k25_dim9x7_tba2",
-    "small_c_m26n26k26_dim13x13_tba1",
-    "small_c_m27n27k27_dim9x7_tba2",
-    "small_c_m28n28k28_dim14x14_tba2",
-    "small_c_m29n29k29_dim8x10_tba2",
-    "small_c_m2n2k2_dim1x2_tba64",
-    "small_c_m30n30k30_dim15x10_tba1",
-    "small_c_m31n31k31_dim8x8_tba2",
-    "small_c_m32n32k32_dim16x16_tba1",
-    "small_c_m3n3k3_dim3x2_tba16",
-    "small_c_m4n4k4_dim4x2_tba8",
-    "small_c_m5n5k5_dim5x3_tba4",
-    "small_c_m6n6k6_dim2x3_tba8",
-    "small_c_m7n7k7_dim4x7_tba2",
-    "small_c_m8n8k8_dim4x8_tba2",
-    "small_c_m9n9k9_dim9x5_tba2",
-    "small_d_m10n10k10_dim5x5_tba2",
-    "small_d_m11n11k11_dim4x4_tba2",
-    "small_d_m12n12k12_dim4x6_tba2",
-    "small_d_m13n13k13_dim4x4_tba2",
-    "small_d_m14n14k14_dim7x7_tba2",
+    "small_c_m23n23k23_dim8x8_tba2_hoist",
+    "small_c_m24n24k24_dim8x12_tba1_hoist",
+    "small_c_m25n25k25_dim9x7_tba2_hoist",
+    "small_c_m26n26k26_dim13x13_tba1_hoist",
+    "small_c_m27n27k27_dim9x7_tba2_hoist",
+    "small_c_m28n28k28_dim14x14_tba2_hoist",
+    "small_c_m29n29k29_dim8x10_tba2_hoist",
+    "small_c_m2n2k2_dim2x1_tba32",
+    "small_c_m30n30k30_dim15x10_tba1_hoist",
+    "small_c_m31n31k31_dim8x8_tba2_hoist",
+    "small_c_m32n32k32_dim16x16_tba1_hoist",
+    "small_c_m3n3k3_dim3x2_tba16_hoist",
+    "small_c_m4n4k4_dim2x4_tba8",
+    "small_c_m5n5k5_dim5x3_tba4_hoist",
+    "small_c_m6n6k6_dim2x3_tba4",
+    "small_c_m7n7k7_dim4x7_tba2_hoist",
+    "small_c_m8n8k8_dim8x4_tba4",
+    "small_c_m9n9k9_dim9x5_tba2_hoist",
+    "small_d_m10n10k10_dim5x5_tba2_hoist",
+    "small_d_m11n11k11_dim4x4_tba2_hoist",
+    "small_d_m12n12k12_dim6x4_tba4",
+    "small_d_m13n13k13_dim4x4_tba4_hoist",
+    "small_d_m14n14k14_dim7x7_tba2_hoist",
     "small_d_m15n15k15_dim4x4_tba2",
-    "small_d_m16n16k16_dim8x8_tba1",
-    "small_d_m17n17k17_dim6x6_tba2",
-    "small_d_m18n18k18_dim6x9_tba2",
-    "small_d_m19n19k19_dim5x5_tba2",
-    "small_d_m1n1k1_dim1x1_tba128",
-    "small_d_m20n20k20_dim10x10_tba1",
-    "small_d_m21n21k21_dim11x7_tba2",
+    "small_d_m16n16k16_dim4x4_tba2",
+    "small_d_m17n17k17_dim6x6_tba2_hoist",
+    "small_d_m18n18k18_dim6x9_tba2_hoist",
+    "small_d_m19n19k19_dim5x5_tba2_hoist",
+    "small_d_m1n1k1_dim1x1_tba128_hoist",
+    "small_d_m20n20k20_dim10x10_tba1_hoist",
+    "small_d_m21n21k21_dim11x7_tba2_hoist",
     "small_d_m22n22k22_dim11x11_tba1",
-    "small_d_m23n23k23_dim8x8_tba2",
-    "small_d_m24n24k24_dim12x8_tba1",
-    "small_d_m25n25k25_dim9x7_tba2",
-    "small_d_m26n26k26_dim13x13_tba1",
-    "small_d_m27n27k27_dim14x9_tba2",
-    "small_d_m28n28k28_dim7x7_tba1",
-    "small_d_m29n29k29_dim8x10_tba2",
-    "small_d_m2n2k2_dim1x2_tba64",
-    "small_d_m30n30k30_dim10x15_tba1",
-    "small_d_m31n31k31_dim8x8_tba2",
-    "small_d_m32n32k32_dim8x8_tba1",
-    "small_d_m3n3k3_dim2x1_tba32",
-    "small_d_m4n4k4_dim4x2_tba16",
-    "small_d_m5n5k5_dim5x3_tba4",
-    "small_d_m6n6k6_dim3x3_tba8",
-    "small_d_m7n7k7_dim7x4_tba2",
-    "small_d_m8n8k8_dim4x4_tba2",
-    "small_d_m9n9k9_dim9x5_tba2",
-    "small_h_m10n10k10_dim4x4_tba4",
+    "small_d_m23n23k23_dim8x8_tba2_hoist",
+    "small_d_m24n24k24_dim8x12_tba1",
+    "small_d_m25n25k25_dim9x7_tba2_hoist",
+    "small_d_m26n26k26_dim13x13_tba1_hoist",
+    "small_d_m27n27k27_dim14x9_tba2_hoist",
+    "small_d_m28n28k28_dim7x7_tba1_hoist",
+    "small_d_m29n29k29_dim8x10_tba2_hoist",
+    "small_d_m2n2k2_dim2x1_tba64",
+    "small_d_m30n30k30_dim10x15_tba1_hoist",
+    "small_d_m31n31k31_dim8x8_tba2_hoist",
+    "small_d_m32n32k32_dim8x8_tba2_hoist",
+    "small_d_m3n3k3_dim2x1_tba16_hoist",
+    "small_d_m4n4k4_dim2x4_tba8",
+    "small_d_m5n5k5_dim5x3_tba4_hoist",
+    "small_d_m6n6k6_dim2x3_tba8",
+    "small_d_m7n7k7_dim7x4_tba2_hoist",
+    "small_d_m8n8k8_dim4x4_tba16",
+    "small_d_m9n9k9_dim9x5_tba2_hoist",
+    "small_h_m10n10k10_dim4x4_tba4_hoist",
     "small_h_m11n11k11_dim4x4_tba8",
-    "small_h_m12n12k12_dim4x4_tba8",
+    "small_h_m12n12k12_dim4x4_tba8_hoist",
     "small_h_m13n13k13_dim5x7_tba8",
-    "small_h_m14n14k14_dim7x5_tba8",
+    "small_h_m14n14k14_dim7x5_tba8_hoist",
     "small_h_m15n15k15_dim5x8_tba8",
-    "small_h_m16n16k16_dim4x4_tba2",
-    "small_h_m17n17k17_dim6x6_tba8",
-    "small_h_m18n18k18_dim6x5_tba4",
-    "small_h_m19n19k19_dim7x7_tba8",
-    "small_h_m1n1k1_dim1x1_tba128",
-    "small_h_m20n20k20_dim5x5_tba2",
-    "small_h_m21n21k21_dim7x7_tba8",
+    "small_h_m16n16k16_dim4x4_tba4_hoist",
+    "small_h_m17n17k17_dim6x6_tba8_hoist",
+    "small_h_m18n18k18_dim6x5_tba2_hoist",
+    "small_h_m19n19k19_dim7x7_tba8_hoist",
+    "small_h_m1n1k1_dim1x1_tba128_hoist",
+    "small_h_m20n20k20_dim5x5_tba1_hoist",
+    "small_h_m21n21k21_dim7x7_tba8_hoist",
     "small_h_m22n22k22_dim8x8_tba2",
     "small_h_m23n23k23_dim8x8_tba8",
-    "small_h_m24n24k24_dim8x8_tba2",
-    "small_h_m25n25k25_dim7x7_tba8",
+    "small_h_m24n24k24_dim8x8_tba2_hoist",
+    "small_h_m25n25k25_dim7x7_tba8_hoist",
     "small_h_m26n26k26_dim7x9_tba2",
-    "small_h_m27n27k27_dim7x7_tba8",
-    "small_h_m28n28k28_dim7x7_tba1",
+    "small_h_m27n27k27_dim7x7_tba8_hoist",
+    "small_h_m28n28k28_dim7x7_tba1_hoist",
     "small_h_m29n29k29_dim15x10_tba1",
     "small_h_m2n2k2_dim1x1_tba128",
-    "small_h_m30n30k30_dim8x10_tba2",
+    "small_h_m30n30k30_dim8x10_tba2_hoist",
     "small_h_m31n31k31_dim11x11_tba1",
-    "small_h_m32n32k32_dim8x8_tba1",
+    "small_h_m32n32k32_dim8x8_tba2_hoist",
     "small_h_m3n3k3_dim2x1_tba32",
-    "small_h_m4n4k4_dim2x2_tba32",
+    "small_h_m4n4k4_dim2x2_tba32_hoist",
     "small_h_m5n5k5_dim2x2_tba16",
-    "small_h_m6n6k6_dim3x2_tba16",
-    "small_h_m7n7k7_dim4x4_tba8",
+    "small_h_m6n6k6_dim2x3_tba16",
+    "small_h_m7n7k7_dim4x4_tba8_hoist",
     "small_h_m8n8k8_dim4x4_tba8",
-    "small_h_m9n9k9_dim3x5_tba8",
+    "small_h_m9n9k9_dim3x5_tba8_hoist",
     "small_hc_m10n10k10_dim5x5_tba8",
-    "small_hc_m11n11k11_dim4x3_tba8",
-    "small_hc_m12n12k12_dim4x4_tba2",
-    "small_hc_m13n13k13_dim4x4_tba4",
-    "small_hc_m14n14k14_dim4x4_tba2",
-    "small_hc_m15n15k15_dim8x8_tba4",
-    "small_hc_m16n16k16_dim4x4_tba4",
-    "small_hc_m17n17k17_dim6x6_tba8",
-    "small_hc_m18n18k18_dim6x5_tba2",
-    "small_hc_m19n19k19_dim7x10_tba4",
-    "small_hc_m1n1k1_dim1x1_tba128",
-    "small_hc_m20n20k20_dim10x10_tba2",
-    "small_hc_m21n21k21_dim11x11_tba4",
-    "small_hc_m22n22k22_dim8x8_tba1",
+    "small_hc_m11n11k11_dim4x3_tba8_hoist",
+    "small_hc_m12n12k12_dim4x4_tba4_hoist",
+    "small_hc_m13n13k13_dim4x4_tba4_hoist",
+    "small_hc_m14n14k14_dim4x4_tba2_hoist",
+    "small_hc_m15n15k15_dim8x8_tba4_hoist",
+    "small_hc_m16n16k16_dim4x4_tba2_hoist",
+    "small_hc_m17n17k17_dim6x6_tba8_hoist",
+    "small_hc_m18n18k18_dim6x5_tba1_hoist",
+    "small_hc_m19n19k19_dim7x10_tba4_hoist",
+    "small_hc_m1n1k1_dim1x1_tba128_hoist",
+    "small_hc_m20n20k20_dim10x10_tba4_hoist",
+    "small_hc_m21n21k21_dim11x11_tba4_hoist",
+    "small_hc_m22n22k22_dim8x8_tba1_hoist",
     "small_hc_m23n23k23_dim6x8_tba4",
-    "small_hc_m24n24k24_dim8x8_tba2",
-    "small_hc_m25n25k25_dim7x9_tba4",
-    "small_hc_m26n26k26_dim7x9_tba1",
+    "small_hc_m24n24k24_dim8x8_tba2_hoist",
+    "small_hc_m25n25k25_dim7x9_tba4_hoist",
+    "small_hc_m26n26k26_dim7x9_tba1_hoist",
     "small_hc_m27n27k27_dim9x14_tba1",
-    "small_hc_m28n28k28_dim14x14_tba2",
+    "small_hc_m28n28k28_dim14x14_tba2_hoist",
     "small_hc_m29n29k29_dim10x15_tba1",
-    "small_hc_m2n2k2_dim1x1_tba64",
-    "small_hc_m30n30k30_dim10x15_tba1",
+    "small_hc_m2n2k2_dim1x1_tba64_hoist",
+    "small_hc_m30n30k30_dim10x15_tba1_hoist",
     "small_hc_m31n31k31_dim16x16_tba1",
     "small_hc_m32n32k32_dim8x8_tba2",
-    "small_hc_m3n3k3_dim1x1_tba64",
-    "small_hc_m4n4k4_dim4x2_tba16",
-    "small_hc_m5n5k5_dim2x2_tba16",
-    "small_hc_m6n6k6_dim2x2_tba8",
-    "small_hc_m7n7k7_dim4x4_tba4",
-    "small_hc_m8n8k8_dim4x4_tba4",
-    "small_hc_m9n9k9_dim5x3_tba4",
+    "small_hc_m3n3k3_dim1x1_tba32_hoist",
+    "small_hc_m4n4k4_dim2x2_tba16",
+    "small_hc_m5n5k5_dim2x2_tba8_hoist",
+    "small_hc_m6n6k6_dim2x2_tba8_hoist",
+    "small_hc_m7n7k7_dim4x4_tba4_hoist",
+    "small_hc_m8n8k8_dim4x4_tba4_hoist",
+    "small_hc_m9n9k9_dim5x3_tba4_hoist",
     "small_s_m10n10k10_dim5x5_tba8",
-    "small_s_m11n11k11_dim4x4_tba4",
+    "small_s_m11n11k11_dim4x4_tba4_hoist",
     "small_s_m12n12k12_dim4x3_tba8",
-    "small_s_m13n13k13_dim4x4_tba4",
-    "small_s_m14n14k14_dim4x4_tba2",
-    "small_s_m15n15k15_dim8x8_tba4",
-    "small_s_m16n16k16_dim8x8_tba1",
-    "small_s_m17n17k17_dim6x6_tba4",
-    "small_s_m18n18k18_dim6x5_tba2",
-    "small_s_m19n19k19_dim5x7_tba4",
-    "small_s_m1n1k1_dim1x1_tba128",
-    "small_s_m20n20k20_dim5x5_tba2",
-    "small_s_m21n21k21_dim7x11_tba4",
-    "small_s_m22n22k22_dim8x8_tba1",
-    "small_s_m23n23k23_dim8x6_tba4",
+    "small_s_m13n13k13_dim4x4_tba4_hoist",
+    "small_s_m14n14k14_dim4x4_tba2_hoist",
+    "small_s_m15n15k15_dim8x8_tba4_hoist",
+    "small_s_m16n16k16_dim4x4_tba4",
+    "small_s_m17n17k17_dim6x6_tba4_hoist",
+    "small_s_m18n18k18_dim6x5_tba1_hoist",
+    "small_s_m19n19k19_dim5x7_tba4_hoist",
+    "small_s_m1n1k1_dim1x1_tba128_hoist",
+    "small_s_m20n20k20_dim5x5_tba1_hoist",
+    "small_s_m21n21k21_dim7x11_tba4_hoist",
+    "small_s_m22n22k22_dim8x8_tba1_hoist",
+    "small_s_m23n23k23_dim8x6_tba4_hoist",
     "small_s_m24n24k24_dim8x6_tba2",
-    "small_s_m25n25k25_dim7x9_tba4",
-    "small_s_m26n26k26_dim7x9_tba1",
-    "small_s_m27n27k27_dim7x9_tba4",
-    "small_s_m28n28k28_dim7x7_tba1",
-    "small_s_m29n29k29_dim10x10_tba4",
-    "small_s_m2n2k2_dim1x1_tba64",
-    "small_s_m30n30k30_dim10x15_tba1",
-    "small_s_m31n31k31_dim11x8_tba4",
+    "small_s_m25n25k25_dim7x9_tba4_hoist",
+    "small_s_m26n26k26_dim7x9_tba1_hoist",
+    "small_s_m27n27k27_dim7x9_tba4_hoist",
+    "small_s_m28n28k28_dim7x7_tba1_hoist",
+    "small_s_m29n29k29_dim10x10_tba4_hoist",
+    "small_s_m2n2k2_dim1x1_tba128_hoist",
+    "small_s_m30n30k30_dim10x15_tba1_hoist",
+    "small_s_m31n31k31_dim11x8_tba4_hoist",
     "small_s_m32n32k32_dim8x8_tba1",
-    "small_s_m3n3k3_dim1x1_tba32",
+    "small_s_m3n3k3_dim1x1_tba32_hoist",
     "small_s_m4n4k4_dim2x2_tba16",
-    "small_s_m5n5k5_dim2x3_tba16",
-    "small_s_m6n6k6_dim2x2_tba16",
+    "small_s_m5n5k5_dim2x3_tba16_hoist",
+    "small_s_m6n6k6_dim2x2_tba8_hoist",
     "small_s_m7n7k7_dim4x4_tba4",
     "small_s_m8n8k8_dim4x4_tba4",
-    "small_s_m9n9k9_dim5x3_tba8",
-    "small_z_m10n10k10_dim10x5_tba1",
-    "small_z_m11n11k11_dim6x11_tba1",
-    "small_z_m12n12k12_dim12x6_tba2",
-    "small_z_m13n13k13_dim7x13_tba1",
-    "small_z_m14n14k14_dim14x7_tba1",
-    "small_z_m15n15k15_dim8x8_tba1",
-    "small_z_m16n16k16_dim8x8_tba1",
-    "small_z_m17n17k17_dim17x9_tba1",
-    "small_z_m18n18k18_dim18x9_tba1",
-    "small_z_m19n19k19_dim19x10_tba1",
-    "small_z_m1n1k1_dim1x1_tba256",
-    "small_z_m20n20k20_dim20x10_tba1",
-    "small_z_m21n21k21_dim21x11_tba1",
-    "small_z_m22n22k22_dim22x11_tba1",
-    "small_z_m23n23k23_dim23x12_tba1",
-    "small_z_m24n24k24_dim24x12_tba1",
-    "small_z_m25n25k25_dim25x13_tba1",
-    "small_z_m26n26k26_dim26x13_tba1",
-    "small_z_m27n27k27_dim27x14_tba1",
-    "small_z_m28n28k28_dim28x14_tba1",
-    "small_z_m29n29k29_dim29x15_tba1",
-    "small_z_m2n2k2_dim2x1_tba256",
-    "small_z_m30n30k30_dim30x15_tba1",
-    "small_z_m31n31k31_dim16x16_tba1",
-    "small_z_m32n32k32_dim16x16_tba1",
-    "small_z_m3n3k3_dim3x3_tba16",
-    "small_z_m4n4k4_dim4x4_tba8",
-    "small_z_m5n5k5_dim5x5_tba2",
-    "small_z_m6n6k6_dim6x3_tba8",
-    "small_z_m7n7k7_dim7x7_tba1",
-    "small_z_m8n8k8_dim8x8_tba2",
-    "small_z_m9n9k9_dim5x9_tba2",
+    "small_s_m9n9k9_dim5x3_tba4_hoist",
+    "small_z_m10n10k10_dim10x5_tba1_hoist",
+    "small_z_m11n11k11_dim6x11_tba2_hoist",
+    "small_z_m12n12k12_dim12x6_tba2_hoist",
+    "small_z_m13n13k13_dim7x13_tba1_hoist",
+    "small_z_m14n14k14_dim14x7_tba1_hoist",
+    "small_z_m15n15k15_dim8x8_tba1_hoist",
+    "small_z_m16n16k16_dim8x8_tba1_hoist",
+    "small_z_m17n17k17_dim17x9_tba1_hoist",
+    "small_z_m18n18k18_dim18x9_tba1_hoist",
+    "small_z_m19n19k19_dim19x10_tba1_hoist",
+    "small_z_m1n1k1_dim1x1_tba128_hoist",
+    "small_z_m20n20k20_dim20x10_tba1_hoist",
+    "small_z_m21n21k21_dim21x11_tba1_hoist",
+    "small_z_m22n22k22_dim22x11_tba1_hoist",
+    "small_z_m23n23k23_dim23x12_tba1_hoist",
+    "small_z_m24n24k24_dim24x12_tba1_hoist",
+    "small_z_m25n25k25_dim25x13_tba1_hoist",
+    "small_z_m26n26k26_dim26x13_tba1_hoist",
+    "small_z_m27n27k27_dim27x14_tba1_hoist",
+    "small_z_m28n28k28_dim14x14_tba1",
+    "small_z_m29n29k29_dim29x15_tba1_hoist",
+    "small_z_m2n2k2_dim2x2_tba64",
+    "small_z_m30n30k30_dim30x15_tba1_hoist",
+    "small_z_m31n31k31_dim16x16_tba1_hoist",
+    "small_z_m32n32k32_dim16x16_tba1_hoist",
+    "small_z_m3n3k3_dim3x3_tba16_hoist",
+    "small_z_m4n4k4_dim4x4_tba8_hoist",
+    "small_z_m5n5k5_dim5x5_tba2_hoist",
+    "small_z_m6n6k6_dim6x3_tba4_hoist",
+    "small_z_m7n7k7_dim7x7_tba1_hoist",
+    "small_z_m8n8k8_dim4x8_tba1",
+    "small_z_m9n9k9_dim5x9_tba2_hoist",
     "wmmatiny_h_m10n10k16_w2",
     "wmmatiny_h_m1n1k16_w4",
     "wmmatiny_h_m2n2k16_w1",
