@@ -168,7 +168,7 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
         if not devices:
             raise click.ClickException(f"{results} holds no {table_arch} results")
         tuner.verify_and_write_table(results, table_arch, devices[-1], build_dir, jobs,
-                                     "gemmgen tune small")
+                                     "gemmgen tune small --table-only")
         return
     selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
     sys.exit(tuner.run_tune(selection, results, build_dir, megabytes, write_table, jobs, around_table))

@@ -210,6 +210,13 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
             alpha, beta = _scalars(rng, prec)
             yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 130)), "packed-offset", alpha,
                        beta, pad=0, offset=1)
+            # Pointer arrays to contiguous matrices (ld = stored rows): the 16-byte paths of the
+            # pointer-array interface, on matrices that start on and between 16-byte boundaries.
+            for kind, offset in (("array-packed", 0), ("array-packed-offset", 1)):
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, "array", int(rng.integers(1, 130)), kind, alpha, beta,
+                           pad=0, offset=offset)
             yield Case(prec, m, n, k, ta, tb, "strided", 33, "exact", 1.0, 1.0)
             alpha, _ = _scalars(rng, prec)
             yield Case(prec, m, n, k, ta, tb, "strided", 21, "beta0-nan", alpha, 0.0)
