@@ -602,17 +602,17 @@ extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba1_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba1_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m31n31k31_dim11x8_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -1178,8 +1178,8 @@ const SmallEntry<float, float> small_s[] = {
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
     {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4_hoist", small_s_m27n27k27_dim7x9_tba4_hoist_strided, small_s_m27n27k27_dim7x9_tba4_hoist_array, 0},
     {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1_hoist", small_s_m28n28k28_dim7x7_tba1_hoist_strided, small_s_m28n28k28_dim7x7_tba1_hoist_array, 0},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4_hoist", small_s_m29n29k29_dim10x10_tba4_hoist_strided, small_s_m29n29k29_dim10x10_tba4_hoist_array, 0},
-    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba1_hoist", small_s_m30n30k30_dim10x15_tba1_hoist_strided, small_s_m30n30k30_dim10x15_tba1_hoist_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array, 0},
+    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist", small_s_m30n30k30_dim10x15_tba2_hoist_strided, small_s_m30n30k30_dim10x15_tba2_hoist_array, 0},
     {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4_hoist", small_s_m31n31k31_dim11x8_tba4_hoist_strided, small_s_m31n31k31_dim11x8_tba4_hoist_array, 0},
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
@@ -1458,9 +1458,9 @@ const char* const kernel_names[] = {
     "small_s_m26n26k26_dim7x9_tba1_hoist",
     "small_s_m27n27k27_dim7x9_tba4_hoist",
     "small_s_m28n28k28_dim7x7_tba1_hoist",
-    "small_s_m29n29k29_dim10x10_tba4_hoist",
+    "small_s_m29n29k29_dim10x10_tba4",
     "small_s_m2n2k2_dim1x1_tba128_hoist",
-    "small_s_m30n30k30_dim10x15_tba1_hoist",
+    "small_s_m30n30k30_dim10x15_tba2_hoist",
     "small_s_m31n31k31_dim11x8_tba4_hoist",
     "small_s_m32n32k32_dim8x8_tba1",
     "small_s_m3n3k3_dim1x1_tba32_hoist",

@@ -134,10 +134,11 @@ __device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
 
 // The pointer-array interface: op(X) of the block's GEMMs from their own matrices, whose
 // addresses were read once per block into `bases` (nullptr past the end of the batch) rather
-// than once per element.  When every matrix of the block is contiguous (ld = stored rows) and
-// 16-byte aligned, and one matrix is whole 16-byte chunks, each thread reads 16 bytes at a time.
+// than once per element.  `contiguous`: every stored X is one range (ld = stored rows); then each
+// thread reads 16 bytes at a time, whole vectors when every matrix is 16-byte aligned and whole
+// vectors long (`whole_chunks`), otherwise each matrix in pieces (see below).
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, typename R, typename S>
-__device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, int ld)
+__device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, bool contiguous, int ld)
 {
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
     constexpr int PER_GEMM = ROWS * COLS;
@@ -153,6 +154,48 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
             },
             [&](int v, int4 raw) {
                 scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / PER_GEMM_CHUNKS, v % PER_GEMM_CHUNKS * VEC, raw);
+            });
+        return;
+    }
+    if (contiguous) {
+        // A matrix that starts between 16-byte boundaries or is not whole vectors long (odd sizes)
+        // is read as SLOTS pieces of at most VEC elements: slot 0 the elements before its first
+        // 16-byte boundary, then its aligned 16-byte vectors, then the rest; the two ends element
+        // by element.  Piece i of GEMM g is the element range [lo, lo + count).
+        // (Not hoisted: holding its pieces in registers made ptxas keep a flag on the stack.)
+        constexpr int SLOTS = PER_GEMM / VEC + 2;
+        struct Piece { int lo, count; };
+        const auto piece = [&](int v) {
+            const int i = v % SLOTS;
+            const int misaligned = (int)((unsigned long long)bases[v / SLOTS] & 15) / (int)sizeof(S);
+            const int head = min((VEC - misaligned) % VEC, PER_GEMM);
+            const int body = (PER_GEMM - head) / VEC;
+            const int lo = i == 0 ? 0 : head + (i - 1) * VEC;
+            return Piece{lo, i == 0 ? head : i <= body ? VEC : i == body + 1 ? PER_GEMM - lo : 0};
+        };
+        copy_vectors<THREADS, TBA * SLOTS, false>(
+            [&](int v) {
+                const S* base = bases[v / SLOTS];
+                const Piece p = piece(v);
+                union { int4 raw; S elem[VEC]; } chunk;
+                if (p.count == VEC && (v % SLOTS) != 0 && base) {   // an aligned 16-byte vector
+                    chunk.raw = __ldg(reinterpret_cast<const int4*>(base + p.lo));
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        chunk.elem[j] = base && j < p.count ? base[p.lo + j] : S();
+                }
+                return chunk.raw;
+            },
+            [&](int v, int4 raw) {
+                const Piece p = piece(v);
+                union { int4 raw; S elem[VEC]; } chunk;
+                chunk.raw = raw;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j)
+                    if (j < p.count)
+                        store_staged<OP, COLS, LDS>(s, v / SLOTS, (p.lo + j) % STORED_ROWS, (p.lo + j) / STORED_ROWS,
+                                                    widen_value<OP == 'C'>(chunk.elem[j]));
             });
         return;
     }
@@ -215,11 +258,17 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     const bool read_c = !is_zero(beta);    // beta = 0: C is never read, NaN in C cannot leak
 
     // Issue every global load before the first use: A and B into shared memory, C into registers.
-    // Pointer-array interface (a uniform branch: the interface is a kernel argument), for shapes
-    // whose matrices are whole 16-byte chunks; other shapes keep the element-wise path below,
-    // which measured faster for them than the table and its extra barrier.
+    // Pointer-array interface (a uniform branch: the interface and ld are kernel arguments): the
+    // block reads its GEMMs' addresses once into `bases` when a 16-byte path can use them: shapes
+    // of whole 16-byte vectors, and contiguous matrices (ld = stored rows) of any shape stored in
+    // the compute type (s, d, c, z), read in pieces.  For fp16 storage the pieces measured no
+    // faster than the element-wise path below (h N = 5: 0.41 against 0.50 of the floor), and for
+    // padded matrices the element-wise path measured faster than the table and its barrier.
     constexpr bool ARRAY_CHUNKS = (M * K * sizeof(S)) % 16 == 0 && (K * N * sizeof(S)) % 16 == 0;
-    if (ARRAY_CHUNKS && use_ab && ptrs.A_array) {
+    constexpr bool PIECEWISE = sizeof(S) == sizeof(R);
+    const bool a_contiguous = PIECEWISE && lda == (TA == 'N' ? M : K);
+    const bool b_contiguous = PIECEWISE && ldb == (TB == 'N' ? K : N);
+    if (use_ab && ptrs.A_array && (ARRAY_CHUNKS || a_contiguous || b_contiguous)) {
         bool a_whole = true, b_whole = true;
         if (threadIdx.x < TBA) {
             const long long e = first + threadIdx.x;
@@ -232,8 +281,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         }
         a_whole = __syncthreads_and(a_whole) && lda == (TA == 'N' ? M : K);
         b_whole = __syncthreads_and(b_whole) && ldb == (TB == 'N' ? K : N);
-        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, lda);
-        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, ldb);
+        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, a_contiguous, lda);
+        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, b_contiguous, ldb);
     } else if (use_ab) {
         stage<TA, M, K, LDS_A, THREADS, TBA, HOIST, OPERAND_A>(sA, ptrs, lda, first, batch);
         stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch);
