@@ -49,12 +49,12 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
     }
 }
 
-// Store the VEC elements of one 16-byte vector of stored X, whose first element is element e0 of the
-// block's GEMM g, into shared memory.  WITHIN_GEMM: the vector lies inside GEMM g (e0 + VEC ≤ the
-// matrix size); otherwise e0 may run past it into the next GEMMs (a packed block of matrices whose
-// size is not whole vectors).
+// Store the first `count` (all VEC by default) elements of one 16-byte vector of stored X, whose
+// first element is element e0 of the block's GEMM g, into shared memory.  WITHIN_GEMM: the vector
+// lies inside GEMM g (e0 + count ≤ the matrix size); otherwise e0 may run past it into the next
+// GEMMs (a packed block of matrices whose size is not whole vectors).
 template <char OP, int ROWS, int COLS, int LDS, bool WITHIN_GEMM, typename R, typename S>
-__device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw)
+__device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw, int count = 16 / sizeof(S))
 {
     constexpr int VEC = 16 / sizeof(S);
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
@@ -66,7 +66,8 @@ __device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw)
         const int e = e0 + j;
         const int gemm = WITHIN_GEMM ? g : g + e / PER_GEMM;
         const int r = WITHIN_GEMM ? e : e % PER_GEMM;
-        store_staged<OP, COLS, LDS>(s, gemm, r % STORED_ROWS, r / STORED_ROWS, widen_value<OP == 'C'>(chunk.elem[j]));
+        if (j < count)
+            store_staged<OP, COLS, LDS>(s, gemm, r % STORED_ROWS, r / STORED_ROWS, widen_value<OP == 'C'>(chunk.elem[j]));
     }
 }
 
@@ -189,13 +190,7 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
             },
             [&](int v, int4 raw) {
                 const Piece p = piece(v);
-                union { int4 raw; S elem[VEC]; } chunk;
-                chunk.raw = raw;
-#pragma unroll
-                for (int j = 0; j < VEC; ++j)
-                    if (j < p.count)
-                        store_staged<OP, COLS, LDS>(s, v / SLOTS, (p.lo + j) % STORED_ROWS, (p.lo + j) / STORED_ROWS,
-                                                    widen_value<OP == 'C'>(chunk.elem[j]));
+                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / SLOTS, p.lo, raw, p.count);
             });
         return;
     }
@@ -266,8 +261,10 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     // padded matrices the element-wise path measured faster than the table and its barrier.
     constexpr bool ARRAY_CHUNKS = (M * K * sizeof(S)) % 16 == 0 && (K * N * sizeof(S)) % 16 == 0;
     constexpr bool PIECEWISE = sizeof(S) == sizeof(R);
-    const bool a_contiguous = PIECEWISE && lda == (TA == 'N' ? M : K);
-    const bool b_contiguous = PIECEWISE && ldb == (TB == 'N' ? K : N);
+    const bool a_dense = lda == (TA == 'N' ? M : K);   // ld = stored rows: each matrix one range
+    const bool b_dense = ldb == (TB == 'N' ? K : N);
+    const bool a_contiguous = PIECEWISE && a_dense;
+    const bool b_contiguous = PIECEWISE && b_dense;
     if (use_ab && ptrs.A_array && (ARRAY_CHUNKS || a_contiguous || b_contiguous)) {
         bool a_whole = true, b_whole = true;
         if (threadIdx.x < TBA) {
@@ -279,8 +276,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
             a_whole = !a || aligned16(a);
             b_whole = !b || aligned16(b);
         }
-        a_whole = __syncthreads_and(a_whole) && lda == (TA == 'N' ? M : K);
-        b_whole = __syncthreads_and(b_whole) && ldb == (TB == 'N' ? K : N);
+        a_whole = __syncthreads_and(a_whole) && a_dense;
+        b_whole = __syncthreads_and(b_whole) && b_dense;
         stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, a_contiguous, lda);
         stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, b_contiguous, ldb);
     } else if (use_ab) {
