@@ -20,7 +20,10 @@ Design, with the paper's sections:
   `stages` BLK_K slices filled by 16-byte cp.async copies, with no registers in between, and each
   thread block stays resident and works through several blocks of C (a persistent grid), so the
   copies of its next block are in flight during the Tensor Core work and the epilogue of the
-  current one.  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory
+  current one.  With beta != 0 and C aligned too, the old C block rides the ring with its item's
+  last slice (a kernel of its own): read from global memory in the epilogue, each old value cost a
+  full memory round trip, since the compiler cannot move a load of C above a store to C (h N = 64:
+  0.66 of the floor with beta = 1 against 0.87 with beta = 0; with C in the ring 0.93).  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory
   bandwidth on an H100 (measured: 0.4-0.7 of the copy-bandwidth floor for N = 48..256, where
   cuBLAS's deep shared-memory pipeline reaches 0.86-1.0).  Shared memory mirrors the stored layout
   (a 16-byte chunk is 8 consecutive stored elements), so op(A) is row- or column-major in shared
@@ -149,6 +152,12 @@ class WmmaSpec(Spec):
     def async_smem_bytes(self) -> int:
         """The ring plus its own staging of C (the next block's copies land while C is written)."""
         return self.stages * self.async_stage_bytes + self.output_smem_bytes
+
+    @property
+    def async_old_c_bytes(self) -> int:
+        """With beta != 0 and C aligned, each slice of the ring also carries the old C block of the
+        item whose last slice it is (BLK_M stored rows padded by SKEW, BLK_N columns)."""
+        return self.stages * self.blk_n * (self.blk_m + SKEW) * 2
 
     @property
     def register_estimate(self) -> int:

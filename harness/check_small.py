@@ -64,6 +64,7 @@ class Case:
                           # wmma cp.async ring runs only on 16-byte aligned operands: align = 8)
     offset: int = 0       # elements before A's and B's first matrix in their GPU buffers: an odd
                           # offset starts a packed batch between 16-byte boundaries
+    c_offset: int = 0     # the same for C (the wmma cp.async ring copies C too only when aligned)
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -161,7 +162,7 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     pr = prepare(case, rng)
     case = pr.case
     p = case.precision
-    d_a, d_b, d_c = (_on_gpu(pr.a, case.offset), _on_gpu(pr.b, case.offset), cp.asarray(pr.c))
+    d_a, d_b, d_c = _on_gpu(pr.a, case.offset), _on_gpu(pr.b, case.offset), _on_gpu(pr.c, case.c_offset)
     target = lib.variant_entry(case.kernel, case.interface) if case.kernel else None
     if case.interface == "strided":
         args = (case.m, case.n, case.k, case.alpha, d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb,

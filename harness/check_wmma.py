@@ -6,7 +6,8 @@ top of the cases of harness.check_small.
   transpose pair (conjugation for hc), both batch interfaces, a packed batch, the bit-exact
   integer case, beta = 0 over NaN, with leading dimensions larger than the matrices; variants with
   a cp.async ring also on 16-byte aligned operands (the ring's path; the others take the register
-  path) and on a batch of 2000 (each resident thread block works through several C blocks).
+  path; with beta ≠ 0 the ring also copies C), on a batch of 2000 (each resident thread block works
+  through several C blocks), and with C alone between 16-byte boundaries (the ring without C).
 - The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
   ranges are exercised as a user reaches them.
 - The small-family kernels the tuned table passes over for the general kernel (prefer_general),
@@ -53,6 +54,9 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
                                align=8, kernel=name)
             yield Case(prec, 37, 45, 29, "N", "T", "strided", 2000, "many-blocks", 1.0, 0.5, pad=0, align=8,
                        kernel=name)
+            # A and B aligned, C between 16-byte boundaries: the ring without copying C.
+            yield Case(prec, 2 * spec.blk_m, spec.blk_n, 2 * spec.blk_k, "T", "N", "strided", 300, "c-unaligned",
+                       1.0, 0.5, pad=0, align=8, c_offset=1, kernel=name)
         if prec not in big_batch_done:   # more than 65,535 blocks in the grid, once per precision
             big_batch_done.add(prec)
             yield Case(prec, 3, 3, 3, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0, kernel=name)

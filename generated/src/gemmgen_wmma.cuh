@@ -192,10 +192,14 @@ struct Staged {
 template <int A, int B> struct Max { static constexpr int value = A > B ? A : B; };
 
 // §5.6 post-processing: each thread writes its DIM_X×DIM_Y tile of the C block, alpha·AB from the
-// staging plus (only when beta ≠ 0) beta·C.  C points at the block's first element.
-template <typename S, typename ACC, int TC_M, int TC_N, int BLK_M, int BLK_N, int DIM_X, int DIM_Y, typename Scalar>
+// staging plus (only when beta ≠ 0) beta·C.  C points at the block's first element.  old_c, when
+// not null, holds the block's old values in shared memory (columns LD_OLD halves apart), copied
+// there ahead of time by the cp.async ring: read from global memory here, each value would cost a
+// full memory round trip, since the compiler cannot move a load of C above a store to C.
+template <typename S, typename ACC, int TC_M, int TC_N, int BLK_M, int BLK_N, int DIM_X, int DIM_Y, int LD_OLD = 0,
+          typename Scalar>
 __device__ __forceinline__ void write_c(S* C, int ldc, const ACC* sC, int m_left, int n_left, Scalar alpha,
-                                        Scalar beta, bool read_c, int tx, int ty)
+                                        Scalar beta, bool read_c, int tx, int ty, const S* old_c = nullptr)
 {
     using R = typename ComputeOf<S>::type;
 #pragma unroll
@@ -207,7 +211,7 @@ __device__ __forceinline__ void write_c(S* C, int ldc, const ACC* sC, int m_left
                 S* out = C + row + (long long)col * ldc;
                 R v = mul(R(alpha), Staged<ACC, TC_M, TC_N, BLK_M, BLK_N>::value(sC, row, col, R()));
                 if (read_c)
-                    v = mul_add(R(beta), load_c(out), v);
+                    v = mul_add(R(beta), load_c(old_c ? old_c + row + col * LD_OLD : out), v);
                 store_c(out, v);
             }
         }
@@ -347,9 +351,13 @@ template <int BLK_M, int BLK_N, int BLK_K, int STAGES, char TA, char TB, typenam
 struct AsyncLayout {
     using SliceA = AsyncSlice<BLK_M, BLK_K, TA != 'N'>;   // op(A) is k-contiguous when A is transposed
     using SliceB = AsyncSlice<BLK_N, BLK_K, TB == 'N'>;   // op(B) when B is not
+    // With beta ≠ 0 and C aligned like A and B, each stage also holds the old C block of the item
+    // whose last slice it carries (BLK_M rows as stored, BLK_N columns).
+    using SliceC = AsyncSlice<BLK_M, BLK_N, false>;
     static constexpr int STAGE_HALVES = SliceA::HALVES + SliceB::HALVES;
     static constexpr int RING_BYTES = STAGES * STAGE_HALVES * 2;
     static constexpr int BYTES = RING_BYTES + BLK_M * BLK_N * (int)sizeof(ACC);   // + C staging
+    static constexpr int OLD_C_BYTES = STAGES * SliceC::HALVES * 2;               // after BYTES, when used
 };
 
 // A position in a thread block's work: item (batch entry, C block `tile`) and the k offset of one
@@ -403,9 +411,20 @@ __device__ __forceinline__ void async_copy_slice(__half* s, const BatchPointers<
 // Slices are copied STAGES - 1 ahead of the Tensor Cores, across item boundaries, so the next C
 // block's data is in flight while the current one's is written.  The launch keeps the grid at most
 // one thread block per item and tiles_m·tiles_n within int.
+// OLD_C (launched only with beta ≠ 0 and C aligned like A and B): each item's old C block rides
+// the ring with the item's last slice, so the epilogue reads it from shared memory.  A kernel of
+// its own, so that the beta = 0 kernel carries none of its registers.  Left to itself, ptxas gives
+// the OLD_C kernel of 256 threads 64 registers and a spill; asking for two resident blocks (at most
+// 128 registers) measured fastest (H100), except where each thread writes more than 32 elements of
+// C (96×96 blocks), which spill under 128 and get one block's worth instead.
+template <int THREADS, int BLK_M, int BLK_N, bool OLD_C>
+struct AsyncMinBlocks {
+    static constexpr int value = !OLD_C ? 0 : BLK_M * BLK_N / THREADS <= 32 ? 2 : 1;   // 0: ptxas decides
+};
+
 template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
-          int WARPS, int STAGES, char TA, char TB>
-__global__ void __launch_bounds__(DIM_X * DIM_Y)
+          int WARPS, int STAGES, char TA, char TB, bool OLD_C>
+__global__ void __launch_bounds__(DIM_X * DIM_Y, (AsyncMinBlocks<DIM_X * DIM_Y, BLK_M, BLK_N, OLD_C>::value))
 wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int ldb, int ldc, float alpha,
                   float beta, int batch, int tiles_m, int tiles_n)
 {
@@ -416,6 +435,7 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
     extern __shared__ __align__(128) unsigned char smem[];
     __half* ring = reinterpret_cast<__half*>(smem);
     ACC* sC = reinterpret_cast<ACC*>(smem + L::RING_BYTES);
+    __half* old_ring = reinterpret_cast<__half*>(smem + L::BYTES);   // OLD_C only
     const int tx = threadIdx.x % DIM_X, ty = threadIdx.x / DIM_X, warp = threadIdx.x / 32;
     const bool read_c = !is_zero(beta);
     const int tiles = tiles_m * tiles_n;
@@ -426,9 +446,15 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
     work = load;
     int load_stage = 0;
     auto copy_next = [&]() {
-        if (load.entry < batch)
+        if (load.entry < batch) {
             async_copy_slice<L, THREADS, BLK_M, BLK_N, TA, TB>(ring + load_stage * L::STAGE_HALVES, ptrs, load, M, N, K, lda, ldb,
                                                  tiles_m);
+            if (OLD_C && load.last_slice(K, BLK_K)) {
+                const int m0 = load.m0(tiles_m, BLK_M), n0 = load.n0(tiles_m, BLK_N);
+                L::SliceC::template copy<THREADS>(old_ring + load_stage * L::SliceC::HALVES,
+                                                  ptrs.output(load.entry) + m0 + (long long)n0 * ldc, ldc, M - m0, N - n0);
+            }
+        }
         async_commit();   // empty groups too: the wait below counts groups
         load.next(K, BLK_K, tiles, step_entries, step_tiles);
         load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
@@ -457,8 +483,9 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
             __syncthreads();
             // The staging is written again only after the next item's slices, each behind a barrier.
             const int m0 = work.m0(tiles_m, BLK_M), n0 = work.n0(tiles_m, BLK_N);
-            write_c<__half, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y>(ptrs.output(work.entry) + m0 + (long long)n0 * ldc,
-                                                                      ldc, sC, M - m0, N - n0, alpha, beta, read_c, tx, ty);
+            write_c<__half, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y, L::SliceC::LD>(
+                ptrs.output(work.entry) + m0 + (long long)n0 * ldc, ldc, sC, M - m0, N - n0, alpha, beta, read_c, tx, ty,
+                OLD_C ? old_ring + stage * L::SliceC::HALVES : nullptr);
         }
         work.next(K, BLK_K, tiles, step_entries, step_tiles);
     }
@@ -474,6 +501,12 @@ inline bool async_aligned(const BatchPointers<__half>& p, int lda, int ldb)
            reinterpret_cast<unsigned long long>(p.A) % 16 == 0 && reinterpret_cast<unsigned long long>(p.B) % 16 == 0;
 }
 
+// The same for C, which the ring then also copies (beta ≠ 0).
+inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
+{
+    return !p.C_array && ldc % 8 == 0 && p.stride_c % 8 == 0 && reinterpret_cast<unsigned long long>(p.C) % 16 == 0;
+}
+
 // sm_80+ with aligned operands: the ring, with as many thread blocks as fit on the device at once;
 // otherwise (and for k = 0, which has no slice to copy) the tuple's register-staged kernel.
 template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
@@ -487,19 +520,23 @@ int launch_wmma_async(const BatchPointers<__half>& ptrs, int m, int n, int k, in
         return launch_wmma<__half, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>(
             ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     using L = AsyncLayout<BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
-    auto kernel = wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB>;
-    if (L::BYTES > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
+    // beta ≠ 0: the old C blocks ride the ring too where C is aligned and the device has the room.
+    const bool old_c = !is_zero(beta) && async_aligned_c(ptrs, ldc) && L::BYTES + L::OLD_C_BYTES <= dev.smem_per_block;
+    auto kernel = old_c ? wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB, true>
+                        : wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB, false>;
+    const int bytes = L::BYTES + (old_c ? L::OLD_C_BYTES : 0);
+    if (bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
         return GEMMGEN_LAUNCH_FAILED;
     int resident = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, DIM_X * DIM_Y, L::BYTES) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, DIM_X * DIM_Y, bytes) != cudaSuccess ||
         resident < 1)
         return GEMMGEN_LAUNCH_FAILED;
     const long long blocks = (long long)tiles_m * tiles_n * batch;
     const long long slots = (long long)resident * dev.sms;
     const unsigned grid = (unsigned)(blocks < slots ? blocks : slots);
-    kernel<<<grid, DIM_X * DIM_Y, L::BYTES, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m,
-                                                     tiles_n);
+    kernel<<<grid, DIM_X * DIM_Y, bytes, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m,
+                                                  tiles_n);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

@@ -6,7 +6,8 @@
 //   16×16 threads (8 warps, 2 f16 accumulator fragment(s) each),
 //   10240 bytes of shared memory.
 //   From sm_80 on, with 16-byte aligned operands: a 3-slice cp.async ring and a
-//   persistent grid, 38912 bytes of shared memory at most; otherwise the kernel above.
+//   persistent grid, 38912 bytes of shared memory at most (66560 with
+//   beta ≠ 0 and C aligned too: then the old C blocks ride the ring); otherwise the kernel above.
 //   gemmgen-code-paths: 80
 #include "gemmgen_wmma.cuh"
 
