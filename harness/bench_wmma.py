@@ -7,6 +7,7 @@ present, in one run against cuBLAS through CuPy, with the copy bandwidth of the 
   GEMMs (Cr = Ar·Br − Ai·Bi, Ci = Ar·Bi + Ai·Br), kernel time only, as the paper measured.
 - tiny sizes N ≤ 16 with batch 10,000: gemmgen's dispatch (small family or tiny Tensor Core
   kernel, whichever the table chose), the tiny kernel and the general kernel alone.
+- the "≫L2" rows also with beta = 1 (C read as well: C += A·B), ours and the baseline.
 Batches of a few MB rotate over several copies of the data (up to 32), so fewer of them sit in
 L2 between launches; the "≫L2" rows move at least 256 MB per launch.
 Writes docs/perf/bench_wmma_<arch>.{json,md,png}."""
@@ -94,30 +95,31 @@ def _time(factory) -> dict:
     return {"ms": ms}
 
 
-def _row(lib, prec, kind, m, n, k, batch, label, bandwidth, sets, extra=()) -> dict:
+def _row(lib, prec, kind, m, n, k, batch, label, bandwidth, sets, extra=(), betas=(0.0,)) -> dict:
+    """One problem: ours and the baseline with beta = 0 (keys "ours", "cublas"/"cublas_planar"),
+    and with each further beta in `betas` (keys suffixed "_beta1" for beta = 1)."""
     work = Workload(prec, m, n, k, batch, sets=sets)
     public = getattr(lib.lib, f"gemmgen_{prec}gemm_batched_strided")
     row = {"precision": prec, "kind": kind, "m": m, "n": n, "k": k, "batch": batch, "data": label,
            "sets": sets, "kernel": lib.selected_kernel(prec, m, n, k)}
-    floor_ms = bytes_moved(prec, m, n, k, batch, False) / bandwidth * 1e3
-    who = [("ours", lambda: work.ours(public, 1.0, 0.0))]
-    planar = None
-    if prec == "hc":
-        planar = Planar(work)
-        who.append(("cublas_planar", lambda: planar.launch_factory(0.0)))
-    else:
-        who.append(("cublas", lambda: work.cublas(1.0, 0.0)))
-    for name, fn in extra:
-        who.append((name, lambda fn=fn: work.ours(fn, 1.0, 0.0)))
-    for name, factory in who:
-        r = _time(factory)
-        if "ms" in r:
-            r["gflops"] = flops(prec, m, n, k, batch) / (r["ms"] * 1e-3) / 1e9
-            r["floor_fraction"] = floor_ms / r["ms"]
-        row[name] = r
-    base = row.get("cublas_planar" if prec == "hc" else "cublas", {})
-    if "ms" in base and "ms" in row["ours"]:
-        row["speedup"] = base["ms"] / row["ours"]["ms"]
+    base_name = "cublas_planar" if prec == "hc" else "cublas"
+    planar = Planar(work) if prec == "hc" else None
+    for beta in betas:
+        suffix = "" if beta == 0 else f"_beta{beta:g}"
+        floor_ms = bytes_moved(prec, m, n, k, batch, beta != 0) / bandwidth * 1e3
+        who = [("ours", lambda: work.ours(public, 1.0, beta)),
+               (base_name, (lambda: planar.launch_factory(beta)) if planar else (lambda: work.cublas(1.0, beta)))]
+        if beta == 0:
+            who += [(name, lambda fn=fn: work.ours(fn, 1.0, 0.0)) for name, fn in extra]
+        for name, factory in who:
+            r = _time(factory)
+            if "ms" in r:
+                r["gflops"] = flops(prec, m, n, k, batch) / (r["ms"] * 1e-3) / 1e9
+                r["floor_fraction"] = floor_ms / r["ms"]
+            row[name + suffix] = r
+        base, ours = row.get(base_name + suffix, {}), row["ours" + suffix]
+        if "ms" in base and "ms" in ours:
+            row["speedup" + suffix] = base["ms"] / ours["ms"]
     work.release()
     if planar:
         planar.release()
@@ -148,7 +150,8 @@ def run_bench(lib, device: str, arch: str, bandwidth: float, precisions, out_dir
                 name = general_names(prec, kind.split()[1], m, n, k)
                 if name:
                     extra.append(("only_wmma", general_launcher(lib.lib, name, prec)))
-            rows.append(_row(lib, prec, kind.split()[-1], m, n, k, batch, label, bandwidth, sets, extra))
+            rows.append(_row(lib, prec, kind.split()[-1], m, n, k, batch, label, bandwidth, sets, extra,
+                             betas=(0.0, 1.0) if label == "≫L2" else (0.0,)))
             rows[-1]["tiny_row"] = kind.startswith("tiny")
     payload = {"device": device, "arch": arch, "copy_bandwidth_gbs": bandwidth / 1e9, "command": command,
                "rows": rows}
@@ -178,6 +181,16 @@ def summary(payload: dict) -> list[str]:
         under = sorted({(r["kind"], r["m"]) for r in mem if r["ours"]["floor_fraction"] < 0.8})
         out.append(f"| h ≥ 80% of the floor where memory-bound (≫L2) | worst {worst['ours']['floor_fraction']:.2f} "
                    f"({worst['kind']} {worst['m']}); {len(under)} of {len(mem)} points under | {'yes' if not under else 'no'} |")
+    for prec in ("h", "hc"):
+        b1 = [r for r in rows if r["precision"] == prec and r["data"] == "≫L2" and not r["tiny_row"]
+              and "floor_fraction" in r.get("ours_beta1", {}) and "floor_fraction" in r["ours"]]
+        if b1:
+            worst = min(b1, key=lambda r: r["ours_beta1"]["floor_fraction"])
+            lag = sorted(b1, key=lambda r: r["ours_beta1"]["floor_fraction"] - r["ours"]["floor_fraction"])[0]
+            out.append(f"| {prec} with beta = 1 (≫L2; no goal set, reported) | worst {worst['ours_beta1']['floor_fraction']:.2f} "
+                       f"({worst['kind']} {worst['m']}); largest drop from beta = 0: "
+                       f"{lag['ours']['floor_fraction']:.2f} → {lag['ours_beta1']['floor_fraction']:.2f} "
+                       f"({lag['kind']} {lag['m']}) | – |")
     h1000 = [r for r in rows if r["precision"] == "h" and r["data"] == "batch 1000" and not r["tiny_row"]
              and r["kind"] == "square" and r["m"] <= 128 and "speedup" in r]
     if h1000:
@@ -211,12 +224,13 @@ def markdown(payload: dict) -> str:
     lines = [f"# wmma family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
              f"Command: `{payload['command']}`", "",
              f"Copy bandwidth measured in the same run: {payload['copy_bandwidth_gbs']:.0f} GB/s. "
-             "floor = bytes that must move (A, B read, C written; β = 0) / that bandwidth; the "
+             "floor = bytes that must move (A, B read, C written; β = 1: C read too) / that bandwidth; the "
              "columns give the fraction of it reached. hc is compared with cuBLAS on planar data "
              "(four fp16 GEMMs, kernel time only, same floor as the interleaved data).", "",
              "## Goals", "", *summary(payload), "", "## Every measurement", "",
-             "| prec | kind | M×N×K | batch | data | ours GF/s | ours floor | cuBLAS GF/s | cuBLAS floor | speedup | kernel | extra |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| prec | kind | M×N×K | batch | data | ours GF/s | ours floor | cuBLAS GF/s | cuBLAS floor | speedup "
+             "| ours floor β=1 | cuBLAS floor β=1 | speedup β=1 | kernel | extra |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in payload["rows"]:
         base = "cublas_planar" if r["precision"] == "hc" else "cublas"
         extra = "; ".join(f"{k}: {v['floor_fraction']:.2f}" for k, v in r.items()
@@ -225,7 +239,9 @@ def markdown(payload: dict) -> str:
                      f"| {r['batch']} | {r['data']} | {_f(r, 'ours', 'gflops', '.0f')} "
                      f"| {_f(r, 'ours', 'floor_fraction', '.2f')} | {_f(r, base, 'gflops', '.0f')} "
                      f"| {_f(r, base, 'floor_fraction', '.2f')} "
-                     f"| {format(r['speedup'], '.2f') if 'speedup' in r else 'n/a'} | {r['kernel']} | {extra} |")
+                     f"| {format(r['speedup'], '.2f') if 'speedup' in r else 'n/a'} "
+                     f"| {_f(r, 'ours_beta1', 'floor_fraction', '.2f')} | {_f(r, base + '_beta1', 'floor_fraction', '.2f')} "
+                     f"| {format(r['speedup_beta1'], '.2f') if 'speedup_beta1' in r else '–'} | {r['kernel']} | {extra} |")
     return "\n".join(lines) + "\n"
 
 
