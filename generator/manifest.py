@@ -207,7 +207,8 @@ def build_manifest(selection: Selection) -> Manifest:
                 if row is not None:
                     try:
                         spec = small.SmallSpec(precision, m, n, k, row["dim_m"], row["dim_n"],
-                                               row["tba"], row.get("hoist", False)).validate(arch)
+                                               row["tba"], row.get("hoist", False),
+                                               row.get("stages", 0)).validate(arch)
                         source = _tuned_label(row, row["arch"], arch)
                     except SpecError as err:
                         notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")

@@ -25,7 +25,11 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?$")
+RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
+RING_PRECISIONS = ("s", "d", "c", "z")   # storage = compute type (see SmallSpec.stages)
+RING_MIN_SIZE = 16             # the re-tune tries the ring from here (below it the staged kernels
+                               # reach the floor: 0.94-1.07 of it in s, d, c, z)
 
 
 @dataclass(frozen=True, order=True)
@@ -42,6 +46,11 @@ class SmallSpec(Spec):
     # needs a register per vector, so it is a tuning knob: faster at most odd sizes, and the
     # tuner refuses the tuples where ptxas then spills.
     hoist: bool = False
+    # sm_80+, packed strided operands: a persistent block that copies the A and B of the GEMMs it
+    # takes next into a ring of `stages` shared-memory buffers with cp.async while it multiplies
+    # (templates/small/gemmgen_small.cuh.j2 says why).  0 = no ring.  The buffers keep the operands
+    # as stored and op() is applied on reading them, so only s, d, c, z (storage = compute type).
+    stages: int = 0
 
     family = "small"
 
@@ -49,16 +58,18 @@ class SmallSpec(Spec):
     @property
     def name(self) -> str:
         return (f"small_{self.precision}_m{self.m}n{self.n}k{self.k}"
-                f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else ""))
+                f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else "")
+                + (f"_ring{self.stages}" if self.stages else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist])")
-        prec, *numbers, hoist = match.groups()
-        spec = cls(prec, *(int(x) for x in numbers), hoist=hoist is not None)
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>])")
+        prec, m, n, k, dim_m, dim_n, tba, hoist, stages = match.groups()
+        spec = cls(prec, int(m), int(n), int(k), int(dim_m), int(dim_n), int(tba), hoist=hoist is not None,
+                   stages=int(stages) if stages else 0)
         spec.validate()
         return spec
 
@@ -102,6 +113,17 @@ class SmallSpec(Spec):
         # + the A and B pointers of the block's GEMMs (pointer-array interface)
         return self.tba * per_gemm * self.compute_words * 4 + 2 * 8 * self.tba
 
+    @property
+    def ring_operand_bytes(self) -> tuple[int, int]:
+        """Bytes of one group's stored A and B (a ring stage holds both, packed)."""
+        size = PRECISIONS[self.precision].element_bytes
+        return (self.tba * self.m * self.k * size, self.tba * self.k * self.n * size)
+
+    @property
+    def ring_bytes(self) -> int:
+        """Dynamic shared memory of the ring kernel (0 without a ring)."""
+        return self.stages * sum(self.ring_operand_bytes)
+
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":
         require(self.precision in PRECISIONS, "precision",
@@ -127,6 +149,16 @@ class SmallSpec(Spec):
             require(any(b % 16 == 0 for b in block_bytes), "hoist",
                     f"neither A's nor B's block ({block_bytes[0]} and {block_bytes[1]} bytes for "
                     f"tba={self.tba}) is whole 16-byte vectors, so no load could be hoisted")
+        require(self.stages == 0 or self.stages in RING_STAGES, "ring stages",
+                f"stages={self.stages!r} must be 0 (no ring) or one of {RING_STAGES}")
+        if self.stages:
+            require(self.precision in RING_PRECISIONS, "ring precision",
+                    f"the ring keeps operands as stored and {self.precision} widens fp16 while staging; "
+                    "only s, d, c, z take stages")
+            chunked = [b % 16 == 0 for b in self.ring_operand_bytes]
+            require(all(chunked), "ring chunks",
+                    f"A's and B's blocks ({self.ring_operand_bytes[0]} and {self.ring_operand_bytes[1]} bytes for "
+                    f"tba={self.tba}) must both be whole 16-byte chunks for cp.async")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)
@@ -134,6 +166,10 @@ class SmallSpec(Spec):
             limit = ARCHS[a].static_smem_per_block
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+            if self.stages and ARCHS[a].cc >= 80:   # below sm_80 the staged kernel runs
+                optin = ARCHS[a].smem_per_sm - 1024   # the opt-in maximum per block
+                require(self.ring_bytes <= optin, "shared memory",
+                        f"the ring's {self.ring_bytes} bytes exceed the {optin} a block may have on {a}")
         return self
 
 
@@ -186,14 +222,25 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
 
 
 def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
-    """A short sweep around a tuned table row: its blocking with tba halved, kept and doubled, each
-    with both stagings.  Measured in one run, it re-tunes a knob added after the full sweep without
-    repeating the thousands of tuples the full sweep already ranked."""
+    """A short sweep around a tuned table row, measured in one run, to re-tune a knob added after
+    the full sweep without repeating the thousands of tuples the full sweep already ranked: the
+    row's blocking with tba halved, kept and doubled, each with both stagings; and for the ring
+    precisions, from RING_MIN_SIZE up, the ring (`stages`) with every blocking of the full sweep
+    at tba 1, 2 and the row's, since a block that keeps loading while it multiplies favours other
+    blockings than one that waits (z N = 25: 25×13 threads staged, 13×13 with the ring)."""
     out = []
     for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
         for hoist in (False, True):
             spec = SmallSpec(row["precision"], row["m"], row["n"], row["k"], row["dim_m"], row["dim_n"],
-                             tba, hoist)
+                             tba, hoist, row.get("stages", 0))
             if spec.is_valid(arch):
                 out.append(spec)
-    return out
+    if row["precision"] in RING_PRECISIONS and max(row["m"], row["n"]) >= RING_MIN_SIZE:
+        for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch):
+            if spec.tba in (1, 2, row["tba"]) and spec.hoist == row.get("hoist", False):
+                for stages in RING_STAGES[:1] if (spec.dim_m, spec.dim_n) != (row["dim_m"], row["dim_n"]) \
+                        else RING_STAGES:
+                    ring = replace(spec, stages=stages)
+                    if ring.is_valid(arch):
+                        out.append(ring)
+    return sorted(set(out))

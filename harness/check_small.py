@@ -107,7 +107,7 @@ def prepare(case: Case, rng: np.random.Generator) -> Prepared:
     b_vals = ref.random_values(rng, p, sb * batch, integer)
     c_vals = np.full(sc * batch, POISON, dtype=np.complex128 if ref.is_complex(p) else np.float64)
     c0 = ref.random_values(rng, p, batch * m * n, integer).reshape(batch, m, n)
-    if case.kind == "beta0-nan":
+    if case.kind.endswith("beta0-nan"):   # C is NaN wherever beta = 0 must not read it
         c0 = np.full_like(c0, np.nan)
     item = c_vals.itemsize
     np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n),
@@ -190,12 +190,26 @@ def _scalars(rng: np.random.Generator, prec: str) -> tuple[complex, complex]:
 
 
 def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: np.random.Generator,
-                  thorough: bool = True) -> Iterator[Case]:
+                  thorough: bool = True, ring_shapes: frozenset = frozenset()) -> Iterator[Case]:
     """Every precision × shape × transpose pair × interface with random data, plus per shape a
-    bit-exact integer case, beta = 0 over NaN, alpha = 0, and the k = 0 path."""
+    bit-exact integer case, beta = 0 over NaN, alpha = 0, and the k = 0 path.  `ring_shapes`
+    ((precision, m, n, k) whose kernel has a cp.async ring, which runs on packed operands on
+    16-byte boundaries and applies op() when reading shared memory): every transpose pair packed,
+    a batch long enough that every block takes several groups (β ≠ 0, and β = 0 over NaN), and
+    a batch that leaves the last group short."""
     for prec, shapes in shapes_by_precision.items():
         pairs = PRECISIONS[prec].trans_pairs
         for (m, n, k) in shapes:
+            if (prec, m, n, k) in ring_shapes:
+                for ta, tb in pairs:
+                    alpha, beta = _scalars(rng, prec)
+                    yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 130)), "ring-packed",
+                               alpha, beta, pad=0)
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, "strided", 3001, "ring-long", alpha, beta, pad=0)
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                yield Case(prec, m, n, k, ta, tb, "strided", 2999, "ring-long-beta0-nan", alpha, 0.0, pad=0)
             for ta, tb in pairs:
                 for interface in ("strided", "array"):
                     if not thorough and (ta, tb) != pairs[-1] and interface == "array":

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from generator import small
 from generator.arch import parse_archs
 
 from .build import UNITY_SOURCES, BuildError, build_library
@@ -83,7 +84,9 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
     import numpy as np
 
     rng = np.random.default_rng(20261122)
-    cases = list(check_small.default_cases(shapes, rng, thorough=not quick))
+    ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
+                            if e["kernel"].startswith("small_") and small.SmallSpec.parse(e["kernel"]).stages)
+    cases = list(check_small.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
     cases += list(check_small.edge_cases(list(shapes)))
     if manifest.get("wmma", {}).get("kernels"):
         from . import check_wmma

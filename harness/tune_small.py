@@ -235,7 +235,7 @@ def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dic
 
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
-            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist}
+            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
@@ -250,7 +250,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
     table["small"] = [
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
-         "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "time_us": round(r["time_us"], 3),
+         "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0), "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
         for key, r in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))

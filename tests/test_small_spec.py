@@ -3,7 +3,7 @@ variant the heuristic or the sweep proposes is valid."""
 import pytest
 
 from generator.precision import PRECISION_ORDER
-from generator.small import SmallSpec, heuristic, neighbourhood, sweep_candidates
+from generator.small import RING_STAGES, SmallSpec, heuristic, neighbourhood, sweep_candidates
 from generator.spec import SpecError
 
 
@@ -42,6 +42,10 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("z", 32, 32, 32, 16, 16, 4), "shared memory"),
     (("s", 3, 3, 3, 3, 3, 1, True), "hoist"),       # 36-byte blocks: nothing to load 16 B at a time
     (("d", 4, 4, 4, 4, 4, 1, 1), "hoist"),
+    (("d", 4, 4, 4, 4, 4, 1, False, 5), "ring stages"),
+    (("h", 8, 8, 8, 4, 4, 8, False, 2), "ring precision"),    # fp16 is widened while staging
+    (("s", 29, 29, 29, 10, 10, 1, False, 2), "ring chunks"),   # 3364-byte blocks: not whole 16 B chunks
+    (("z", 32, 32, 32, 16, 16, 2, False, 3), "shared memory"),  # 192 kB of ring: over sm_80's 163 kB
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -79,9 +83,33 @@ def test_hoist_round_trips_and_is_swept_with_both_stagings():
 
 
 def test_neighbourhood_halves_keeps_and_doubles_tba_in_both_stagings():
-    row = {"precision": "s", "m": 19, "n": 19, "k": 19, "dim_m": 5, "dim_n": 7, "tba": 4}
+    row = {"precision": "s", "m": 13, "n": 13, "k": 13, "dim_m": 4, "dim_n": 4, "tba": 4}
     names = sorted(c.name for c in neighbourhood(row))
-    assert names == sorted(["small_s_m19n19k19_dim5x7_tba2", "small_s_m19n19k19_dim5x7_tba4",
-                            "small_s_m19n19k19_dim5x7_tba4_hoist", "small_s_m19n19k19_dim5x7_tba8",
-                            "small_s_m19n19k19_dim5x7_tba8_hoist"])
+    assert names == sorted(["small_s_m13n13k13_dim4x4_tba2", "small_s_m13n13k13_dim4x4_tba4",
+                            "small_s_m13n13k13_dim4x4_tba4_hoist", "small_s_m13n13k13_dim4x4_tba8",
+                            "small_s_m13n13k13_dim4x4_tba8_hoist"])   # under RING_MIN_SIZE: no ring
     assert all(c.is_valid() for c in neighbourhood({**row, "tba": 1}))   # tba 0 is dropped, not refused
+
+
+def test_neighbourhood_tries_the_ring_with_every_blocking_from_ring_min_size():
+    row = {"precision": "z", "m": 25, "n": 25, "k": 25, "dim_m": 25, "dim_n": 13, "tba": 1, "hoist": True}
+    cands = neighbourhood(row)
+    plain = {c for c in cands if not c.stages}
+    ring = {c for c in cands if c.stages}
+    assert {c.tba for c in plain} == {1, 2} and all((c.dim_m, c.dim_n) == (25, 13) for c in plain)
+    assert all(c.is_valid() and c.tba in (1, 2) and c.hoist for c in ring)
+    assert {(13, 13), (7, 9), (25, 13)} <= {(c.dim_m, c.dim_n) for c in ring}
+    # the row's own blocking with every stage count, the others with the first
+    assert {c.stages for c in ring if (c.dim_m, c.dim_n) == (25, 13)} == set(RING_STAGES)
+    assert {c.stages for c in ring if (c.dim_m, c.dim_n) != (25, 13)} == {RING_STAGES[0]}
+    assert not any(c.stages for c in neighbourhood({**row, "precision": "h"}))
+
+
+def test_ring_round_trips_and_sizes_its_buffers():
+    spec = SmallSpec.parse("small_z_m25n25k25_dim13x13_tba2_hoist_ring2")
+    assert (spec.stages, spec.hoist, spec.tba) == (2, True, 2)
+    assert spec.name == "small_z_m25n25k25_dim13x13_tba2_hoist_ring2"
+    assert spec.ring_operand_bytes == (2 * 25 * 25 * 16,) * 2
+    assert spec.ring_bytes == 2 * 2 * 2 * 25 * 25 * 16
+    assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2_ring3").stages == 3
+    assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2").stages == 0

@@ -34,37 +34,37 @@ extern "C" int small_c_m15n15k15_dim4x4_tba2_strided(char, char, cuFloatComplex,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m15n15k15_dim4x4_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m16n16k16_dim8x8_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m16n16k16_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m18n18k18_dim6x9_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m18n18k18_dim6x9_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m19n19k19_dim10x19_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m19n19k19_dim10x19_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m19n19k19_dim10x19_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m19n19k19_dim10x19_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m20n20k20_dim5x5_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m20n20k20_dim5x5_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m22n22k22_dim11x11_tba1_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m22n22k22_dim11x11_tba1_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -74,21 +74,21 @@ extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatC
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m25n25k25_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m25n25k25_dim13x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m26n26k26_dim13x13_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m26n26k26_dim13x13_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim9x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m27n27k27_dim14x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim9x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m27n27k27_dim14x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m29n29k29_dim8x10_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -98,17 +98,17 @@ extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, c
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m30n30k30_dim15x10_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m30n30k30_dim15x10_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -162,17 +162,17 @@ extern "C" int small_d_m15n15k15_dim4x4_tba2_strided(char, char, double, const d
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m15n15k15_dim4x4_tba2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m16n16k16_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m16n16k16_dim4x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m16n16k16_dim4x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m16n16k16_dim4x4_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x9_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x9_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -190,9 +190,9 @@ extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_strided(char, char, double, 
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m22n22k22_dim11x11_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m22n22k22_dim8x6_tba2_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m22n22k22_dim11x11_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m22n22k22_dim8x6_tba2_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -206,17 +206,17 @@ extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_strided(char, char, double, c
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m26n26k26_dim13x13_tba1_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m26n26k26_dim9x13_tba1_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m26n26k26_dim13x13_tba1_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m26n26k26_dim9x13_tba1_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim7x7_tba1_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim7x7_tba1_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -226,17 +226,17 @@ extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const dou
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m2n2k2_dim2x1_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim10x15_tba1_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m30n30k30_dim8x8_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim10x15_tba1_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m30n30k30_dim8x8_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m31n31k31_dim16x11_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -546,9 +546,9 @@ extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m16n16k16_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m16n16k16_dim4x4_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -566,13 +566,13 @@ extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, con
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m20n20k20_dim5x5_tba1_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m20n20k20_dim5x5_tba1_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m21n21k21_dim7x11_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m21n21k21_dim7x11_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -586,9 +586,9 @@ extern "C" int small_s_m24n24k24_dim8x6_tba2_strided(char, char, float, const fl
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m24n24k24_dim8x6_tba2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m25n25k25_dim7x9_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m25n25k25_dim7x9_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -598,29 +598,29 @@ extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m29n29k29_dim10x10_tba4_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m31n31k31_dim11x8_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m31n31k31_dim11x8_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m32n32k32_dim8x8_tba1_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m32n32k32_dim8x8_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m32n32k32_dim8x8_tba1_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m32n32k32_dim8x8_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m3n3k3_dim1x1_tba32_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -674,81 +674,81 @@ extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_strided(char, char, cuDoubleC
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m16n16k16_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m16n16k16_dim16x8_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m16n16k16_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m16n16k16_dim16x8_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m17n17k17_dim17x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m17n17k17_dim6x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m17n17k17_dim17x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m17n17k17_dim6x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m18n18k18_dim18x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m18n18k18_dim9x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m18n18k18_dim18x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m18n18k18_dim9x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim19x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m19n19k19_dim10x10_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim19x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m19n19k19_dim10x10_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m20n20k20_dim20x10_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m20n20k20_dim20x10_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m21n21k21_dim21x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m21n21k21_dim7x11_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m21n21k21_dim21x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m21n21k21_dim7x11_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m23n23k23_dim23x12_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m23n23k23_dim23x12_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim25x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m25n25k25_dim9x7_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim25x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m25n25k25_dim9x7_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim26x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim26x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim27x14_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m27n27k27_dim7x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim27x14_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m27n27k27_dim7x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim14x14_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m28n28k28_dim14x14_tba1_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim14x14_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m28n28k28_dim14x14_tba1_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim29x15_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m29n29k29_dim8x8_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim29x15_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m29n29k29_dim8x8_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim30x15_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim30x15_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -1165,23 +1165,23 @@ const SmallEntry<float, float> small_s[] = {
     {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0},
     {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0},
     {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist", small_s_m15n15k15_dim8x8_tba4_hoist_strided, small_s_m15n15k15_dim8x8_tba4_hoist_array, 0},
-    {16, 16, 16, 75, "small_s_m16n16k16_dim4x4_tba4", small_s_m16n16k16_dim4x4_tba4_strided, small_s_m16n16k16_dim4x4_tba4_array, 0},
+    {16, 16, 16, 75, "small_s_m16n16k16_dim8x16_tba2_ring2", small_s_m16n16k16_dim8x16_tba2_ring2_strided, small_s_m16n16k16_dim8x16_tba2_ring2_array, 0},
     {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist", small_s_m17n17k17_dim6x6_tba4_hoist_strided, small_s_m17n17k17_dim6x6_tba4_hoist_array, 0},
     {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0},
     {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist", small_s_m19n19k19_dim5x7_tba4_hoist_strided, small_s_m19n19k19_dim5x7_tba4_hoist_array, 0},
-    {20, 20, 20, 75, "small_s_m20n20k20_dim5x5_tba1_hoist", small_s_m20n20k20_dim5x5_tba1_hoist_strided, small_s_m20n20k20_dim5x5_tba1_hoist_array, 0},
-    {21, 21, 21, 75, "small_s_m21n21k21_dim7x11_tba4_hoist", small_s_m21n21k21_dim7x11_tba4_hoist_strided, small_s_m21n21k21_dim7x11_tba4_hoist_array, 0},
+    {20, 20, 20, 75, "small_s_m20n20k20_dim10x10_tba1_hoist_ring2", small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided, small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array, 0},
+    {21, 21, 21, 75, "small_s_m21n21k21_dim7x7_tba4_hoist_ring2", small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array, 0},
     {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0},
     {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist", small_s_m23n23k23_dim8x6_tba4_hoist_strided, small_s_m23n23k23_dim8x6_tba4_hoist_array, 0},
     {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array, 0},
-    {25, 25, 25, 75, "small_s_m25n25k25_dim7x9_tba4_hoist", small_s_m25n25k25_dim7x9_tba4_hoist_strided, small_s_m25n25k25_dim7x9_tba4_hoist_array, 0},
+    {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
     {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4_hoist", small_s_m27n27k27_dim7x9_tba4_hoist_strided, small_s_m27n27k27_dim7x9_tba4_hoist_array, 0},
-    {28, 28, 28, 75, "small_s_m28n28k28_dim7x7_tba1_hoist", small_s_m28n28k28_dim7x7_tba1_hoist_strided, small_s_m28n28k28_dim7x7_tba1_hoist_array, 0},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4", small_s_m29n29k29_dim10x10_tba4_strided, small_s_m29n29k29_dim10x10_tba4_array, 0},
-    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist", small_s_m30n30k30_dim10x15_tba2_hoist_strided, small_s_m30n30k30_dim10x15_tba2_hoist_array, 0},
-    {31, 31, 31, 75, "small_s_m31n31k31_dim11x8_tba4_hoist", small_s_m31n31k31_dim11x8_tba4_hoist_strided, small_s_m31n31k31_dim11x8_tba4_hoist_array, 0},
-    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1", small_s_m32n32k32_dim8x8_tba1_strided, small_s_m32n32k32_dim8x8_tba1_array, 0},
+    {28, 28, 28, 75, "small_s_m28n28k28_dim14x14_tba2_hoist_ring2", small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4_ring2", small_s_m29n29k29_dim10x10_tba4_ring2_strided, small_s_m29n29k29_dim10x10_tba4_ring2_array, 0},
+    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
+    {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
+    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1205,23 +1205,23 @@ const SmallEntry<double, double> small_d[] = {
     {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist", small_d_m13n13k13_dim4x4_tba4_hoist_strided, small_d_m13n13k13_dim4x4_tba4_hoist_array, 0},
     {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0},
     {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2", small_d_m15n15k15_dim4x4_tba2_strided, small_d_m15n15k15_dim4x4_tba2_array, 0},
-    {16, 16, 16, 75, "small_d_m16n16k16_dim4x4_tba2", small_d_m16n16k16_dim4x4_tba2_strided, small_d_m16n16k16_dim4x4_tba2_array, 0},
+    {16, 16, 16, 75, "small_d_m16n16k16_dim4x4_tba2_hoist", small_d_m16n16k16_dim4x4_tba2_hoist_strided, small_d_m16n16k16_dim4x4_tba2_hoist_array, 0},
     {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2_hoist", small_d_m17n17k17_dim6x6_tba2_hoist_strided, small_d_m17n17k17_dim6x6_tba2_hoist_array, 0},
-    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba2_hoist", small_d_m18n18k18_dim6x9_tba2_hoist_strided, small_d_m18n18k18_dim6x9_tba2_hoist_array, 0},
+    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0},
     {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2_hoist", small_d_m19n19k19_dim5x5_tba2_hoist_strided, small_d_m19n19k19_dim5x5_tba2_hoist_array, 0},
     {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1_hoist", small_d_m20n20k20_dim10x10_tba1_hoist_strided, small_d_m20n20k20_dim10x10_tba1_hoist_array, 0},
     {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2_hoist", small_d_m21n21k21_dim11x7_tba2_hoist_strided, small_d_m21n21k21_dim11x7_tba2_hoist_array, 0},
-    {22, 22, 22, 75, "small_d_m22n22k22_dim11x11_tba1", small_d_m22n22k22_dim11x11_tba1_strided, small_d_m22n22k22_dim11x11_tba1_array, 0},
+    {22, 22, 22, 75, "small_d_m22n22k22_dim8x6_tba2_ring2", small_d_m22n22k22_dim8x6_tba2_ring2_strided, small_d_m22n22k22_dim8x6_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2_hoist", small_d_m23n23k23_dim8x8_tba2_hoist_strided, small_d_m23n23k23_dim8x8_tba2_hoist_array, 0},
     {24, 24, 24, 75, "small_d_m24n24k24_dim8x12_tba1", small_d_m24n24k24_dim8x12_tba1_strided, small_d_m24n24k24_dim8x12_tba1_array, 0},
     {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist", small_d_m25n25k25_dim9x7_tba2_hoist_strided, small_d_m25n25k25_dim9x7_tba2_hoist_array, 0},
-    {26, 26, 26, 75, "small_d_m26n26k26_dim13x13_tba1_hoist", small_d_m26n26k26_dim13x13_tba1_hoist_strided, small_d_m26n26k26_dim13x13_tba1_hoist_array, 0},
+    {26, 26, 26, 75, "small_d_m26n26k26_dim9x13_tba1_hoist_ring2", small_d_m26n26k26_dim9x13_tba1_hoist_ring2_strided, small_d_m26n26k26_dim9x13_tba1_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist", small_d_m27n27k27_dim14x9_tba2_hoist_strided, small_d_m27n27k27_dim14x9_tba2_hoist_array, 0},
-    {28, 28, 28, 75, "small_d_m28n28k28_dim7x7_tba1_hoist", small_d_m28n28k28_dim7x7_tba1_hoist_strided, small_d_m28n28k28_dim7x7_tba1_hoist_array, 0},
+    {28, 28, 28, 75, "small_d_m28n28k28_dim14x14_tba2_hoist_ring2", small_d_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_d_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
     {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2_hoist", small_d_m29n29k29_dim8x10_tba2_hoist_strided, small_d_m29n29k29_dim8x10_tba2_hoist_array, 0},
-    {30, 30, 30, 75, "small_d_m30n30k30_dim10x15_tba1_hoist", small_d_m30n30k30_dim10x15_tba1_hoist_strided, small_d_m30n30k30_dim10x15_tba1_hoist_array, 0},
-    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist", small_d_m31n31k31_dim8x8_tba2_hoist_strided, small_d_m31n31k31_dim8x8_tba2_hoist_array, 0},
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba2_hoist", small_d_m32n32k32_dim8x8_tba2_hoist_strided, small_d_m32n32k32_dim8x8_tba2_hoist_array, 0},
+    {30, 30, 30, 75, "small_d_m30n30k30_dim8x8_tba2_hoist_ring2", small_d_m30n30k30_dim8x8_tba2_hoist_ring2_strided, small_d_m30n30k30_dim8x8_tba2_hoist_ring2_array, 0},
+    {31, 31, 31, 75, "small_d_m31n31k31_dim16x11_tba2_hoist_ring2", small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided, small_d_m31n31k31_dim16x11_tba2_hoist_ring2_array, 0},
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1245,23 +1245,23 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist", small_c_m13n13k13_dim4x4_tba4_hoist_strided, small_c_m13n13k13_dim4x4_tba4_hoist_array, 0},
     {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0},
     {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2", small_c_m15n15k15_dim4x4_tba2_strided, small_c_m15n15k15_dim4x4_tba2_array, 0},
-    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba1_hoist", small_c_m16n16k16_dim8x8_tba1_hoist_strided, small_c_m16n16k16_dim8x8_tba1_hoist_array, 0},
+    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0},
     {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist", small_c_m17n17k17_dim6x6_tba2_hoist_strided, small_c_m17n17k17_dim6x6_tba2_hoist_array, 0},
-    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba4_hoist", small_c_m18n18k18_dim6x9_tba4_hoist_strided, small_c_m18n18k18_dim6x9_tba4_hoist_array, 0},
-    {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2", small_c_m19n19k19_dim10x19_tba2_strided, small_c_m19n19k19_dim10x19_tba2_array, 0},
-    {20, 20, 20, 75, "small_c_m20n20k20_dim5x5_tba1_hoist", small_c_m20n20k20_dim5x5_tba1_hoist_strided, small_c_m20n20k20_dim5x5_tba1_hoist_array, 0},
+    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0},
+    {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2_ring2", small_c_m19n19k19_dim10x19_tba2_ring2_strided, small_c_m19n19k19_dim10x19_tba2_ring2_array, 0},
+    {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist", small_c_m21n21k21_dim11x7_tba2_hoist_strided, small_c_m21n21k21_dim11x7_tba2_hoist_array, 0},
-    {22, 22, 22, 75, "small_c_m22n22k22_dim11x11_tba1", small_c_m22n22k22_dim11x11_tba1_strided, small_c_m22n22k22_dim11x11_tba1_array, 0},
+    {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist", small_c_m23n23k23_dim8x8_tba2_hoist_strided, small_c_m23n23k23_dim8x8_tba2_hoist_array, 0},
     {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
-    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba2_hoist", small_c_m25n25k25_dim9x7_tba2_hoist_strided, small_c_m25n25k25_dim9x7_tba2_hoist_array, 0},
-    {26, 26, 26, 75, "small_c_m26n26k26_dim13x13_tba1_hoist", small_c_m26n26k26_dim13x13_tba1_hoist_strided, small_c_m26n26k26_dim13x13_tba1_hoist_array, 0},
-    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba2_hoist", small_c_m27n27k27_dim9x7_tba2_hoist_strided, small_c_m27n27k27_dim9x7_tba2_hoist_array, 0},
-    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba2_hoist", small_c_m28n28k28_dim14x14_tba2_hoist_strided, small_c_m28n28k28_dim14x14_tba2_hoist_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim13x9_tba2_hoist_ring2", small_c_m25n25k25_dim13x9_tba2_hoist_ring2_strided, small_c_m25n25k25_dim13x9_tba2_hoist_ring2_array, 0},
+    {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
+    {27, 27, 27, 75, "small_c_m27n27k27_dim14x9_tba2_hoist_ring2", small_c_m27n27k27_dim14x9_tba2_hoist_ring2_strided, small_c_m27n27k27_dim14x9_tba2_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba1_hoist_ring2", small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array, 0},
     {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2_hoist", small_c_m29n29k29_dim8x10_tba2_hoist_strided, small_c_m29n29k29_dim8x10_tba2_hoist_array, 0},
-    {30, 30, 30, 75, "small_c_m30n30k30_dim15x10_tba1_hoist", small_c_m30n30k30_dim15x10_tba1_hoist_strided, small_c_m30n30k30_dim15x10_tba1_hoist_array, 0},
+    {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist", small_c_m31n31k31_dim8x8_tba2_hoist_strided, small_c_m31n31k31_dim8x8_tba2_hoist_array, 0},
-    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba1_hoist", small_c_m32n32k32_dim16x16_tba1_hoist_strided, small_c_m32n32k32_dim16x16_tba1_hoist_array, 0},
+    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba2_hoist_ring2", small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1285,23 +1285,23 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist", small_z_m13n13k13_dim7x13_tba1_hoist_strided, small_z_m13n13k13_dim7x13_tba1_hoist_array, 0},
     {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0},
     {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0},
-    {16, 16, 16, 75, "small_z_m16n16k16_dim8x8_tba1_hoist", small_z_m16n16k16_dim8x8_tba1_hoist_strided, small_z_m16n16k16_dim8x8_tba1_hoist_array, 0},
-    {17, 17, 17, 75, "small_z_m17n17k17_dim17x9_tba1_hoist", small_z_m17n17k17_dim17x9_tba1_hoist_strided, small_z_m17n17k17_dim17x9_tba1_hoist_array, 0},
-    {18, 18, 18, 75, "small_z_m18n18k18_dim18x9_tba1_hoist", small_z_m18n18k18_dim18x9_tba1_hoist_strided, small_z_m18n18k18_dim18x9_tba1_hoist_array, 0},
-    {19, 19, 19, 75, "small_z_m19n19k19_dim19x10_tba1_hoist", small_z_m19n19k19_dim19x10_tba1_hoist_strided, small_z_m19n19k19_dim19x10_tba1_hoist_array, 0},
-    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba1_hoist", small_z_m20n20k20_dim20x10_tba1_hoist_strided, small_z_m20n20k20_dim20x10_tba1_hoist_array, 0},
-    {21, 21, 21, 75, "small_z_m21n21k21_dim21x11_tba1_hoist", small_z_m21n21k21_dim21x11_tba1_hoist_strided, small_z_m21n21k21_dim21x11_tba1_hoist_array, 0},
-    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba1_hoist", small_z_m22n22k22_dim22x11_tba1_hoist_strided, small_z_m22n22k22_dim22x11_tba1_hoist_array, 0},
-    {23, 23, 23, 75, "small_z_m23n23k23_dim23x12_tba1_hoist", small_z_m23n23k23_dim23x12_tba1_hoist_strided, small_z_m23n23k23_dim23x12_tba1_hoist_array, 0},
-    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1_hoist", small_z_m24n24k24_dim24x12_tba1_hoist_strided, small_z_m24n24k24_dim24x12_tba1_hoist_array, 0},
-    {25, 25, 25, 75, "small_z_m25n25k25_dim25x13_tba1_hoist", small_z_m25n25k25_dim25x13_tba1_hoist_strided, small_z_m25n25k25_dim25x13_tba1_hoist_array, 0},
-    {26, 26, 26, 75, "small_z_m26n26k26_dim26x13_tba1_hoist", small_z_m26n26k26_dim26x13_tba1_hoist_strided, small_z_m26n26k26_dim26x13_tba1_hoist_array, 0},
-    {27, 27, 27, 75, "small_z_m27n27k27_dim27x14_tba1_hoist", small_z_m27n27k27_dim27x14_tba1_hoist_strided, small_z_m27n27k27_dim27x14_tba1_hoist_array, 0},
-    {28, 28, 28, 75, "small_z_m28n28k28_dim14x14_tba1", small_z_m28n28k28_dim14x14_tba1_strided, small_z_m28n28k28_dim14x14_tba1_array, 0},
-    {29, 29, 29, 75, "small_z_m29n29k29_dim29x15_tba1_hoist", small_z_m29n29k29_dim29x15_tba1_hoist_strided, small_z_m29n29k29_dim29x15_tba1_hoist_array, 0},
-    {30, 30, 30, 75, "small_z_m30n30k30_dim30x15_tba1_hoist", small_z_m30n30k30_dim30x15_tba1_hoist_strided, small_z_m30n30k30_dim30x15_tba1_hoist_array, 0},
+    {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1", small_z_m16n16k16_dim16x8_tba1_strided, small_z_m16n16k16_dim16x8_tba1_array, 0},
+    {17, 17, 17, 75, "small_z_m17n17k17_dim6x9_tba2_hoist_ring2", small_z_m17n17k17_dim6x9_tba2_hoist_ring2_strided, small_z_m17n17k17_dim6x9_tba2_hoist_ring2_array, 0},
+    {18, 18, 18, 75, "small_z_m18n18k18_dim9x9_tba2_hoist_ring2", small_z_m18n18k18_dim9x9_tba2_hoist_ring2_strided, small_z_m18n18k18_dim9x9_tba2_hoist_ring2_array, 0},
+    {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_hoist_ring2", small_z_m19n19k19_dim10x10_tba2_hoist_ring2_strided, small_z_m19n19k19_dim10x10_tba2_hoist_ring2_array, 0},
+    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba2_hoist_ring2", small_z_m20n20k20_dim20x10_tba2_hoist_ring2_strided, small_z_m20n20k20_dim20x10_tba2_hoist_ring2_array, 0},
+    {21, 21, 21, 75, "small_z_m21n21k21_dim7x11_tba2_hoist_ring2", small_z_m21n21k21_dim7x11_tba2_hoist_ring2_strided, small_z_m21n21k21_dim7x11_tba2_hoist_ring2_array, 0},
+    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba2_hoist_ring2", small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided, small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array, 0},
+    {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba2_hoist_ring2", small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided, small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1_hoist_ring2", small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided, small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array, 0},
+    {25, 25, 25, 75, "small_z_m25n25k25_dim9x7_tba2_hoist_ring2", small_z_m25n25k25_dim9x7_tba2_hoist_ring2_strided, small_z_m25n25k25_dim9x7_tba2_hoist_ring2_array, 0},
+    {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba2_hoist_ring2", small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided, small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array, 0},
+    {27, 27, 27, 75, "small_z_m27n27k27_dim7x9_tba2_hoist_ring2", small_z_m27n27k27_dim7x9_tba2_hoist_ring2_strided, small_z_m27n27k27_dim7x9_tba2_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_z_m28n28k28_dim14x14_tba1_ring2", small_z_m28n28k28_dim14x14_tba1_ring2_strided, small_z_m28n28k28_dim14x14_tba1_ring2_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim8x8_tba1_hoist_ring2", small_z_m29n29k29_dim8x8_tba1_hoist_ring2_strided, small_z_m29n29k29_dim8x8_tba1_hoist_ring2_array, 0},
+    {30, 30, 30, 75, "small_z_m30n30k30_dim10x15_tba1_hoist_ring2", small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided, small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1_hoist", small_z_m31n31k31_dim16x16_tba1_hoist_strided, small_z_m31n31k31_dim16x16_tba1_hoist_array, 0},
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist", small_z_m32n32k32_dim16x16_tba1_hoist_strided, small_z_m32n32k32_dim16x16_tba1_hoist_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist_ring2", small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided, small_z_m32n32k32_dim16x16_tba1_hoist_ring2_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1316,25 +1316,25 @@ const char* const kernel_names[] = {
     "small_c_m13n13k13_dim4x4_tba4_hoist",
     "small_c_m14n14k14_dim7x7_tba2_hoist",
     "small_c_m15n15k15_dim4x4_tba2",
-    "small_c_m16n16k16_dim8x8_tba1_hoist",
+    "small_c_m16n16k16_dim8x8_tba2_hoist",
     "small_c_m17n17k17_dim6x6_tba2_hoist",
-    "small_c_m18n18k18_dim6x9_tba4_hoist",
-    "small_c_m19n19k19_dim10x19_tba2",
+    "small_c_m18n18k18_dim6x9_tba2_hoist",
+    "small_c_m19n19k19_dim10x19_tba2_ring2",
     "small_c_m1n1k1_dim1x1_tba128_hoist",
-    "small_c_m20n20k20_dim5x5_tba1_hoist",
+    "small_c_m20n20k20_dim10x20_tba2_hoist_ring2",
     "small_c_m21n21k21_dim11x7_tba2_hoist",
-    "small_c_m22n22k22_dim11x11_tba1",
+    "small_c_m22n22k22_dim8x11_tba2_ring2",
     "small_c_m23n23k23_dim8x8_tba2_hoist",
     "small_c_m24n24k24_dim8x12_tba1_hoist",
-    "small_c_m25n25k25_dim9x7_tba2_hoist",
-    "small_c_m26n26k26_dim13x13_tba1_hoist",
-    "small_c_m27n27k27_dim9x7_tba2_hoist",
-    "small_c_m28n28k28_dim14x14_tba2_hoist",
+    "small_c_m25n25k25_dim13x9_tba2_hoist_ring2",
+    "small_c_m26n26k26_dim13x9_tba2_hoist_ring2",
+    "small_c_m27n27k27_dim14x9_tba2_hoist_ring2",
+    "small_c_m28n28k28_dim14x14_tba1_hoist_ring2",
     "small_c_m29n29k29_dim8x10_tba2_hoist",
     "small_c_m2n2k2_dim2x1_tba32",
-    "small_c_m30n30k30_dim15x10_tba1_hoist",
+    "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
     "small_c_m31n31k31_dim8x8_tba2_hoist",
-    "small_c_m32n32k32_dim16x16_tba1_hoist",
+    "small_c_m32n32k32_dim16x16_tba2_hoist_ring2",
     "small_c_m3n3k3_dim3x2_tba16_hoist",
     "small_c_m4n4k4_dim2x4_tba8",
     "small_c_m5n5k5_dim5x3_tba4_hoist",
@@ -1348,25 +1348,25 @@ const char* const kernel_names[] = {
     "small_d_m13n13k13_dim4x4_tba4_hoist",
     "small_d_m14n14k14_dim7x7_tba2_hoist",
     "small_d_m15n15k15_dim4x4_tba2",
-    "small_d_m16n16k16_dim4x4_tba2",
+    "small_d_m16n16k16_dim4x4_tba2_hoist",
     "small_d_m17n17k17_dim6x6_tba2_hoist",
-    "small_d_m18n18k18_dim6x9_tba2_hoist",
+    "small_d_m18n18k18_dim6x9_tba1_hoist",
     "small_d_m19n19k19_dim5x5_tba2_hoist",
     "small_d_m1n1k1_dim1x1_tba128_hoist",
     "small_d_m20n20k20_dim10x10_tba1_hoist",
     "small_d_m21n21k21_dim11x7_tba2_hoist",
-    "small_d_m22n22k22_dim11x11_tba1",
+    "small_d_m22n22k22_dim8x6_tba2_ring2",
     "small_d_m23n23k23_dim8x8_tba2_hoist",
     "small_d_m24n24k24_dim8x12_tba1",
     "small_d_m25n25k25_dim9x7_tba2_hoist",
-    "small_d_m26n26k26_dim13x13_tba1_hoist",
+    "small_d_m26n26k26_dim9x13_tba1_hoist_ring2",
     "small_d_m27n27k27_dim14x9_tba2_hoist",
-    "small_d_m28n28k28_dim7x7_tba1_hoist",
+    "small_d_m28n28k28_dim14x14_tba2_hoist_ring2",
     "small_d_m29n29k29_dim8x10_tba2_hoist",
     "small_d_m2n2k2_dim2x1_tba64",
-    "small_d_m30n30k30_dim10x15_tba1_hoist",
-    "small_d_m31n31k31_dim8x8_tba2_hoist",
-    "small_d_m32n32k32_dim8x8_tba2_hoist",
+    "small_d_m30n30k30_dim8x8_tba2_hoist_ring2",
+    "small_d_m31n31k31_dim16x11_tba2_hoist_ring2",
+    "small_d_m32n32k32_dim8x8_tba1",
     "small_d_m3n3k3_dim2x1_tba16_hoist",
     "small_d_m4n4k4_dim2x4_tba8",
     "small_d_m5n5k5_dim5x3_tba4_hoist",
@@ -1444,25 +1444,25 @@ const char* const kernel_names[] = {
     "small_s_m13n13k13_dim4x4_tba4_hoist",
     "small_s_m14n14k14_dim4x4_tba2_hoist",
     "small_s_m15n15k15_dim8x8_tba4_hoist",
-    "small_s_m16n16k16_dim4x4_tba4",
+    "small_s_m16n16k16_dim8x16_tba2_ring2",
     "small_s_m17n17k17_dim6x6_tba4_hoist",
     "small_s_m18n18k18_dim6x5_tba1_hoist",
     "small_s_m19n19k19_dim5x7_tba4_hoist",
     "small_s_m1n1k1_dim1x1_tba128_hoist",
-    "small_s_m20n20k20_dim5x5_tba1_hoist",
-    "small_s_m21n21k21_dim7x11_tba4_hoist",
+    "small_s_m20n20k20_dim10x10_tba1_hoist_ring2",
+    "small_s_m21n21k21_dim7x7_tba4_hoist_ring2",
     "small_s_m22n22k22_dim8x8_tba1_hoist",
     "small_s_m23n23k23_dim8x6_tba4_hoist",
     "small_s_m24n24k24_dim8x6_tba2",
-    "small_s_m25n25k25_dim7x9_tba4_hoist",
+    "small_s_m25n25k25_dim9x7_tba4_hoist_ring2",
     "small_s_m26n26k26_dim7x9_tba1_hoist",
     "small_s_m27n27k27_dim7x9_tba4_hoist",
-    "small_s_m28n28k28_dim7x7_tba1_hoist",
-    "small_s_m29n29k29_dim10x10_tba4",
+    "small_s_m28n28k28_dim14x14_tba2_hoist_ring2",
+    "small_s_m29n29k29_dim10x10_tba4_ring2",
     "small_s_m2n2k2_dim1x1_tba128_hoist",
-    "small_s_m30n30k30_dim10x15_tba2_hoist",
-    "small_s_m31n31k31_dim11x8_tba4_hoist",
-    "small_s_m32n32k32_dim8x8_tba1",
+    "small_s_m30n30k30_dim10x15_tba2_hoist_ring2",
+    "small_s_m31n31k31_dim8x11_tba4_hoist_ring2",
+    "small_s_m32n32k32_dim8x8_tba1_hoist",
     "small_s_m3n3k3_dim1x1_tba32_hoist",
     "small_s_m4n4k4_dim2x2_tba16",
     "small_s_m5n5k5_dim2x3_tba16_hoist",
@@ -1476,25 +1476,25 @@ const char* const kernel_names[] = {
     "small_z_m13n13k13_dim7x13_tba1_hoist",
     "small_z_m14n14k14_dim14x7_tba1_hoist",
     "small_z_m15n15k15_dim8x8_tba1_hoist",
-    "small_z_m16n16k16_dim8x8_tba1_hoist",
-    "small_z_m17n17k17_dim17x9_tba1_hoist",
-    "small_z_m18n18k18_dim18x9_tba1_hoist",
-    "small_z_m19n19k19_dim19x10_tba1_hoist",
+    "small_z_m16n16k16_dim16x8_tba1",
+    "small_z_m17n17k17_dim6x9_tba2_hoist_ring2",
+    "small_z_m18n18k18_dim9x9_tba2_hoist_ring2",
+    "small_z_m19n19k19_dim10x10_tba2_hoist_ring2",
     "small_z_m1n1k1_dim1x1_tba128_hoist",
-    "small_z_m20n20k20_dim20x10_tba1_hoist",
-    "small_z_m21n21k21_dim21x11_tba1_hoist",
-    "small_z_m22n22k22_dim22x11_tba1_hoist",
-    "small_z_m23n23k23_dim23x12_tba1_hoist",
-    "small_z_m24n24k24_dim24x12_tba1_hoist",
-    "small_z_m25n25k25_dim25x13_tba1_hoist",
-    "small_z_m26n26k26_dim26x13_tba1_hoist",
-    "small_z_m27n27k27_dim27x14_tba1_hoist",
-    "small_z_m28n28k28_dim14x14_tba1",
-    "small_z_m29n29k29_dim29x15_tba1_hoist",
+    "small_z_m20n20k20_dim20x10_tba2_hoist_ring2",
+    "small_z_m21n21k21_dim7x11_tba2_hoist_ring2",
+    "small_z_m22n22k22_dim22x11_tba2_hoist_ring2",
+    "small_z_m23n23k23_dim8x8_tba2_hoist_ring2",
+    "small_z_m24n24k24_dim24x12_tba1_hoist_ring2",
+    "small_z_m25n25k25_dim9x7_tba2_hoist_ring2",
+    "small_z_m26n26k26_dim7x9_tba2_hoist_ring2",
+    "small_z_m27n27k27_dim7x9_tba2_hoist_ring2",
+    "small_z_m28n28k28_dim14x14_tba1_ring2",
+    "small_z_m29n29k29_dim8x8_tba1_hoist_ring2",
     "small_z_m2n2k2_dim2x2_tba64",
-    "small_z_m30n30k30_dim30x15_tba1_hoist",
+    "small_z_m30n30k30_dim10x15_tba1_hoist_ring2",
     "small_z_m31n31k31_dim16x16_tba1_hoist",
-    "small_z_m32n32k32_dim16x16_tba1_hoist",
+    "small_z_m32n32k32_dim16x16_tba1_hoist_ring2",
     "small_z_m3n3k3_dim3x3_tba16_hoist",
     "small_z_m4n4k4_dim4x4_tba8_hoist",
     "small_z_m5n5k5_dim5x5_tba2_hoist",

@@ -5,6 +5,8 @@
 // registers, every loop bound is a compile-time constant so the body is fully unrolled.
 #pragma once
 
+#include <type_traits>
+
 #include "gemmgen_device.cuh"
 
 namespace gemmgen {
@@ -227,6 +229,76 @@ __device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld
         stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch);
 }
 
+// The thread's part of one GEMM: the ⌈M/DIM_M⌉×⌈N/DIM_N⌉ elements C(tx + i·DIM_M, ty + j·DIM_N).
+template <int M, int N, int DIM_M, int DIM_N>
+struct ThreadTile {
+    static constexpr int TM = (M + DIM_M - 1) / DIM_M;
+    static constexpr int TN = (N + DIM_N - 1) / DIM_N;
+};
+
+// beta ≠ 0: the old C of the thread's elements (zero otherwise, and C is not touched).
+template <int M, int N, int DIM_M, int DIM_N, typename R, typename S, int TM, int TN>
+__device__ __forceinline__ void read_old_c(R (&c_in)[TM][TN], const S* C, int ldc, int tx, int ty, bool read)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int row = tx + i * DIM_M, col = ty + j * DIM_N;
+            c_in[i][j] = zero<R>();
+            if (read && row < M && col < N)
+                c_in[i][j] = load_c(C + row + (long long)col * ldc);
+        }
+}
+
+// acc = op(A)·op(B) for the thread's elements, from shared memory where op(A)(i, l) is
+// a[i·A_ROW + l·A_COL] and op(B)(l, j) is b[l·B_ROW + j·B_COL] (conjugated on reading when CONJ_*).
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, bool CONJ_A, int B_ROW, int B_COL,
+          bool CONJ_B, typename R, typename T, int TM, int TN>
+__device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx, int ty)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            acc[i][j] = zero<R>();
+#pragma unroll
+    for (int l = 0; l < K; ++l) {
+        R a[TM], b[TN];
+        // Partial tiles read a clamped (valid) element instead of branching.
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+            a[i] = widen_value<CONJ_A>(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL]);
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            b[j] = widen_value<CONJ_B>(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL]);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
+    }
+}
+
+// C = alpha·acc + beta·C_old for the thread's elements (C_old only when beta ≠ 0).
+template <int M, int N, int DIM_M, int DIM_N, typename R, typename S, typename Scalar, int TM, int TN>
+__device__ __forceinline__ void write_c(S* C, int ldc, int tx, int ty, const R (&acc)[TM][TN],
+                                        const R (&c_in)[TM][TN], Scalar alpha, Scalar beta, bool read_c)
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int row = tx + i * DIM_M, col = ty + j * DIM_N;
+            if (row < M && col < N) {
+                R v = mul(R(alpha), acc[i][j]);
+                if (read_c)
+                    v = mul_add(R(beta), c_in[i][j], v);
+                store_c(C + row + (long long)col * ldc, v);
+            }
+        }
+}
+
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
           typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
@@ -235,8 +307,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     using R = typename ComputeOf<S>::type;
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
-    constexpr int TILE_M = (M + DIM_M - 1) / DIM_M;
-    constexpr int TILE_N = (N + DIM_N - 1) / DIM_N;
+    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
+    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
     constexpr int LDS_A = M;        // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words
     constexpr int LDS_B = K | 1;    // op(B)(l, j) at sB[g][j][l]: odd stride spreads the columns over banks
     __shared__ R sA[TBA * K * LDS_A];
@@ -285,68 +357,165 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
-    R c_in[TILE_M][TILE_N];
-#pragma unroll
-    for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-        for (int j = 0; j < TILE_N; ++j) {
-            const int row = tx + i * DIM_M, col = ty + j * DIM_N;
-            c_in[i][j] = zero<R>();
-            if (read_c && active && row < M && col < N)
-                c_in[i][j] = load_c(C + row + (long long)col * ldc);
-        }
-
-    R acc[TILE_M][TILE_N];
-#pragma unroll
-    for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-        for (int j = 0; j < TILE_N; ++j)
-            acc[i][j] = zero<R>();
-
+    R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
+    read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);
     if (use_ab) {
         __syncthreads();
-        const R* a_g = sA + g * K * LDS_A;
-        const R* b_g = sB + g * N * LDS_B;
+        // Staged: op(A)(i, l) at sA[g][l][i], op(B)(l, j) at sB[g][j][l], already conjugated.
+        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, false, 1, LDS_B, false>(acc, sA + g * K * LDS_A, sB + g * N * LDS_B,
+                                                                         tx, ty);
+    } else {
 #pragma unroll
-        for (int l = 0; l < K; ++l) {
-            R a[TILE_M], b[TILE_N];
-            // Partial tiles read a clamped (valid) element instead of branching.
-#pragma unroll
-            for (int i = 0; i < TILE_M; ++i)
-                a[i] = a_g[l * LDS_A + min(tx + i * DIM_M, M - 1)];
+        for (int i = 0; i < TILE_M; ++i)
 #pragma unroll
             for (int j = 0; j < TILE_N; ++j)
-                b[j] = b_g[min(ty + j * DIM_N, N - 1) * LDS_B + l];
-#pragma unroll
-            for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-                for (int j = 0; j < TILE_N; ++j)
-                    acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
-        }
+                acc[i][j] = zero<R>();
     }
+    if (active)
+        write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
+}
 
-    if (!active)
-        return;
+// ---- sm_80+: a persistent block with a cp.async ring (the `stages` knob) ---------------------------
+// The staged kernel's block loads its GEMMs, waits, multiplies and exits, so its loads are in flight
+// only part of its life; at the larger sizes (z from N ≈ 17, s and c in the high 20s) the
+// multiplication is long enough that the blocks resident on an SM no longer keep the memory busy
+// (with β = 0 those kernels reached 0.68-0.80 of the floor, with β ≠ 0, whose C loads are issued
+// with A and B, 0.9-1.0).  Here each block walks the groups of TBA GEMMs blockIdx.x, + gridDim.x, ...
+// and cp.async copies the A and B of the groups STAGES - 1 ahead into a ring of shared-memory
+// buffers while it multiplies the current one, without registers to hold them.  The buffers keep
+// the operands as stored (16-byte chunks of the packed batch, copied as they are), so op() is
+// applied when reading them: strides per transpose, conjugation at use.  Hence storage type =
+// compute type only (s, d, c, z; the spec refuses h and hc, which widen fp16 while staging).
+template <typename S, int M, int N, int K, int TBA>
+struct RingLayout {
+    static constexpr int VEC = 16 / (int)sizeof(S);
+    static constexpr int A_ELEMS = TBA * M * K;        // one group's stored A, packed
+    static constexpr int B_ELEMS = TBA * K * N;
+    static constexpr bool WHOLE_CHUNKS = A_ELEMS % VEC == 0 && B_ELEMS % VEC == 0;
+    static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
+};
+
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+__global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
+small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch)
+{
+#if __CUDA_ARCH__ >= 800
+    using R = typename ComputeOf<S>::type;
+    using L = RingLayout<S, M, N, K, TBA>;
+    static_assert(L::WHOLE_CHUNKS && sizeof(S) == sizeof(R), "the launcher sends only these here");
+    constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
+    constexpr int THREADS = TBA * THREADS_PER_GEMM;
+    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
+    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
+    // Stored A is M×K (ld M) for 'N', K×M (ld K) otherwise; stored B is K×N (ld K) or N×K (ld N).
+    constexpr int A_ROW = TA == 'N' ? 1 : K, A_COL = TA == 'N' ? M : 1;
+    constexpr int B_ROW = TB == 'N' ? 1 : N, B_COL = TB == 'N' ? K : 1;
+    extern __shared__ int4 ring_chunks[];
+    S* ring = reinterpret_cast<S*>(ring_chunks);
+
+    const long long groups = ((long long)batch + TBA - 1) / TBA;
+    // Chunk v of a group's A (or B) holds elements [v·VEC, v·VEC + VEC); past the end of the batch
+    // cp.async fills zeros (the last group may be short).
+    const auto copy_operand = [&](S* dst, const S* src, int chunks, int left) {
 #pragma unroll
-    for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-        for (int j = 0; j < TILE_N; ++j) {
-            const int row = tx + i * DIM_M, col = ty + j * DIM_N;
-            if (row < M && col < N) {
-                R v = mul(R(alpha), acc[i][j]);
-                if (read_c)
-                    v = mul_add(R(beta), c_in[i][j], v);
-                store_c(C + row + (long long)col * ldc, v);
+        for (int it = 0; it < (chunks + THREADS - 1) / THREADS; ++it) {
+            const int v = threadIdx.x + it * THREADS;
+            if ((it + 1) * THREADS <= chunks || v < chunks) {
+                const int valid = min(max(left - v * L::VEC, 0), L::VEC);
+                copy_async<16>(dst + v * L::VEC, valid > 0 ? src + v * L::VEC : src, valid * (int)sizeof(S));
             }
         }
+    };
+    // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.
+    const auto copy_group = [&](long long group, int stage) {
+        if (group < groups) {
+            S* dst = ring + stage * L::STAGE_ELEMS;
+            const long long first = group * TBA;
+            const int gemms = (int)min((long long)TBA, batch - first);
+            copy_operand(dst, ptrs.A + first * M * K, L::A_ELEMS / L::VEC, gemms * M * K);
+            copy_operand(dst + L::A_ELEMS, ptrs.B + first * K * N, L::B_ELEMS / L::VEC, gemms * K * N);
+        }
+        async_commit();
+    };
+
+    const int g = threadIdx.x / THREADS_PER_GEMM;
+    const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
+    const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
+    const bool read_c = !is_zero(beta);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+        copy_group(blockIdx.x + (long long)s * gridDim.x, s);
+    int stage = 0;
+    for (long long group = blockIdx.x; group < groups; group += gridDim.x) {
+        const long long entry = group * TBA + g;
+        const bool active = entry < batch;
+        S* C = active ? ptrs.output(entry) : nullptr;
+        R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
+        read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // in flight during the wait
+        async_wait<STAGES - 2>();
+        // After this barrier every thread is done with the previous group, so its stage takes the
+        // group STAGES - 1 ahead.
+        __syncthreads();
+        copy_group(group + (long long)(STAGES - 1) * gridDim.x, (stage + STAGES - 1) % STAGES);
+        const S* a_s = ring + stage * L::STAGE_ELEMS + g * M * K;
+        const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * K * N;
+        multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, TA == 'C', B_ROW, B_COL, TB == 'C'>(acc, a_s, b_s, tx, ty);
+        if (active)
+            write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+#endif
+}
+
+// The ring kernel where it applies (sm_80+, strided packed operands on 16-byte boundaries, alpha ≠ 0,
+// the ring fits the device's shared memory): returns 0 or GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
+                      Scalar beta, int batch, cudaStream_t stream)
+{
+    using L = RingLayout<S, M, N, K, TBA>;
+    constexpr int THREADS = TBA * DIM_M * DIM_N;
+    constexpr int BYTES = STAGES * L::STAGE_ELEMS * (int)sizeof(S);
+    const auto aligned = [](const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; };
+    const DeviceInfo dev = device_info();
+    if (dev.cc < 80 || BYTES > dev.smem_per_block || ptrs.A_array || is_zero(alpha) ||
+        lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N) || ptrs.stride_a != M * K ||
+        ptrs.stride_b != K * N || !aligned(ptrs.A) || !aligned(ptrs.B))
+        return 1;
+    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, Scalar>;
+    if (BYTES > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES) != cudaSuccess)
+        return GEMMGEN_LAUNCH_FAILED;
+    int resident = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, THREADS, BYTES) != cudaSuccess ||
+        resident < 1)
+        return GEMMGEN_LAUNCH_FAILED;
+    const long long groups = ((long long)batch + TBA - 1) / TBA;
+    const long long slots = (long long)resident * dev.sms;
+    kernel<<<(unsigned)(groups < slots ? groups : slots), THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// stages = 0: no ring kernel is instantiated at all.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, cudaStream_t)
+{
+    return 1;
 }
 
 // Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
-          typename Scalar>
+          int STAGES, typename Scalar>
 int launch_small(const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
                  cudaStream_t stream)
 {
+    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES>(
+        std::integral_constant<bool, (STAGES > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    if (ring != 1)
+        return ring;
     const unsigned blocks = (unsigned)(((long long)batch + TBA - 1) / TBA);
     small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, HOIST>
         <<<blocks, TBA * DIM_M * DIM_N, 0, stream>>>(ptrs, lda, ldb, ldc, alpha, beta, batch);
