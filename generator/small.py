@@ -166,10 +166,16 @@ class SmallSpec(Spec):
             limit = ARCHS[a].static_smem_per_block
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
-            if self.stages and ARCHS[a].cc >= 80:   # below sm_80 the staged kernel runs
+            if self.stages and arch and ARCHS[a].cc >= 80:   # below sm_80 the staged kernel runs
                 optin = ARCHS[a].smem_per_sm - 1024   # the opt-in maximum per block
                 require(self.ring_bytes <= optin, "shared memory",
                         f"the ring's {self.ring_bytes} bytes exceed the {optin} a block may have on {a}")
+        if self.stages and not arch:
+            # Without a target the ring must fit one architecture with cp.async; where it does
+            # not fit (an sm_86 for a ring sized for sm_90), the launcher runs the staged kernel.
+            largest = max(ARCHS[a].smem_per_sm - 1024 for a in ARCHS if ARCHS[a].cc >= 80)
+            require(self.ring_bytes <= largest, "shared memory",
+                    f"the ring's {self.ring_bytes} bytes exceed the {largest} a block may have on any architecture")
         return self
 
 
@@ -200,7 +206,8 @@ SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
     """Every tuple the tuner tries for one shape: blocking ratios 1..4 per dimension (differing by
-    at most one level), tba from SWEEP_TBA, and each with both stagings (hoist)."""
+    at most one level), tba from SWEEP_TBA, and each with both stagings (hoist); for s, d, c, z
+    from RING_MIN_SIZE each of those also with the cp.async ring (every RING_STAGES)."""
     out = []
     for rm in range(1, MAX_RECURSION_RATIO + 1):
         for rn in range(1, MAX_RECURSION_RATIO + 1):
@@ -218,6 +225,9 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
                 if spec.threads < 32 and tba != SWEEP_TBA[-1]:
                     continue
                 out += [s for s in (spec, replace(spec, hoist=True)) if s.is_valid(arch)]
+    if precision in RING_PRECISIONS and max(m, n) >= RING_MIN_SIZE:
+        out += [ring for spec in list(out) for stages in RING_STAGES
+                for ring in (replace(spec, stages=stages),) if ring.is_valid(arch)]
     return sorted(set(out))
 
 
@@ -237,7 +247,7 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
                 out.append(spec)
     if row["precision"] in RING_PRECISIONS and max(row["m"], row["n"]) >= RING_MIN_SIZE:
         for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch):
-            if spec.tba in (1, 2, row["tba"]) and spec.hoist == row.get("hoist", False):
+            if not spec.stages and spec.tba in (1, 2, row["tba"]) and spec.hoist == row.get("hoist", False):
                 for stages in RING_STAGES[:1] if (spec.dim_m, spec.dim_n) != (row["dim_m"], row["dim_n"]) \
                         else RING_STAGES:
                     ring = replace(spec, stages=stages)

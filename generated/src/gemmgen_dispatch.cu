@@ -74,25 +74,25 @@ extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatC
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m25n25k25_dim9x7_tba4_ring3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim13x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m25n25k25_dim9x7_tba4_ring3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim14x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m27n27k27_dim14x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim8x10_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim8x10_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -594,17 +594,17 @@ extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m27n27k27_dim7x9_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_ring2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim10x10_tba4_ring2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -714,25 +714,25 @@ extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided(char, char, c
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim9x7_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m25n25k25_dim9x7_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim7x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m27n27k27_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m27n27k27_dim7x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m27n27k27_dim7x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim14x14_tba1_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m28n28k28_dim14x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m28n28k28_dim14x14_tba1_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m28n28k28_dim14x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim8x8_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m29n29k29_dim8x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim8x8_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m29n29k29_dim8x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -742,9 +742,9 @@ extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided(char, char, c
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m31n31k31_dim8x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m31n31k31_dim16x16_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m31n31k31_dim8x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -1176,9 +1176,9 @@ const SmallEntry<float, float> small_s[] = {
     {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array, 0},
     {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
-    {27, 27, 27, 75, "small_s_m27n27k27_dim7x9_tba4_hoist", small_s_m27n27k27_dim7x9_tba4_hoist_strided, small_s_m27n27k27_dim7x9_tba4_hoist_array, 0},
+    {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
     {28, 28, 28, 75, "small_s_m28n28k28_dim14x14_tba2_hoist_ring2", small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim10x10_tba4_ring2", small_s_m29n29k29_dim10x10_tba4_ring2_strided, small_s_m29n29k29_dim10x10_tba4_ring2_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist", small_s_m29n29k29_dim8x10_tba4_hoist_strided, small_s_m29n29k29_dim8x10_tba4_hoist_array, 0},
     {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0},
@@ -1254,11 +1254,11 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist", small_c_m23n23k23_dim8x8_tba2_hoist_strided, small_c_m23n23k23_dim8x8_tba2_hoist_array, 0},
     {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
-    {25, 25, 25, 75, "small_c_m25n25k25_dim13x9_tba2_hoist_ring2", small_c_m25n25k25_dim13x9_tba2_hoist_ring2_strided, small_c_m25n25k25_dim13x9_tba2_hoist_ring2_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba4_ring3", small_c_m25n25k25_dim9x7_tba4_ring3_strided, small_c_m25n25k25_dim9x7_tba4_ring3_array, 0},
     {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
-    {27, 27, 27, 75, "small_c_m27n27k27_dim14x9_tba2_hoist_ring2", small_c_m27n27k27_dim14x9_tba2_hoist_ring2_strided, small_c_m27n27k27_dim14x9_tba2_hoist_ring2_array, 0},
+    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
     {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba1_hoist_ring2", small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array, 0},
-    {29, 29, 29, 75, "small_c_m29n29k29_dim8x10_tba2_hoist", small_c_m29n29k29_dim8x10_tba2_hoist_strided, small_c_m29n29k29_dim8x10_tba2_hoist_array, 0},
+    {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist", small_c_m29n29k29_dim10x8_tba2_hoist_strided, small_c_m29n29k29_dim10x8_tba2_hoist_array, 0},
     {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist", small_c_m31n31k31_dim8x8_tba2_hoist_strided, small_c_m31n31k31_dim8x8_tba2_hoist_array, 0},
     {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba2_hoist_ring2", small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array, 0},
@@ -1294,13 +1294,13 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba2_hoist_ring2", small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided, small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array, 0},
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba2_hoist_ring2", small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided, small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array, 0},
     {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1_hoist_ring2", small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided, small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array, 0},
-    {25, 25, 25, 75, "small_z_m25n25k25_dim9x7_tba2_hoist_ring2", small_z_m25n25k25_dim9x7_tba2_hoist_ring2_strided, small_z_m25n25k25_dim9x7_tba2_hoist_ring2_array, 0},
+    {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
     {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba2_hoist_ring2", small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided, small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array, 0},
-    {27, 27, 27, 75, "small_z_m27n27k27_dim7x9_tba2_hoist_ring2", small_z_m27n27k27_dim7x9_tba2_hoist_ring2_strided, small_z_m27n27k27_dim7x9_tba2_hoist_ring2_array, 0},
-    {28, 28, 28, 75, "small_z_m28n28k28_dim14x14_tba1_ring2", small_z_m28n28k28_dim14x14_tba1_ring2_strided, small_z_m28n28k28_dim14x14_tba1_ring2_array, 0},
-    {29, 29, 29, 75, "small_z_m29n29k29_dim8x8_tba1_hoist_ring2", small_z_m29n29k29_dim8x8_tba1_hoist_ring2_strided, small_z_m29n29k29_dim8x8_tba1_hoist_ring2_array, 0},
+    {27, 27, 27, 75, "small_z_m27n27k27_dim7x9_tba1_hoist", small_z_m27n27k27_dim7x9_tba1_hoist_strided, small_z_m27n27k27_dim7x9_tba1_hoist_array, 0},
+    {28, 28, 28, 75, "small_z_m28n28k28_dim14x10_tba1_hoist", small_z_m28n28k28_dim14x10_tba1_hoist_strided, small_z_m28n28k28_dim14x10_tba1_hoist_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim8x10_tba1_hoist", small_z_m29n29k29_dim8x10_tba1_hoist_strided, small_z_m29n29k29_dim8x10_tba1_hoist_array, 0},
     {30, 30, 30, 75, "small_z_m30n30k30_dim10x15_tba1_hoist_ring2", small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided, small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array, 0},
-    {31, 31, 31, 75, "small_z_m31n31k31_dim16x16_tba1_hoist", small_z_m31n31k31_dim16x16_tba1_hoist_strided, small_z_m31n31k31_dim16x16_tba1_hoist_array, 0},
+    {31, 31, 31, 75, "small_z_m31n31k31_dim8x11_tba1_hoist", small_z_m31n31k31_dim8x11_tba1_hoist_strided, small_z_m31n31k31_dim8x11_tba1_hoist_array, 0},
     {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist_ring2", small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided, small_z_m32n32k32_dim16x16_tba1_hoist_ring2_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
@@ -1326,11 +1326,11 @@ const char* const kernel_names[] = {
     "small_c_m22n22k22_dim8x11_tba2_ring2",
     "small_c_m23n23k23_dim8x8_tba2_hoist",
     "small_c_m24n24k24_dim8x12_tba1_hoist",
-    "small_c_m25n25k25_dim13x9_tba2_hoist_ring2",
+    "small_c_m25n25k25_dim9x7_tba4_ring3",
     "small_c_m26n26k26_dim13x9_tba2_hoist_ring2",
-    "small_c_m27n27k27_dim14x9_tba2_hoist_ring2",
+    "small_c_m27n27k27_dim9x7_tba4_hoist_ring3",
     "small_c_m28n28k28_dim14x14_tba1_hoist_ring2",
-    "small_c_m29n29k29_dim8x10_tba2_hoist",
+    "small_c_m29n29k29_dim10x8_tba2_hoist",
     "small_c_m2n2k2_dim2x1_tba32",
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
     "small_c_m31n31k31_dim8x8_tba2_hoist",
@@ -1456,9 +1456,9 @@ const char* const kernel_names[] = {
     "small_s_m24n24k24_dim8x6_tba2",
     "small_s_m25n25k25_dim9x7_tba4_hoist_ring2",
     "small_s_m26n26k26_dim7x9_tba1_hoist",
-    "small_s_m27n27k27_dim7x9_tba4_hoist",
+    "small_s_m27n27k27_dim9x7_tba4_hoist_ring3",
     "small_s_m28n28k28_dim14x14_tba2_hoist_ring2",
-    "small_s_m29n29k29_dim10x10_tba4_ring2",
+    "small_s_m29n29k29_dim8x10_tba4_hoist",
     "small_s_m2n2k2_dim1x1_tba128_hoist",
     "small_s_m30n30k30_dim10x15_tba2_hoist_ring2",
     "small_s_m31n31k31_dim8x11_tba4_hoist_ring2",
@@ -1486,14 +1486,14 @@ const char* const kernel_names[] = {
     "small_z_m22n22k22_dim22x11_tba2_hoist_ring2",
     "small_z_m23n23k23_dim8x8_tba2_hoist_ring2",
     "small_z_m24n24k24_dim24x12_tba1_hoist_ring2",
-    "small_z_m25n25k25_dim9x7_tba2_hoist_ring2",
+    "small_z_m25n25k25_dim7x9_tba1_hoist",
     "small_z_m26n26k26_dim7x9_tba2_hoist_ring2",
-    "small_z_m27n27k27_dim7x9_tba2_hoist_ring2",
-    "small_z_m28n28k28_dim14x14_tba1_ring2",
-    "small_z_m29n29k29_dim8x8_tba1_hoist_ring2",
+    "small_z_m27n27k27_dim7x9_tba1_hoist",
+    "small_z_m28n28k28_dim14x10_tba1_hoist",
+    "small_z_m29n29k29_dim8x10_tba1_hoist",
     "small_z_m2n2k2_dim2x2_tba64",
     "small_z_m30n30k30_dim10x15_tba1_hoist_ring2",
-    "small_z_m31n31k31_dim16x16_tba1_hoist",
+    "small_z_m31n31k31_dim8x11_tba1_hoist",
     "small_z_m32n32k32_dim16x16_tba1_hoist_ring2",
     "small_z_m3n3k3_dim3x3_tba16_hoist",
     "small_z_m4n4k4_dim4x4_tba8_hoist",
