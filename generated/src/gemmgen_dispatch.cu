@@ -214,9 +214,9 @@ extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_strided(char, char, double, 
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m28n28k28_dim14x14_tba1_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m28n28k28_dim14x14_tba1_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -226,9 +226,9 @@ extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const dou
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m2n2k2_dim2x1_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim8x8_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m30n30k30_dim10x10_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim8x8_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m30n30k30_dim10x10_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -710,9 +710,9 @@ extern "C" int small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided(char, char, cuD
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m24n24k24_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m24n24k24_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -738,17 +738,17 @@ extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, 
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m30n30k30_dim10x10_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m30n30k30_dim10x10_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim8x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim8x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m32n32k32_dim8x11_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m32n32k32_dim8x11_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -1217,9 +1217,9 @@ const SmallEntry<double, double> small_d[] = {
     {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist", small_d_m25n25k25_dim9x7_tba2_hoist_strided, small_d_m25n25k25_dim9x7_tba2_hoist_array, 0},
     {26, 26, 26, 75, "small_d_m26n26k26_dim9x13_tba1_hoist_ring2", small_d_m26n26k26_dim9x13_tba1_hoist_ring2_strided, small_d_m26n26k26_dim9x13_tba1_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist", small_d_m27n27k27_dim14x9_tba2_hoist_strided, small_d_m27n27k27_dim14x9_tba2_hoist_array, 0},
-    {28, 28, 28, 75, "small_d_m28n28k28_dim14x14_tba2_hoist_ring2", small_d_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_d_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_d_m28n28k28_dim14x14_tba1_ring2", small_d_m28n28k28_dim14x14_tba1_ring2_strided, small_d_m28n28k28_dim14x14_tba1_ring2_array, 0},
     {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2_hoist", small_d_m29n29k29_dim8x10_tba2_hoist_strided, small_d_m29n29k29_dim8x10_tba2_hoist_array, 0},
-    {30, 30, 30, 75, "small_d_m30n30k30_dim8x8_tba2_hoist_ring2", small_d_m30n30k30_dim8x8_tba2_hoist_ring2_strided, small_d_m30n30k30_dim8x8_tba2_hoist_ring2_array, 0},
+    {30, 30, 30, 75, "small_d_m30n30k30_dim10x10_tba1_hoist", small_d_m30n30k30_dim10x10_tba1_hoist_strided, small_d_m30n30k30_dim10x10_tba1_hoist_array, 0},
     {31, 31, 31, 75, "small_d_m31n31k31_dim16x11_tba2_hoist_ring2", small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided, small_d_m31n31k31_dim16x11_tba2_hoist_ring2_array, 0},
     {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
@@ -1293,15 +1293,15 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {21, 21, 21, 75, "small_z_m21n21k21_dim7x11_tba2_hoist_ring2", small_z_m21n21k21_dim7x11_tba2_hoist_ring2_strided, small_z_m21n21k21_dim7x11_tba2_hoist_ring2_array, 0},
     {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba2_hoist_ring2", small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided, small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array, 0},
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba2_hoist_ring2", small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided, small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array, 0},
-    {24, 24, 24, 75, "small_z_m24n24k24_dim24x12_tba1_hoist_ring2", small_z_m24n24k24_dim24x12_tba1_hoist_ring2_strided, small_z_m24n24k24_dim24x12_tba1_hoist_ring2_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim8x8_tba1_hoist", small_z_m24n24k24_dim8x8_tba1_hoist_strided, small_z_m24n24k24_dim8x8_tba1_hoist_array, 0},
     {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
     {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba2_hoist_ring2", small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided, small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_z_m27n27k27_dim7x9_tba1_hoist", small_z_m27n27k27_dim7x9_tba1_hoist_strided, small_z_m27n27k27_dim7x9_tba1_hoist_array, 0},
     {28, 28, 28, 75, "small_z_m28n28k28_dim14x10_tba1_hoist", small_z_m28n28k28_dim14x10_tba1_hoist_strided, small_z_m28n28k28_dim14x10_tba1_hoist_array, 0},
     {29, 29, 29, 75, "small_z_m29n29k29_dim8x10_tba1_hoist", small_z_m29n29k29_dim8x10_tba1_hoist_strided, small_z_m29n29k29_dim8x10_tba1_hoist_array, 0},
-    {30, 30, 30, 75, "small_z_m30n30k30_dim10x15_tba1_hoist_ring2", small_z_m30n30k30_dim10x15_tba1_hoist_ring2_strided, small_z_m30n30k30_dim10x15_tba1_hoist_ring2_array, 0},
+    {30, 30, 30, 75, "small_z_m30n30k30_dim10x10_tba1_hoist", small_z_m30n30k30_dim10x10_tba1_hoist_strided, small_z_m30n30k30_dim10x10_tba1_hoist_array, 0},
     {31, 31, 31, 75, "small_z_m31n31k31_dim8x11_tba1_hoist", small_z_m31n31k31_dim8x11_tba1_hoist_strided, small_z_m31n31k31_dim8x11_tba1_hoist_array, 0},
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist_ring2", small_z_m32n32k32_dim16x16_tba1_hoist_ring2_strided, small_z_m32n32k32_dim16x16_tba1_hoist_ring2_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim8x11_tba1_hoist", small_z_m32n32k32_dim8x11_tba1_hoist_strided, small_z_m32n32k32_dim8x11_tba1_hoist_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1361,10 +1361,10 @@ const char* const kernel_names[] = {
     "small_d_m25n25k25_dim9x7_tba2_hoist",
     "small_d_m26n26k26_dim9x13_tba1_hoist_ring2",
     "small_d_m27n27k27_dim14x9_tba2_hoist",
-    "small_d_m28n28k28_dim14x14_tba2_hoist_ring2",
+    "small_d_m28n28k28_dim14x14_tba1_ring2",
     "small_d_m29n29k29_dim8x10_tba2_hoist",
     "small_d_m2n2k2_dim2x1_tba64",
-    "small_d_m30n30k30_dim8x8_tba2_hoist_ring2",
+    "small_d_m30n30k30_dim10x10_tba1_hoist",
     "small_d_m31n31k31_dim16x11_tba2_hoist_ring2",
     "small_d_m32n32k32_dim8x8_tba1",
     "small_d_m3n3k3_dim2x1_tba16_hoist",
@@ -1485,16 +1485,16 @@ const char* const kernel_names[] = {
     "small_z_m21n21k21_dim7x11_tba2_hoist_ring2",
     "small_z_m22n22k22_dim22x11_tba2_hoist_ring2",
     "small_z_m23n23k23_dim8x8_tba2_hoist_ring2",
-    "small_z_m24n24k24_dim24x12_tba1_hoist_ring2",
+    "small_z_m24n24k24_dim8x8_tba1_hoist",
     "small_z_m25n25k25_dim7x9_tba1_hoist",
     "small_z_m26n26k26_dim7x9_tba2_hoist_ring2",
     "small_z_m27n27k27_dim7x9_tba1_hoist",
     "small_z_m28n28k28_dim14x10_tba1_hoist",
     "small_z_m29n29k29_dim8x10_tba1_hoist",
     "small_z_m2n2k2_dim2x2_tba64",
-    "small_z_m30n30k30_dim10x15_tba1_hoist_ring2",
+    "small_z_m30n30k30_dim10x10_tba1_hoist",
     "small_z_m31n31k31_dim8x11_tba1_hoist",
-    "small_z_m32n32k32_dim16x16_tba1_hoist_ring2",
+    "small_z_m32n32k32_dim8x11_tba1_hoist",
     "small_z_m3n3k3_dim3x3_tba16_hoist",
     "small_z_m4n4k4_dim4x4_tba8_hoist",
     "small_z_m5n5k5_dim5x5_tba2_hoist",
