@@ -109,7 +109,7 @@ template <bool CONJ> __device__ __forceinline__ double2 widen_value(double2 v)
     return v;
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) { return ((unsigned long long)p & 15) == 0; }
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return ((unsigned long long)p & 15) == 0; }
 
 // C is read and written by the same kernel: plain loads.
 __device__ __forceinline__ float load_c(const __half* p) { return __half2float(*p); }
@@ -238,6 +238,23 @@ inline DeviceInfo device_info()
         known[dev] = true;
     }
     return info;
+}
+
+// Grid of a persistent kernel (a cp.async ring): as many blocks of `threads` with `bytes` of dynamic
+// shared memory as are resident on the device at once, at most `work`.  Opts the kernel in to
+// `bytes` first where that is over the 48 kB default.  0 when the runtime refuses either call.
+template <typename Kernel>
+inline unsigned persistent_grid(Kernel kernel, int threads, int bytes, long long work)
+{
+    if (bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+        return 0;
+    int resident = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, bytes) != cudaSuccess ||
+        resident < 1)
+        return 0;
+    const long long slots = (long long)resident * device_info().sms;
+    return (unsigned)(work < slots ? work : slots);
 }
 
 }  // namespace gemmgen

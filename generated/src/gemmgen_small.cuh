@@ -478,23 +478,16 @@ int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int
     using L = RingLayout<S, M, N, K, TBA>;
     constexpr int THREADS = TBA * DIM_M * DIM_N;
     constexpr int BYTES = STAGES * L::STAGE_ELEMS * (int)sizeof(S);
-    const auto aligned = [](const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15) == 0; };
     const DeviceInfo dev = device_info();
     if (dev.cc < 80 || BYTES > dev.smem_per_block || ptrs.A_array || is_zero(alpha) ||
         lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N) || ptrs.stride_a != M * K ||
-        ptrs.stride_b != K * N || !aligned(ptrs.A) || !aligned(ptrs.B))
+        ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
         return 1;
     auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, Scalar>;
-    if (BYTES > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES) != cudaSuccess)
+    const unsigned grid = persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA);
+    if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
-    int resident = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, THREADS, BYTES) != cudaSuccess ||
-        resident < 1)
-        return GEMMGEN_LAUNCH_FAILED;
-    const long long groups = ((long long)batch + TBA - 1) / TBA;
-    const long long slots = (long long)resident * dev.sms;
-    kernel<<<(unsigned)(groups < slots ? groups : slots), THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
+    kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

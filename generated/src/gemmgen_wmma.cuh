@@ -498,13 +498,13 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
 inline bool async_aligned(const BatchPointers<__half>& p, int lda, int ldb)
 {
     return !p.A_array && lda % 8 == 0 && ldb % 8 == 0 && p.stride_a % 8 == 0 && p.stride_b % 8 == 0 &&
-           reinterpret_cast<unsigned long long>(p.A) % 16 == 0 && reinterpret_cast<unsigned long long>(p.B) % 16 == 0;
+           aligned16(p.A) && aligned16(p.B);
 }
 
 // The same for C, which the ring then also copies (beta ≠ 0).
 inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 {
-    return !p.C_array && ldc % 8 == 0 && p.stride_c % 8 == 0 && reinterpret_cast<unsigned long long>(p.C) % 16 == 0;
+    return !p.C_array && ldc % 8 == 0 && p.stride_c % 8 == 0 && aligned16(p.C);
 }
 
 // sm_80+ with aligned operands: the ring, with as many thread blocks as fit on the device at once;
@@ -525,16 +525,9 @@ int launch_wmma_async(const BatchPointers<__half>& ptrs, int m, int n, int k, in
     auto kernel = old_c ? wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB, true>
                         : wmma_async_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB, false>;
     const int bytes = L::BYTES + (old_c ? L::OLD_C_BYTES : 0);
-    if (bytes > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+    const unsigned grid = persistent_grid(kernel, DIM_X * DIM_Y, bytes, (long long)tiles_m * tiles_n * batch);
+    if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
-    int resident = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, DIM_X * DIM_Y, bytes) != cudaSuccess ||
-        resident < 1)
-        return GEMMGEN_LAUNCH_FAILED;
-    const long long blocks = (long long)tiles_m * tiles_n * batch;
-    const long long slots = (long long)resident * dev.sms;
-    const unsigned grid = (unsigned)(blocks < slots ? blocks : slots);
     kernel<<<grid, DIM_X * DIM_Y, bytes, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m,
                                                   tiles_n);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
