@@ -23,9 +23,10 @@ Design, with the paper's sections:
   current one.  With beta != 0 and C aligned too, the old C block rides the ring with its item's
   last slice (a kernel of its own): read from global memory in the epilogue, each old value cost a
   full memory round trip, since the compiler cannot move a load of C above a store to C (h N = 64:
-  0.66 of the floor with beta = 1 against 0.87 with beta = 0; with C in the ring 0.93).  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory
-  bandwidth on an H100 (measured: 0.4-0.7 of the copy-bandwidth floor for N = 48..256, where
-  cuBLAS's deep shared-memory pipeline reaches 0.86-1.0).  Shared memory mirrors the stored layout
+  0.66 of the floor with beta = 1 against 0.87 with beta = 0; with C in the ring 0.93).
+  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory bandwidth on an
+  H100 (measured: 0.4-0.7 of the copy-bandwidth floor for N = 48..256, where cuBLAS's deep
+  shared-memory pipeline reaches 0.86-1.0).  Shared memory mirrors the stored layout
   (a 16-byte chunk is 8 consecutive stored elements), so op(A) is row- or column-major in shared
   memory as A is transposed or not, and the fragments follow.  A launch whose operands are not
   16-byte aligned (leading dimensions or strides not multiples of 8, pointer arrays) or that runs
