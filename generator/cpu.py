@@ -72,13 +72,14 @@ FAST_LOOP_MAX_WORK = MAX_SIZE ** 3   # m·n·k up to which a kernel has the fast
 
 @dataclass(frozen=True)
 class Tile:
-    """One register tile of C: rows row..row+mr·lanes-1 (the last vector holds `last` rows),
-    columns col..col+nr-1."""
+    """One register tile of C: rows row..row+mr·lanes-1 (the last vector holds `last` rows, in a
+    register `last_bits` wide), columns col..col+nr-1."""
     row: int
     col: int
     mr: int
     nr: int
     last: int
+    last_bits: int
 
 
 @dataclass(frozen=True, order=True)
@@ -179,6 +180,17 @@ class CpuSpec(Spec):
         under 2 s."""
         return self.m * self.n * self.k <= FAST_LOOP_MAX_WORK
 
+    @property
+    def tail_bits(self) -> int:
+        """The width of the last vector of each column: the narrowest register of the ISA that
+        holds its rows.  A partial last vector at full width would load, multiply and store
+        masked lanes that carry nothing (d m = 9 on AVX-512: one row in a 512-bit vector, half
+        the tile's FMA work); in 128 bits the same row costs a quarter of the bits per FMA and
+        plain moves instead of masks (AVX2: 128-bit moves instead of vmaskmov)."""
+        tail = self.m - (self.row_vectors - 1) * self.lanes
+        need = tail * PRECISIONS[self.precision].element_bytes * 8
+        return min(w for w in ISAS[self.isa].widths + (self.bits,) if need <= w <= self.bits)
+
     def tiles(self) -> tuple[Tile, ...]:
         """The tile list the variant's source unrolls: columns outer, rows inner."""
         out = []
@@ -187,8 +199,9 @@ class CpuSpec(Spec):
             nr = min(self.nr, self.n - col)
             for v in range(0, self.row_vectors, self.mr):
                 mr = min(self.mr, self.row_vectors - v)
-                last = tail if v + mr == self.row_vectors else self.lanes
-                out.append(Tile(v * self.lanes, col, mr, nr, last))
+                at_end = v + mr == self.row_vectors
+                out.append(Tile(v * self.lanes, col, mr, nr, tail if at_end else self.lanes,
+                                self.tail_bits if at_end else self.bits))
         return tuple(out)
 
     # ---- rules ---------------------------------------------------------------------------------

@@ -448,6 +448,43 @@ using vec = decltype(set1(T(0), wtag<BITS>{}));
 template <class T, int BITS>
 constexpr int lanes() { return BITS / (8 * int(sizeof(T))); }
 
+// The low TO bits of a FROM-bit vector: the same register, so free (a narrower block of a tile
+// reuses the tile's broadcasts of op(B) and the epilogue's constants).
+template <class T, int FROM, int TO>
+struct Lower;
+template <class T, int B>
+struct Lower<T, B, B> {
+    static GEMMGEN_INLINE vec<T, B> of(vec<T, B> v) { return v; }
+};
+#if defined(GEMMGEN_CPU_ISA_AVX2) || defined(GEMMGEN_CPU_ISA_AVX512)
+template <>
+struct Lower<double, 256, 128> {
+    static GEMMGEN_INLINE __m128d of(__m256d v) { return _mm256_castpd256_pd128(v); }
+};
+template <>
+struct Lower<float, 256, 128> {
+    static GEMMGEN_INLINE __m128 of(__m256 v) { return _mm256_castps256_ps128(v); }
+};
+#endif
+#if defined(GEMMGEN_CPU_ISA_AVX512)
+template <>
+struct Lower<double, 512, 256> {
+    static GEMMGEN_INLINE __m256d of(__m512d v) { return _mm512_castpd512_pd256(v); }
+};
+template <>
+struct Lower<double, 512, 128> {
+    static GEMMGEN_INLINE __m128d of(__m512d v) { return _mm512_castpd512_pd128(v); }
+};
+template <>
+struct Lower<float, 512, 256> {
+    static GEMMGEN_INLINE __m256 of(__m512 v) { return _mm512_castps512_ps256(v); }
+};
+template <>
+struct Lower<float, 512, 128> {
+    static GEMMGEN_INLINE __m128 of(__m512 v) { return _mm512_castps512_ps128(v); }
+};
+#endif
+
 // (even, odd, even, odd, ...): the per-lane constants of complex arithmetic on interleaved data.
 template <class T, int BITS>
 GEMMGEN_INLINE vec<T, BITS> set_alternating(T even, T odd)
@@ -488,27 +525,37 @@ struct Epilogue {
     GEMMGEN_INLINE bool beta_zero() const { return !ACC && beta_zero_; }
     GEMMGEN_INLINE bool c_first() const { return ACC || c_first_; }
     GEMMGEN_INLINE bool beta_one() const { return ACC || beta_one_; }
-    GEMMGEN_INLINE V scale(V x, V re, V im_swapped) const
+    // The methods below work at the tile's width B = BITS or, for a narrower last vector, on the
+    // low part of the constants (the alternating patterns start at lane 0, so they stay right).
+    template <int B>
+    static GEMMGEN_INLINE vec<T, B> low(V x) { return Lower<T, BITS, B>::of(x); }
+    template <int B>
+    GEMMGEN_INLINE vec<T, B> sign_of() const { return low<B>(sign); }
+    template <int B>
+    static GEMMGEN_INLINE vec<T, B> scale(vec<T, B> x, vec<T, B> re, vec<T, B> im_swapped)
     {
         return CPLX ? fmadd(swap_pairs(x), im_swapped, mul(x, re)) : mul(x, re);
     }
     // alpha·acc + beta·C for one vector of C (C read only when beta ≠ 0).  Real data: one fused
     // alpha·acc + (beta·C), so the epilogue adds two roundings to the product's, not three (the
     // k = 1 products sit right at DESIGN.md's bound 2·k·u).
-    GEMMGEN_INLINE V apply(V acc, const T* c, int n) const
+    template <int B>
+    GEMMGEN_INLINE vec<T, B> apply(vec<T, B> acc, const T* c, int n) const
     {
         if (beta_zero())
-            return scale(acc, alpha, alpha_swapped);
-        const V old = n == lanes<T, BITS>() ? load(c, wtag<BITS>{}) : load_n(c, n, wtag<BITS>{});
+            return scale<B>(acc, low<B>(alpha), low<B>(alpha_swapped));
+        const vec<T, B> old = n == lanes<T, B>() ? load(c, wtag<B>{}) : load_n(c, n, wtag<B>{});
         if (!CPLX)
-            return fmadd(acc, alpha, mul(old, beta));
-        return fmadd(old, beta, fmadd(swap_pairs(old), beta_swapped, scale(acc, alpha, alpha_swapped)));
+            return fmadd(acc, low<B>(alpha), mul(old, low<B>(beta)));
+        return fmadd(old, low<B>(beta),
+                     fmadd(swap_pairs(old), low<B>(beta_swapped), scale<B>(acc, low<B>(alpha), low<B>(alpha_swapped))));
     }
     // The starting value of an accumulator when c_first: beta·C (C itself when beta = 1).
-    GEMMGEN_INLINE V start(const T* c, int n) const
+    template <int B>
+    GEMMGEN_INLINE vec<T, B> start(const T* c, int n) const
     {
-        const V old = n == lanes<T, BITS>() ? load(c, wtag<BITS>{}) : load_n(c, n, wtag<BITS>{});
-        return beta_one() ? old : scale(old, beta, beta_swapped);
+        const vec<T, B> old = n == lanes<T, B>() ? load(c, wtag<B>{}) : load_n(c, n, wtag<B>{});
+        return beta_one() ? old : scale<B>(old, low<B>(beta), low<B>(beta_swapped));
     }
 };
 
@@ -531,37 +578,118 @@ GEMMGEN_INLINE void prefetch_share(const Prefetch& pf)
     }
 }
 
+// A block of ROWS register vectors of B bits, rows of C at the tile's first row + r·lanes, times NR
+// columns, in a tile whose broadcasts of op(B) are FROM bits wide: the accumulators (two per vector for complex data, acc_re += a·Re(b) and acc_im +=
+// a·Im(b), combined once at the end: a·b = acc_re + (−1, +1)·swap(acc_im)) and the vectors of op(A)
+// of the current k step.  LAST: reals held by the last vector (all its lanes when full), read and
+// written with masks or in pieces.  A tile is one block, or two when its last vector is narrower.
+template <class T, bool CPLX, int FROM, int B, int ROWS, int NR, int LAST>
+struct RowBlock {
+    static constexpr int H = CPLX ? 2 : 1;
+    static constexpr int CW = CPLX ? 2 : 1;
+    static constexpr int W = lanes<T, B>();      // reals per vector
+    using V = vec<T, B>;
+    V acc[H][ROWS > 0 ? ROWS : 1][NR];
+    V av[ROWS > 0 ? ROWS : 1];
+
+    static GEMMGEN_INLINE int reals(int r) { return r == ROWS - 1 ? LAST : W; }
+    static GEMMGEN_INLINE V load_rows(const T* p, int r)
+    {
+        return reals(r) == W ? load(p, wtag<B>{}) : load_n(p, reals(r), wtag<B>{});
+    }
+
+    GEMMGEN_INLINE void zero()
+    {
+        GEMMGEN_UNROLL for (int h = 0; h < H; ++h)
+            GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r)
+                GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+                    acc[h][r][j] = set1(T(0), wtag<B>{});
+    }
+    // c_first: the real accumulators start from beta·C.
+    template <class E>
+    GEMMGEN_INLINE void start(const T* c, long long ldc, const E& e)
+    {
+        GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+            GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r)
+                acc[0][r][j] = e.template start<B>(c + (r * W + j * ldc * CW), reals(r));
+    }
+    // The vectors of op(A)(rows, l), a: op(A)(first row, l).
+    GEMMGEN_INLINE void load_a(const T* a)
+    {
+        GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r)
+            av[r] = load_rows(a + r * W, r);
+    }
+    // acc[h][:][j] += op(A)(rows, l)·b, b: a broadcast element of op(B) (the tile's vector, its low
+    // part taken for free when this block is narrower).
+    GEMMGEN_INLINE void fma(int h, int j, vec<T, FROM> b)
+    {
+        const V bn = Lower<T, FROM, B>::of(b);
+        GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r)
+            acc[h][r][j] = fmadd(av[r], bn, acc[h][r][j]);
+    }
+    // Holding B (real data): each vector of op(A) loaded once and used for all NR broadcasts.
+    GEMMGEN_INLINE void fma_rows(const T* a, const vec<T, FROM> (&bv)[NR])
+    {
+        GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r) {
+            const V x = load_rows(a + r * W, r);
+            GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
+                acc[0][r][j] = fmadd(x, Lower<T, FROM, B>::of(bv[j]), acc[0][r][j]);
+        }
+    }
+    template <class E>
+    GEMMGEN_INLINE void finish(T* c, long long ldc, const E& e) const
+    {
+        GEMMGEN_UNROLL for (int j = 0; j < NR; ++j) {
+            GEMMGEN_UNROLL for (int r = 0; r < ROWS; ++r) {
+                T* p = c + (r * W + j * ldc * CW);
+                const int n = reals(r);
+                const V sum = CPLX ? fmadd(swap_pairs(acc[CPLX][r][j]), e.template sign_of<B>(), acc[0][r][j])
+                                   : acc[0][r][j];
+                const V out = e.c_first() ? sum : e.template apply<B>(sum, p, n);
+                if (n == W)
+                    store(p, out);
+                else
+                    store_n(p, out, n);
+            }
+        }
+    }
+};
+
 // One register tile (§5.3, Algorithm 1): MR vectors of rows × NR columns of C accumulate
 // op(A)(rows, :)·op(B)(:, cols) in registers; each vector of op(A) loaded per k step is reused NR
 // times, each broadcast element of op(B) MR times; C is touched once, in the epilogue.
 //   a: op(A) at the tile's first row, columns lda elements apart (contiguous rows);
 //   b: op(B) at the tile's first column, op(B)(l, j) at b[l·b_l + j·b_j] (N: 1, ldb; T/C: ldb, 1);
 //   c: C at the tile's corner.
-// LAST: rows held by the last vector (lanes when full), read and written with masks.  Complex:
-// two accumulators per vector, acc_re += a·Re(b) and acc_im += a·Im(b), combined once at the end:
-// a·b = acc_re + (−1, +1)·swap(acc_im).  The transposes are run-time strides, not template
-// parameters: one instantiation per kernel keeps the emitted set quick to compile.
-template <class T, bool CPLX, int BITS, int MR, int NR, int LAST, int K, int TI, int TN, bool PF, class E>
+// LAST: rows held by the last vector (lanes when full).  LAST_BITS: that vector's width, narrower
+// than BITS where its rows fit a narrower register (generator/cpu.py, Tile.last_bits): d m = 9 on
+// AVX-512 holds row 9 in 128 bits instead of a masked 512-bit vector, so its loads and FMAs move a
+// quarter of the bits.  The transposes are run-time strides, not template parameters: one
+// instantiation per kernel keeps the emitted set quick to compile.
+template <class T, bool CPLX, int BITS, int MR, int NR, int LAST, int LAST_BITS, int K, int TI, int TN, bool PF,
+          class E>
 GEMMGEN_TILE void tile(const T* a, long long lda, const T* b, long long b_l, long long b_j, T* c, long long ldc,
-                 const E& e, const Prefetch& pf)
+                       const E& e, const Prefetch& pf)
 {
     constexpr int CW = CPLX ? 2 : 1;             // reals per element
     constexpr int W = lanes<T, BITS>();          // reals per vector
-    constexpr int LAST_REALS = LAST * CW;
+    constexpr bool SPLIT = LAST_BITS < BITS;     // the last vector is a block of its own
+    constexpr int FULL = SPLIT ? MR - 1 : MR;
+    static_assert(LAST_BITS <= BITS && LAST * CW <= lanes<T, LAST_BITS>(), "the last vector holds its rows");
     constexpr bool HOLD_B = !CPLX && NR >= 3 && NR < MR;   // CpuSpec.holds_b
-    using V = vec<T, BITS>;
-    V acc[CPLX ? 2 : 1][MR][NR];
-    GEMMGEN_UNROLL for (int h = 0; h < (CPLX ? 2 : 1); ++h)
-        GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
-            GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
-                acc[h][r][j] = set1(T(0), wtag<BITS>{});
+    RowBlock<T, CPLX, BITS, BITS, FULL, NR, SPLIT ? W : LAST * CW> full;
+    RowBlock<T, CPLX, BITS, LAST_BITS, SPLIT ? 1 : 0, NR, LAST * CW> narrow;
+    const T* const a_narrow = a + FULL * W;
+    T* const c_narrow = c + FULL * W;
+    full.zero();
+    narrow.zero();
     if (e.c_first()) {
-        GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
-            GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
-                acc[0][r][j] = e.start(c + (r * W + j * ldc * CW), r == MR - 1 ? LAST_REALS : W);
+        full.start(c, ldc, e);
+        narrow.start(c_narrow, ldc, e);
     }
     if (PF)
         prefetch_share<TI, TN>(pf);
+    using V = vec<T, BITS>;
     for (int l = 0; l < K; ++l) {
         if (HOLD_B) {
             // 3 <= NR < MR (real data): the NR broadcasts stay in registers and each vector of
@@ -570,43 +698,26 @@ GEMMGEN_TILE void tile(const T* a, long long lda, const T* b, long long b_l, lon
             V bv[NR];
             GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
                 bv[j] = set1(b[(l * b_l + j * b_j) * CW], wtag<BITS>{});
-            GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
-                const T* p = a + (r * W + l * lda * CW);
-                const V av = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, wtag<BITS>{}) : load(p, wtag<BITS>{});
-                GEMMGEN_UNROLL for (int j = 0; j < NR; ++j)
-                    acc[0][r][j] = fmadd(av, bv[j], acc[0][r][j]);
-            }
+            full.fma_rows(a + l * lda * CW, bv);
+            narrow.fma_rows(a_narrow + l * lda * CW, bv);
             continue;
         }
-        V av[MR];
-        GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
-            const T* p = a + (r * W + l * lda * CW);
-            av[r] = (r == MR - 1 && LAST_REALS < W) ? load_n(p, LAST_REALS, wtag<BITS>{}) : load(p, wtag<BITS>{});
-        }
+        full.load_a(a + l * lda * CW);
+        narrow.load_a(a_narrow + l * lda * CW);
         GEMMGEN_UNROLL for (int j = 0; j < NR; ++j) {
             const T* q = b + (l * b_l + j * b_j) * CW;
             const V re = set1(q[0], wtag<BITS>{});
-            GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
-                acc[0][r][j] = fmadd(av[r], re, acc[0][r][j]);
+            full.fma(0, j, re);
+            narrow.fma(0, j, re);
             if (CPLX) {
                 const V im = set1(q[CPLX] * e.conj_b, wtag<BITS>{});
-                GEMMGEN_UNROLL for (int r = 0; r < MR; ++r)
-                    acc[CPLX][r][j] = fmadd(av[r], im, acc[CPLX][r][j]);
+                full.fma(CPLX, j, im);
+                narrow.fma(CPLX, j, im);
             }
         }
     }
-    GEMMGEN_UNROLL for (int j = 0; j < NR; ++j) {
-        GEMMGEN_UNROLL for (int r = 0; r < MR; ++r) {
-            T* p = c + (r * W + j * ldc * CW);
-            const int n = r == MR - 1 ? LAST_REALS : W;
-            const V sum = CPLX ? fmadd(swap_pairs(acc[CPLX][r][j]), e.sign, acc[0][r][j]) : acc[0][r][j];
-            const V out = e.c_first() ? sum : e.apply(sum, p, n);
-            if (n == W)
-                store(p, out);
-            else
-                store_n(p, out, n);
-        }
-    }
+    full.finish(c, ldc, e);
+    narrow.finish(c_narrow, ldc, e);
 }
 
 // op(A) = A^T or A^H into buf (MP rows; the padding rows stay zero), lda in elements.

@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 4, 14, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 14, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 1, 10, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 14, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 14, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 3, 10, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 14, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 14, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 5, 10, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 14, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 14, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 7, 10, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 14, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 14, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 14, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 14, 9, 10, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

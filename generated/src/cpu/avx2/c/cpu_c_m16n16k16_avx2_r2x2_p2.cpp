@@ -30,37 +30,37 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 0, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 0, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 1, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 1, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 2, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 2, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 3, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 3, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 4, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 4, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 5, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 5, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 6, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 6, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 7, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 7, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 8, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 8, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 9, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 9, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 10, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 10, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 11, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 11, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 12, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 12, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 13, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 13, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 14, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 14, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 16, 15, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 16, 15, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,41 +30,41 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 0, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 0, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 1, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 1, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 2, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 2, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 3, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 3, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 4, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 4, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 5, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 5, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 6, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 6, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 7, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 7, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 8, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 8, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 9, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 9, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 10, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 10, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 11, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 11, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 12, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 12, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 13, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 13, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 17, 14, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 17, 14, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 17, 15, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 17, 15, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 17, 16, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 17, 16, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 17, 17, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 17, 17, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,41 +30,41 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 0, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 0, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 1, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 1, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 2, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 2, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 3, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 3, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 4, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 4, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 5, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 5, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 6, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 6, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 7, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 7, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 8, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 8, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 9, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 9, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 10, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 10, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 11, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 11, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 12, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 12, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 13, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 13, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 14, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 14, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 15, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 15, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 18, 16, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 18, 16, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 18, 17, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 18, 17, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 1, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 2, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 3, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 5, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 6, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 7, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 9, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 10, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 11, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 13, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 14, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 15, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 19, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 19, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 19, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 19, 17, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 19, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 19, 18, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 3, 19, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 3, 256, 19, 19, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

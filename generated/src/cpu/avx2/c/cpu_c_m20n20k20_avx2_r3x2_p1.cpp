@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 1, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 2, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 3, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 5, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 6, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 7, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 9, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 10, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 11, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 13, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 14, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 15, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 17, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 18, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 20, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 20, 19, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

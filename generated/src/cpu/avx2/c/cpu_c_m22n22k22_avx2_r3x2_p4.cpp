@@ -30,49 +30,49 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 0, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 0, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 1, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 1, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 2, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 2, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 3, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 3, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 4, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 4, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 5, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 5, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 6, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 6, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 7, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 7, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 8, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 8, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 9, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 9, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 10, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 10, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 11, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 11, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 12, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 12, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 13, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 13, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 14, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 14, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 15, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 15, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 16, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 16, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 17, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 17, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 18, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 18, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 19, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 19, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 22, 20, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 22, 20, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 21, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 21, 22, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

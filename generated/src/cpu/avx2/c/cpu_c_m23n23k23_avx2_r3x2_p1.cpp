@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 1, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 2, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 3, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 4, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 5, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 7, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 8, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 9, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 10, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 11, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 13, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 14, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 15, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 16, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 17, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 19, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 23, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 23, 20, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 3, 23, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 3, 256, 23, 21, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 23, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 23, 22, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 3, 23, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 3, 256, 23, 23, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 1, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 2, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 3, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 4, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 5, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 7, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 8, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 9, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 10, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 11, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 13, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 14, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 15, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 16, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 17, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 19, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 20, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 21, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 22, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 24, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 24, 23, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,83 +30,83 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 0, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 0, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 1, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 1, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 2, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 2, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 3, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 3, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 4, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 4, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 5, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 5, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 6, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 6, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 7, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 7, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 8, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 8, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 9, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 9, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 10, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 10, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 11, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 11, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 12, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 12, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 13, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 13, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 14, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 14, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 15, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 15, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 16, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 16, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 17, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 17, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 18, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 18, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 19, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 19, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 20, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 20, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 21, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 21, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 22, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 22, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 23, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 23, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 24, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 24, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 25, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 25, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 26, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 26, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 27, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 27, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 28, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 28, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 29, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 29, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 30, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 30, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 31, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 31, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 32, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 32, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 33, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 33, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 25, 34, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 25, 34, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 35, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 35, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 25, 36, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 25, 36, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 25, 37, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 25, 37, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 25, 38, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 25, 38, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,83 +30,83 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 0, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 0, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 1, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 1, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 2, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 2, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 3, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 3, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 4, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 4, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 5, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 5, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 6, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 6, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 7, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 7, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 8, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 8, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 9, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 9, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 10, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 10, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 11, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 11, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 12, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 12, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 13, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 13, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 14, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 14, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 15, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 15, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 16, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 16, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 17, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 17, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 18, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 18, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 19, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 19, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 20, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 20, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 21, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 21, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 22, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 22, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 23, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 23, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 24, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 24, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 25, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 25, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 26, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 26, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 27, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 27, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 28, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 28, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 29, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 29, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 30, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 30, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 31, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 31, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 32, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 32, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 33, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 33, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 34, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 34, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 35, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 35, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 36, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 36, 39, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 26, 37, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 26, 37, 39, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 38, 39, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 38, 39, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,89 +30,89 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 0, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 0, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 1, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 1, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 2, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 2, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 3, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 3, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 4, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 4, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 5, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 5, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 6, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 6, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 7, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 7, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 8, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 8, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 9, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 9, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 10, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 10, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 11, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 11, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 12, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 12, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 13, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 13, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 14, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 14, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 15, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 15, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 16, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 16, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 17, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 17, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 18, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 18, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 19, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 19, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 20, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 20, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 21, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 21, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 22, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 22, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 23, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 23, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 24, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 24, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 25, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 25, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 26, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 26, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 27, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 27, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 28, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 28, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 29, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 29, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 30, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 30, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 31, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 31, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 32, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 32, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 33, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 33, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 34, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 34, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 35, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 35, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 36, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 36, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 27, 37, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 27, 37, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 3, 27, 38, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 3, 256, 27, 38, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 27, 39, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 27, 39, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 27, 40, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 27, 40, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 3, 27, 41, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 3, 256, 27, 41, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,89 +30,89 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 0, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 0, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 1, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 1, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 2, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 2, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 3, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 3, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 4, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 4, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 5, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 5, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 6, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 6, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 7, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 7, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 8, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 8, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 9, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 9, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 10, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 10, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 11, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 11, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 12, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 12, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 13, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 13, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 14, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 14, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 15, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 15, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 16, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 16, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 17, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 17, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 18, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 18, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 19, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 19, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 20, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 20, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 21, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 21, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 22, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 22, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 23, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 23, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 24, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 24, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 25, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 25, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 26, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 26, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 27, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 27, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 28, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 28, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 29, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 29, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 30, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 30, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 31, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 31, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 32, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 32, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 33, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 33, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 34, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 34, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 35, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 35, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 36, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 36, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 37, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 37, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 38, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 38, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 39, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 39, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 28, 40, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 28, 40, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 4, 28, 41, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 4, 256, 28, 41, 42, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

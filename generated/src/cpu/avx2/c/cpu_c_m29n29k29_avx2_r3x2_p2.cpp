@@ -30,95 +30,95 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 0, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 0, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 1, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 1, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 2, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 2, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 3, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 3, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 4, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 4, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 5, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 5, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 6, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 6, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 7, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 7, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 8, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 8, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 9, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 9, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 10, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 10, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 11, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 11, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 12, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 12, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 13, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 13, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 14, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 14, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 15, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 15, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 16, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 16, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 17, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 17, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 18, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 18, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 19, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 19, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 20, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 20, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 21, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 21, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 22, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 22, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 23, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 23, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 24, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 24, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 25, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 25, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 26, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 26, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 27, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 27, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 28, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 28, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 29, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 29, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 30, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 30, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 31, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 31, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 32, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 32, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 33, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 33, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 34, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 34, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 35, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 35, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 36, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 36, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 37, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 37, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 38, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 38, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 39, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 39, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 29, 40, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 29, 40, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 29, 41, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 29, 41, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 29, 42, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 29, 42, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 29, 43, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 29, 43, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 29, 44, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 29, 44, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,95 +30,95 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 0, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 0, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 1, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 1, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 2, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 2, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 3, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 3, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 4, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 4, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 5, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 5, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 6, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 6, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 7, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 7, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 8, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 8, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 9, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 9, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 10, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 10, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 11, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 11, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 12, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 12, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 13, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 13, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 14, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 14, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 15, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 15, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 16, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 16, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 17, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 17, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 18, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 18, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 19, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 19, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 20, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 20, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 21, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 21, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 22, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 22, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 23, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 23, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 24, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 24, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 25, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 25, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 26, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 26, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 27, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 27, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 28, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 28, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 29, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 29, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 30, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 30, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 31, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 31, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 32, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 32, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 33, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 33, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 34, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 34, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 35, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 35, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 36, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 36, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 37, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 37, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 38, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 38, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 39, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 39, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 40, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 40, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 41, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 41, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 42, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 42, 45, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 30, 43, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 30, 43, 45, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 30, 44, 45, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 30, 44, 45, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,101 +30,101 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 0, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 0, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 1, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 1, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 2, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 2, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 3, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 3, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 4, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 4, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 5, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 5, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 6, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 6, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 7, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 7, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 8, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 8, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 9, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 9, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 10, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 10, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 11, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 11, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 12, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 12, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 13, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 13, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 14, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 14, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 15, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 15, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 16, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 16, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 17, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 17, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 18, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 18, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 19, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 19, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 20, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 20, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 21, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 21, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 22, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 22, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 23, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 23, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 24, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 24, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 25, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 25, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 26, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 26, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 27, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 27, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 28, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 28, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 29, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 29, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 30, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 30, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 31, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 31, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 32, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 32, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 33, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 33, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 34, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 34, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 35, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 35, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 36, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 36, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 37, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 37, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 38, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 38, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 39, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 39, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 40, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 40, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 41, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 41, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 42, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 42, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 31, 43, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 31, 43, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 3, 31, 44, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 3, 256, 31, 44, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 31, 45, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 31, 45, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 31, 46, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 31, 46, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 3, 31, 47, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 3, 256, 31, 47, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,101 +30,101 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 0, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 0, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 1, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 1, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 2, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 2, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 3, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 3, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 4, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 4, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 5, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 5, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 6, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 6, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 7, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 7, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 8, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 8, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 9, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 9, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 10, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 10, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 11, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 11, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 12, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 12, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 13, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 13, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 14, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 14, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 15, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 15, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 16, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 16, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 17, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 17, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 18, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 18, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 19, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 19, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 20, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 20, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 21, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 21, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 22, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 22, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 23, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 23, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 24, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 24, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 25, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 25, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 26, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 26, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 27, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 27, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 28, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 28, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 29, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 29, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 30, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 30, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 31, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 31, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 32, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 32, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 33, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 33, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 34, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 34, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 35, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 35, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 36, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 36, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 37, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 37, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 38, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 38, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 39, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 39, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 40, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 40, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 41, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 41, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 42, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 42, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 43, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 43, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 44, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 44, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 45, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 45, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 46, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 32, 46, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 32, 47, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 256, 32, 47, 48, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

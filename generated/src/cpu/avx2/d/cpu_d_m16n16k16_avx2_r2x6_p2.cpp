@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 16, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 16, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 16, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 16, 1, 6, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 16, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 16, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 16, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 16, 3, 6, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 16, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 256, 16, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 16, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 256, 16, 5, 6, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,23 +30,23 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 0, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 0, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 1, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 1, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 2, 18, 2, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 2, 128, 18, 2, 9, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 3, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 3, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 4, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 4, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 2, 18, 5, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 2, 128, 18, 5, 9, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 6, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 6, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 18, 7, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 18, 7, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 2, 18, 8, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 2, 128, 18, 8, 9, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

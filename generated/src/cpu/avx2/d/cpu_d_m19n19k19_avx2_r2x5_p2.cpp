@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 1, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 3, 19, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 5, 3, 256, 19, 2, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 3, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 4, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 3, 19, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 5, 3, 256, 19, 5, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 19, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 256, 19, 7, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 3, 19, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 5, 3, 256, 19, 8, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 19, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 256, 19, 9, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 19, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 256, 19, 10, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 4, 3, 19, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 4, 3, 256, 19, 11, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 1, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 21, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 21, 2, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 3, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 4, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 21, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 21, 5, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 21, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 21, 7, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 21, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 21, 8, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 21, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 21, 9, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 21, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 21, 10, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 21, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 21, 11, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

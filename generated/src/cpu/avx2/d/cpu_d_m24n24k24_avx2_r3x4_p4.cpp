@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 1, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 2, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 3, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 5, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 7, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 9, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 10, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 24, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 24, 11, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

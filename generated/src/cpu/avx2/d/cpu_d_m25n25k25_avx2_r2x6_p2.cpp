@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 1, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 2, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 1, 25, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 1, 128, 25, 3, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 5, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 6, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 1, 25, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 1, 128, 25, 7, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 9, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 10, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 1, 25, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 1, 128, 25, 11, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 13, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 25, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 25, 14, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 1, 25, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 1, 128, 25, 15, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 4, 25, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 4, 256, 25, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 4, 25, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 4, 256, 25, 17, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 4, 25, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 4, 256, 25, 18, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 25, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 25, 19, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 1, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 2, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 3, 27, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 3, 256, 27, 3, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 5, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 6, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 3, 27, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 3, 256, 27, 7, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 9, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 10, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 3, 27, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 3, 256, 27, 11, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 13, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 27, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 27, 14, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 6, 3, 27, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 6, 3, 256, 27, 15, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 27, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 27, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 27, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 27, 17, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 4, 27, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 4, 256, 27, 18, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 3, 27, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 3, 3, 256, 27, 19, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 1, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 2, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 3, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 5, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 6, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 7, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 9, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 10, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 11, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 13, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 14, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 15, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 28, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 256, 28, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 28, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 28, 17, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 4, 28, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 4, 256, 28, 18, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 4, 28, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 4, 256, 28, 19, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e, pf);
     }
 };

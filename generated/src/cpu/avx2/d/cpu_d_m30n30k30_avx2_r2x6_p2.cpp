@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 1, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 2, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 30, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 30, 3, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 4, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 5, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 6, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 30, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 30, 7, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 8, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 9, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 10, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 30, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 30, 11, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 12, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 13, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 14, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 30, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 30, 15, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 16, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 17, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 30, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 256, 30, 18, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 30, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 30, 19, 20, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

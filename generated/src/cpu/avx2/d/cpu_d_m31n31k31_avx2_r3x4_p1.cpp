@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 1, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 2, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 3, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 4, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 5, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 7, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 8, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 9, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 10, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 11, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 13, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 14, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 15, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 16, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 17, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 31, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 256, 31, 19, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 31, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 256, 31, 20, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 31, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 31, 21, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 31, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 31, 22, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 3, 31, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 3, 256, 31, 23, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

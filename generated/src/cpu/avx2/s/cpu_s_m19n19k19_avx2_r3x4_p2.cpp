@@ -30,15 +30,15 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 4, 3, 19, 0, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 3, 128, 19, 0, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 3, 19, 1, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 3, 128, 19, 1, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 3, 19, 2, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 3, 128, 19, 2, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 3, 19, 3, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 3, 128, 19, 3, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 3, 19, 4, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 3, 128, 19, 4, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 1, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 3, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 8, 24, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 8, 256, 24, 5, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

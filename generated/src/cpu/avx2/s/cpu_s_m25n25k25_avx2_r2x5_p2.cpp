@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 8, 25, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 25, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 25, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 25, 1, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 25, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 25, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 25, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 25, 3, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 25, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 25, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 25, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 25, 5, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 25, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 25, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 25, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 25, 7, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 25, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 25, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 25, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 25, 9, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 8, 28, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 28, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 28, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 28, 1, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 28, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 28, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 28, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 28, 3, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 28, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 28, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 28, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 28, 5, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 28, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 28, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 28, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 28, 7, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 8, 28, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 8, 256, 28, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 28, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 28, 9, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

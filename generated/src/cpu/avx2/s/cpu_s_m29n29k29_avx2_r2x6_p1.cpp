@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 8, 29, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 29, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 5, 29, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 5, 256, 29, 1, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 29, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 29, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 5, 29, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 5, 256, 29, 3, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 29, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 29, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 5, 29, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 5, 256, 29, 5, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 29, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 29, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 5, 29, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 5, 256, 29, 7, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 29, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 256, 29, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 5, 29, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 5, 256, 29, 9, 10, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 8, 31, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 31, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 31, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 31, 1, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 31, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 31, 2, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 31, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 31, 3, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 31, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 31, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 31, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 31, 5, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 31, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 31, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 31, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 31, 7, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 8, 31, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 8, 256, 31, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 31, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 31, 9, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 8, 31, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 8, 256, 31, 10, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 7, 31, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 7, 256, 31, 11, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 11, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 11, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 11, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 11, 1, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 11, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 11, 2, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 11, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 11, 3, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 11, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 11, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 11, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 11, 5, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 11, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 11, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 11, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 11, 7, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 11, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 11, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 11, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 11, 9, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 11, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 11, 10, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 11, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 11, 11, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

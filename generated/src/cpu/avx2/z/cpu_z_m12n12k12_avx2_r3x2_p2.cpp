@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 1, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 2, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 3, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 5, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 7, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 9, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 10, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 12, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 12, 11, 12, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

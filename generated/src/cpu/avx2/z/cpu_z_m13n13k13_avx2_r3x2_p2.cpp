@@ -30,47 +30,47 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 0, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 0, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 1, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 1, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 2, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 2, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 3, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 3, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 4, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 4, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 5, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 5, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 6, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 6, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 7, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 7, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 8, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 8, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 9, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 9, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 10, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 10, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 11, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 11, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 12, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 12, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 13, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 13, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 14, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 14, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 15, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 15, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 13, 16, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 13, 16, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 13, 17, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 13, 17, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 13, 18, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 13, 18, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 13, 19, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 13, 19, 21, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 13, 20, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 13, 20, 21, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

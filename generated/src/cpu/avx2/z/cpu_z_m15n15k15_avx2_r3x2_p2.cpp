@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 1, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 2, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 3, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 4, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 5, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 7, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 8, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 9, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 10, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 11, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 13, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 14, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 15, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 16, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 17, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 15, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 15, 19, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 15, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 15, 20, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 15, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 15, 21, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 15, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 15, 22, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 15, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 15, 23, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

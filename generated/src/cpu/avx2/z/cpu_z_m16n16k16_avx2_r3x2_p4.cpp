@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 1, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 2, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 3, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 4, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 5, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 7, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 8, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 9, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 10, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 11, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 13, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 14, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 15, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 16, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 17, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 19, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 20, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 21, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 16, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 16, 22, 24, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 16, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 16, 23, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

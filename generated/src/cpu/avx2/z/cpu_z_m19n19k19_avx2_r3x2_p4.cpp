@@ -30,85 +30,85 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 0, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 0, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 1, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 1, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 2, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 2, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 3, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 3, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 4, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 4, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 5, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 5, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 6, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 6, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 7, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 7, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 8, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 8, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 9, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 9, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 10, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 10, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 11, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 11, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 12, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 12, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 13, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 13, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 14, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 14, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 15, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 15, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 16, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 16, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 17, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 17, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 18, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 18, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 19, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 19, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 20, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 20, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 21, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 21, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 22, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 22, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 23, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 23, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 24, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 24, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 25, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 25, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 26, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 26, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 27, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 27, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 28, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 28, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 29, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 29, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 30, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 30, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 31, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 31, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 32, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 32, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 33, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 33, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 19, 34, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 19, 34, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 19, 35, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 19, 35, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 19, 36, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 19, 36, 40, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 19, 37, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 19, 37, 40, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 19, 38, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 19, 38, 40, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 19, 39, 40, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 19, 39, 40, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,75 +30,75 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 0, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 0, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 1, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 1, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 2, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 2, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 3, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 3, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 4, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 4, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 5, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 5, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 6, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 6, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 7, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 7, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 8, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 8, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 9, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 9, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 10, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 10, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 11, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 11, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 12, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 12, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 13, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 13, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 14, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 14, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 15, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 15, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 16, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 16, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 17, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 17, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 18, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 18, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 19, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 19, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 20, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 20, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 21, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 21, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 22, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 22, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 23, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 23, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 24, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 24, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 25, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 25, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 26, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 26, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 27, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 27, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 28, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 28, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 20, 29, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 20, 29, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 30, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 20, 30, 35, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 31, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 20, 31, 35, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 32, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 20, 32, 35, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 33, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 20, 33, 35, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 34, 35, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 20, 34, 35, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

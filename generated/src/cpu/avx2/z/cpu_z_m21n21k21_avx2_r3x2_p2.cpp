@@ -30,93 +30,93 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 0, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 0, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 1, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 1, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 2, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 2, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 3, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 3, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 4, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 4, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 5, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 5, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 6, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 6, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 7, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 7, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 8, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 8, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 9, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 9, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 10, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 10, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 11, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 11, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 12, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 12, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 13, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 13, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 14, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 14, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 15, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 15, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 16, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 16, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 17, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 17, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 18, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 18, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 19, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 19, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 20, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 20, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 21, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 21, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 22, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 22, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 23, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 23, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 24, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 24, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 25, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 25, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 26, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 26, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 27, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 27, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 28, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 28, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 29, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 29, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 30, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 30, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 31, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 31, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 32, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 32, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 33, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 33, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 34, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 34, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 35, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 35, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 36, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 36, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 37, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 37, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 21, 38, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 21, 38, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 21, 39, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 21, 39, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 21, 40, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 21, 40, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 21, 41, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 21, 41, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 21, 42, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 21, 42, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 21, 43, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 21, 43, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,101 +30,101 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 0, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 0, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 1, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 1, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 2, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 2, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 3, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 3, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 4, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 4, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 5, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 5, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 6, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 6, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 7, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 7, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 8, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 8, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 9, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 9, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 10, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 10, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 11, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 11, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 12, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 12, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 13, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 13, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 14, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 14, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 15, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 15, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 16, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 16, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 17, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 17, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 18, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 18, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 19, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 19, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 20, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 20, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 21, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 21, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 22, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 22, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 23, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 23, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 24, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 24, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 25, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 25, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 26, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 26, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 27, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 27, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 28, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 28, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 29, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 29, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 30, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 30, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 31, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 31, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 32, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 32, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 33, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 33, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 34, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 34, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 35, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 35, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 36, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 36, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 37, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 37, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 38, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 38, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 39, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 39, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 40, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 40, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 41, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 41, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 42, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 42, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 43, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 43, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 44, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 44, 48, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 45, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 45, 48, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 46, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 46, 48, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 24, 47, 48, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 24, 47, 48, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

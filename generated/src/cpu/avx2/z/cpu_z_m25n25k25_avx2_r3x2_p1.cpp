@@ -30,135 +30,135 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 0, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 0, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 1, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 1, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 2, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 2, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 3, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 3, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 4, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 4, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 5, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 5, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 6, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 6, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 7, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 7, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 8, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 8, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 9, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 9, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 10, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 10, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 11, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 11, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 12, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 12, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 13, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 13, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 14, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 14, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 15, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 15, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 16, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 16, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 17, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 17, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 18, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 18, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 19, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 19, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 20, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 20, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 21, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 21, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 22, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 22, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 23, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 23, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 24, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 24, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 25, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 25, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 26, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 26, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 27, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 27, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 28, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 28, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 29, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 29, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 30, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 30, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 31, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 31, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 32, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 32, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 33, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 33, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 34, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 34, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 35, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 35, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 36, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 36, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 37, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 37, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 38, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 38, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 39, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 39, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 40, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 40, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 41, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 41, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 42, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 42, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 43, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 43, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 44, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 44, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 45, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 45, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 46, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 46, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 47, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 47, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 48, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 48, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 49, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 49, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 50, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 50, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 51, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 51, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 52, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 52, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 53, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 53, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 54, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 54, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 55, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 55, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 56, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 56, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 57, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 57, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 25, 58, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 25, 58, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 25, 59, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 25, 59, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 25, 60, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 25, 60, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 25, 61, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 25, 61, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 25, 62, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 25, 62, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 25, 63, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 25, 63, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 25, 64, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 25, 64, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,135 +30,135 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 0, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 0, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 1, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 1, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 2, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 2, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 3, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 3, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 4, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 4, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 5, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 5, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 6, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 6, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 7, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 7, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 8, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 8, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 9, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 9, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 10, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 10, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 11, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 11, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 12, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 12, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 13, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 13, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 14, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 14, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 15, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 15, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 16, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 16, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 17, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 17, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 18, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 18, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 19, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 19, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 20, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 20, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 21, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 21, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 22, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 22, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 23, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 23, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 24, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 24, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 25, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 25, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 26, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 26, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 27, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 27, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 28, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 28, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 29, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 29, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 30, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 30, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 31, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 31, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 32, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 32, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 33, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 33, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 34, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 34, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 35, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 35, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 36, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 36, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 37, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 37, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 38, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 38, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 39, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 39, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 40, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 40, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 41, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 41, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 42, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 42, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 43, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 43, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 44, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 44, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 45, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 45, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 46, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 46, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 47, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 47, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 48, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 48, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 49, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 49, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 50, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 50, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 51, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 51, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 52, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 52, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 53, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 53, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 54, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 54, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 55, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 55, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 56, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 56, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 57, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 57, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 58, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 58, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 59, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 59, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 60, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 60, 65, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 61, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 61, 65, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 62, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 62, 65, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 26, 63, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 26, 63, 65, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 64, 65, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 26, 64, 65, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,145 +30,145 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 0, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 0, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 1, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 1, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 2, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 2, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 3, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 3, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 4, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 4, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 5, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 5, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 6, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 6, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 7, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 7, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 8, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 8, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 9, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 9, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 10, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 10, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 11, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 11, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 12, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 12, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 13, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 13, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 14, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 14, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 15, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 15, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 16, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 16, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 17, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 17, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 18, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 18, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 19, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 19, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 20, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 20, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 21, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 21, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 22, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 22, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 23, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 23, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 24, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 24, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 25, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 25, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 26, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 26, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 27, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 27, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 28, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 28, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 29, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 29, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 30, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 30, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 31, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 31, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 32, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 32, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 33, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 33, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 34, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 34, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 35, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 35, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 36, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 36, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 37, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 37, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 38, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 38, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 39, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 39, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 40, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 40, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 41, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 41, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 42, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 42, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 43, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 43, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 44, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 44, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 45, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 45, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 46, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 46, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 47, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 47, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 48, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 48, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 49, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 49, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 50, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 50, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 51, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 51, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 52, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 52, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 53, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 53, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 54, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 54, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 55, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 55, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 56, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 56, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 57, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 57, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 58, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 58, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 59, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 59, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 60, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 60, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 61, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 61, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 62, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 62, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 27, 63, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 27, 63, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 27, 64, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 27, 64, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 27, 65, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 27, 65, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 27, 66, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 27, 66, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 27, 67, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 27, 67, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 27, 68, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 27, 68, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 27, 69, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 27, 69, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,145 +30,145 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 0, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 0, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 1, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 1, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 2, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 2, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 3, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 3, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 4, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 4, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 5, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 5, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 6, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 6, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 7, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 7, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 8, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 8, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 9, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 9, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 10, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 10, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 11, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 11, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 12, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 12, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 13, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 13, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 14, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 14, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 15, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 15, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 16, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 16, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 17, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 17, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 18, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 18, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 19, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 19, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 20, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 20, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 21, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 21, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 22, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 22, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 23, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 23, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 24, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 24, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 25, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 25, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 26, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 26, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 27, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 27, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 28, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 28, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 29, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 29, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 30, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 30, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 31, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 31, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 32, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 32, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 33, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 33, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 34, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 34, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 35, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 35, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 36, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 36, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 37, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 37, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 38, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 38, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 39, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 39, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 40, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 40, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 41, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 41, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 42, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 42, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 43, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 43, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 44, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 44, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 45, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 45, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 46, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 46, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 47, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 47, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 48, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 48, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 49, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 49, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 50, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 50, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 51, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 51, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 52, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 52, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 53, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 53, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 54, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 54, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 55, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 55, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 56, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 56, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 57, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 57, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 58, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 58, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 59, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 59, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 60, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 60, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 61, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 61, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 62, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 62, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 63, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 63, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 64, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 64, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 65, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 65, 70, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 66, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 66, 70, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 67, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 67, 70, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 28, 68, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 28, 68, 70, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 69, 70, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 28, 69, 70, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,155 +30,155 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 0, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 0, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 1, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 1, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 2, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 2, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 3, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 3, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 4, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 4, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 5, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 5, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 6, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 6, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 7, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 7, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 8, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 8, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 9, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 9, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 10, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 10, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 11, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 11, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 12, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 12, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 13, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 13, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 14, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 14, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 15, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 15, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 16, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 16, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 17, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 17, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 18, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 18, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 19, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 19, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 20, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 20, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 21, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 21, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 22, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 22, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 23, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 23, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 24, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 24, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 25, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 25, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 26, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 26, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 27, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 27, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 28, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 28, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 29, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 29, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 30, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 30, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 31, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 31, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 32, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 32, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 33, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 33, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 34, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 34, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 35, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 35, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 36, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 36, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 37, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 37, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 38, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 38, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 39, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 39, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 40, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 40, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 41, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 41, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 42, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 42, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 43, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 43, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 44, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 44, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 45, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 45, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 46, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 46, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 47, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 47, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 48, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 48, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 49, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 49, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 50, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 50, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 51, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 51, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 52, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 52, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 53, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 53, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 54, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 54, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 55, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 55, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 56, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 56, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 57, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 57, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 58, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 58, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 59, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 59, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 60, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 60, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 61, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 61, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 62, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 62, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 63, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 63, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 64, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 64, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 65, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 65, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 66, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 66, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 67, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 67, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 29, 68, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 29, 68, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 29, 69, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 29, 69, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 29, 70, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 29, 70, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 29, 71, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 29, 71, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 29, 72, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 29, 72, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 29, 73, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 29, 73, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 29, 74, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 29, 74, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,197 +30,197 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 0, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 0, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 1, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 1, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 2, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 2, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 3, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 3, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 4, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 4, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 5, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 5, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (30 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 6, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 6, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 7, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 7, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 8, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 8, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 9, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 9, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 10, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 10, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 11, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 11, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (30 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 12, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 12, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 13, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 13, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 14, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 14, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 15, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 15, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 16, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 16, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 17, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 17, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (30 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 18, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 18, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 19, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 19, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 20, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 20, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 21, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 21, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 22, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 22, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 23, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 23, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (30 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 24, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 24, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 25, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 25, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 26, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 26, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 27, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 27, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 28, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 28, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 29, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 29, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (30 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 30, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 30, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 31, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 31, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 32, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 32, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 33, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 33, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 34, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 34, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 35, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 35, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (30 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 36, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 36, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 37, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 37, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 38, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 38, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 39, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 39, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 40, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 40, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 41, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 41, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (30 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 42, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 42, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 43, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 43, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 44, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 44, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 45, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 45, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 46, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 46, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 47, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 47, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (30 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 48, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 48, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 49, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 49, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 50, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 50, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 51, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 51, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 52, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 52, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 53, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 53, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (30 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 54, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 54, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 55, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 55, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 56, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 56, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 57, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 57, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 58, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 58, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 59, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 59, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (30 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 60, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 60, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 61, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 61, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 62, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 62, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 63, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 63, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 64, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 64, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 65, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 65, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (30 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 66, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 66, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 67, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 67, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 68, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 68, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 69, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 69, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 70, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 70, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 71, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 71, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (30 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 72, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 72, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 73, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 73, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 74, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 74, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 75, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 75, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 76, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 76, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 77, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 77, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (30 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 78, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 78, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 79, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 79, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 80, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 80, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 81, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 81, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 82, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 82, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 83, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 83, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (30 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 84, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 84, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 85, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 85, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 86, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 86, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 87, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 87, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 31, 88, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 31, 88, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 1, 31, 89, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 1, 128, 31, 89, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (30 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 31, 90, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 31, 90, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 31, 91, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 31, 91, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (6 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 31, 92, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 31, 92, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 31, 93, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 31, 93, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (18 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 2, 31, 94, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 1, 2, 256, 31, 94, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 1, 1, 31, 95, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 1, 1, 128, 31, 95, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (30 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,197 +30,197 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 0, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 0, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 1, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 1, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 2, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 2, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 3, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 3, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 4, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 4, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 5, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 5, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (30 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 6, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 6, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 7, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 7, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 8, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 8, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 9, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 9, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 10, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 10, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 11, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 11, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (30 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 12, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 12, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 13, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 13, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 14, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 14, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 15, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 15, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 16, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 16, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 17, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 17, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (30 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 18, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 18, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 19, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 19, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 20, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 20, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 21, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 21, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 22, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 22, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 23, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 23, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (30 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 24, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 24, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 25, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 25, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 26, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 26, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 27, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 27, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 28, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 28, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 29, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 29, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (30 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 30, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 30, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 31, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 31, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 32, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 32, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 33, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 33, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 34, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 34, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 35, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 35, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (30 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 36, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 36, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 37, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 37, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 38, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 38, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 39, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 39, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 40, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 40, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 41, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 41, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (30 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 42, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 42, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 43, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 43, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 44, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 44, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 45, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 45, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 46, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 46, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 47, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 47, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (30 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 48, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 48, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 49, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 49, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 50, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 50, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 51, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 51, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 52, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 52, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 53, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 53, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (30 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 54, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 54, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 55, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 55, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 56, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 56, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 57, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 57, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 58, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 58, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 59, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 59, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (30 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 60, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 60, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 61, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 61, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 62, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 62, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 63, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 63, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 64, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 64, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 65, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 65, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (30 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 66, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 66, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 67, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 67, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 68, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 68, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 69, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 69, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 70, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 70, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 71, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 71, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (30 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 72, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 72, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 73, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 73, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 74, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 74, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 75, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 75, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 76, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 76, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 77, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 77, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (30 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 78, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 78, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 79, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 79, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 80, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 80, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 81, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 81, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 82, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 82, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 83, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 83, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (30 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 84, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 84, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 85, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 85, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 86, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 86, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 87, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 87, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 88, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 88, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 89, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 89, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (30 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 90, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 90, 96, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 91, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 91, 96, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (6 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 92, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 92, 96, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 93, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 93, 96, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (18 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 32, 94, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 32, 94, 96, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 32, 95, 96, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 2, 2, 256, 32, 95, 96, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (30 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 7, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 7, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 7, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 7, 1, 6, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 7, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 256, 7, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 7, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 7, 3, 6, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 2, 7, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 2, 256, 7, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 1, 1, 7, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 1, 1, 128, 7, 5, 6, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,21 +30,21 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 0, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 0, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 1, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 1, 8, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 2, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 2, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 3, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 3, 8, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 4, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 4, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 5, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 5, 8, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 6, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 6, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 8, 7, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 256, 8, 7, 8, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
     }
 };

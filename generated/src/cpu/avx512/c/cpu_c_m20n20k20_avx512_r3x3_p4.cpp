@@ -30,19 +30,19 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 0, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 0, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 1, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 1, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 2, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 2, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 3, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 3, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 4, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 4, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 20, 5, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 256, 20, 5, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 20, 6, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 256, 20, 6, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,27 +30,27 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 0, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 0, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 1, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 1, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 2, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 2, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 3, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 3, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 4, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 4, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 5, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 5, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 6, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 6, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 7, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 7, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 8, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 8, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 9, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 9, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 6, 22, 10, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 6, 512, 22, 10, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,21 +30,21 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 0, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 0, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 1, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 1, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 2, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 2, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 3, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 3, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 4, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 4, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 5, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 5, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 6, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 6, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 8, 24, 7, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 8, 512, 24, 7, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
     }
 };

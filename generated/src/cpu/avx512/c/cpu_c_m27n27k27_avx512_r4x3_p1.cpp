@@ -30,23 +30,23 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 0, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 0, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 1, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 1, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 2, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 2, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 3, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 3, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 4, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 4, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 5, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 5, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 6, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 6, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 7, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 7, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 27, 8, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 256, 27, 8, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 1, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 3, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 5, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 7, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 5, 29, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 5, 512, 29, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 5, 29, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 5, 512, 29, 9, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,27 +30,27 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 0, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 0, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 1, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 1, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 2, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 2, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 3, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 3, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 4, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 4, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 5, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 5, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 6, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 6, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 7, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 7, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 8, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 8, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 8, 32, 9, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 8, 512, 32, 9, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 8, 32, 10, 11, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 8, 512, 32, 10, 11, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,7 +30,7 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 1, 3, 3, 3, 0, 1, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 1, 3, 3, 256, 3, 0, 1, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,9 +30,9 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 9, 7, 15, 0, 2, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 9, 7, 512, 15, 0, 2, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 15, 1, 2, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 512, 15, 1, 2, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
     }
 };

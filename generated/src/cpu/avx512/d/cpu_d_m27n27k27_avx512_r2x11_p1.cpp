@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 11, 8, 27, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 11, 8, 512, 27, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 11, 3, 27, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 11, 3, 256, 27, 1, 6, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 11, 8, 27, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 11, 8, 512, 27, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 11, 3, 27, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 11, 3, 256, 27, 3, 6, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 8, 27, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 8, 512, 27, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 27, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 3, 256, 27, 5, 6, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

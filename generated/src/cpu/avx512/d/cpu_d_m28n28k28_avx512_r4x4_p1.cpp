@@ -30,19 +30,19 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 0, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 0, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 1, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 1, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 2, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 2, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 3, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 3, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 4, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 4, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 5, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 5, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 6, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 256, 28, 6, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 5, 5, 29, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 5, 512, 29, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 5, 29, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 5, 512, 29, 1, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 5, 29, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 5, 512, 29, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 5, 29, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 5, 512, 29, 3, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 5, 29, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 5, 512, 29, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 5, 29, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 5, 512, 29, 5, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

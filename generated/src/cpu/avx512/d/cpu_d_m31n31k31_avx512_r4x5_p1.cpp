@@ -30,19 +30,19 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 0, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 0, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 1, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 1, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 2, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 2, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 3, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 3, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 4, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 4, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 5, 7, 31, 5, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 5, 7, 512, 31, 5, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 7, 31, 6, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 7, 512, 31, 6, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

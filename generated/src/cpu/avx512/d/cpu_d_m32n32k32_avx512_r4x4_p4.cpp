@@ -30,21 +30,21 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 0, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 0, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 1, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 1, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 2, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 2, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 3, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 3, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 4, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 4, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 5, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 5, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 6, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 6, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 8, 32, 7, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 8, 512, 32, 7, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,11 +30,11 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 8, 6, 22, 0, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 8, 6, 256, 22, 0, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 8, 6, 22, 1, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 8, 6, 256, 22, 1, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 6, 22, 2, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 6, 256, 22, 2, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,13 +30,13 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 7, 23, 0, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 23, 0, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 23, 1, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 23, 1, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 7, 23, 2, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 7, 256, 23, 2, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 7, 23, 3, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 7, 256, 23, 3, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,13 +30,13 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 7, 10, 26, 0, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 10, 512, 26, 0, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 10, 26, 1, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 10, 512, 26, 1, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 10, 26, 2, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 10, 512, 26, 2, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 10, 26, 3, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 10, 512, 26, 3, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
     }
 };

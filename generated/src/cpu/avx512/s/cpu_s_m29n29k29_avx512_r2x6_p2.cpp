@@ -30,15 +30,15 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 13, 29, 0, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 13, 512, 29, 0, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 13, 29, 1, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 13, 512, 29, 1, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 13, 29, 2, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 13, 512, 29, 2, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 13, 29, 3, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 13, 512, 29, 3, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 13, 29, 4, 5, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 13, 512, 29, 4, 5, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,11 +30,11 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 13, 16, 32, 0, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 13, 16, 512, 32, 0, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 13, 16, 32, 1, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 13, 16, 512, 32, 1, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 16, 32, 2, 3, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 16, 512, 32, 2, 3, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

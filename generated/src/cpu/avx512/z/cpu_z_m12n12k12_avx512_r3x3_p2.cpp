@@ -30,13 +30,13 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 4, 12, 0, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 12, 0, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 12, 1, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 12, 1, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 12, 2, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 12, 2, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 12, 3, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 12, 3, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,21 +30,21 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 0, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 0, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 1, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 1, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 2, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 2, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 3, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 3, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 4, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 4, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 5, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 5, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 6, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 6, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 4, 16, 7, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 4, 512, 16, 7, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

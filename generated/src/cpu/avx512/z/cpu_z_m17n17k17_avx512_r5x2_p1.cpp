@@ -30,23 +30,23 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 0, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 0, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 1, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 1, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 2, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 2, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 3, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 3, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 4, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 4, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 5, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 5, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 6, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 6, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 7, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 7, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 8, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 8, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 1, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 3, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 5, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 7, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 3, 19, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 3, 512, 19, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 3, 19, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 3, 512, 19, 9, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 1, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 2, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 3, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 5, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 7, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 9, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 3, 23, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 3, 512, 23, 10, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 3, 23, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 3, 512, 23, 11, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,37 +30,37 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 0, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 0, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 1, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 1, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 2, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 2, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 3, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 3, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 4, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 4, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 5, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 5, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 6, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 6, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 7, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 7, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 8, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 8, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 9, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 9, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 10, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 10, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 11, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 11, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 12, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 12, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 13, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 13, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 14, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 14, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 24, 15, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 512, 24, 15, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
     }
 };

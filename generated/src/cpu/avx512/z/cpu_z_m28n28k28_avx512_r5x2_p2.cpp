@@ -30,61 +30,61 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 0, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 0, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 1, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 1, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 2, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 2, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 3, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 3, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 4, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 4, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 5, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 5, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 6, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 6, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 7, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 7, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 8, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 8, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 9, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 9, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 10, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 10, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 11, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 11, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 12, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 12, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 13, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 13, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 14, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 14, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 15, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 15, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 16, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 16, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 17, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 17, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 18, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 18, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 19, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 19, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 20, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 20, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 21, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 21, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 22, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 22, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 23, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 23, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 24, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 24, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 25, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 25, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 28, 26, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 28, 26, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 4, 28, 27, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 4, 512, 28, 27, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

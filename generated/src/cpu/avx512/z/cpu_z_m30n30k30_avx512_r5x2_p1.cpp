@@ -30,65 +30,65 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 0, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 0, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 1, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 1, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 2, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 2, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 3, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 3, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 4, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 4, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 5, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 5, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 6, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 6, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 7, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 7, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 8, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 8, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 9, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 9, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 10, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 10, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 11, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 11, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 12, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 12, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 13, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 13, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 14, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 14, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 15, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 15, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 16, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 16, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 17, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 17, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 18, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 18, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 19, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 19, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 20, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 20, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 21, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 21, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 22, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 22, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 23, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 23, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 24, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 24, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 25, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 25, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 26, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 26, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 27, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 27, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 30, 28, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 30, 28, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 29, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 256, 30, 29, 30, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,49 +30,49 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 0, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 0, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 1, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 1, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 2, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 2, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 3, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 3, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 4, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 4, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 5, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 5, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 6, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 6, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 7, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 7, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 8, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 8, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 9, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 9, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 10, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 10, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 11, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 11, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 12, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 12, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 13, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 13, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 14, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 14, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 15, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 15, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 16, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 16, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 17, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 17, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 31, 18, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 4, 512, 31, 18, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 3, 31, 19, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 3, 512, 31, 19, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 4, 31, 20, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 4, 512, 31, 20, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 3, 31, 21, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 3, 512, 31, 21, 22, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,69 +30,69 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 0, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 0, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 1, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 1, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 2, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 2, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 3, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 3, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 4, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 4, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 5, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 5, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 6, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 6, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 7, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 7, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 8, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 8, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 9, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 9, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 10, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 10, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 11, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 11, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 12, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 12, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 13, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 13, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 14, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 14, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 15, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 15, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 16, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 16, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 17, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 17, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 18, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 18, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 19, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 19, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 20, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 20, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 21, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 21, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 22, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 22, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 23, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 23, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 24, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 24, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 25, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 25, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 26, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 26, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 27, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 27, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 28, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 28, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 29, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 29, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 4, 32, 30, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 4, 512, 32, 30, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 4, 32, 31, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 4, 512, 32, 31, 32, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (20 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

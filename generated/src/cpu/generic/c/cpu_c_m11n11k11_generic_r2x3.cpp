@@ -31,29 +31,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 11, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 11, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 11, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 11, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 11, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 11, 0, 1, false>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 11, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 11, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,45 +31,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 14, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 14, 0, 1, false>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 14, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 14, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 14, 0, 1, false>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 14, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 14, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 14, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 14, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 14, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

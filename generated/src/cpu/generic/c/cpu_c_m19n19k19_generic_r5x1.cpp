@@ -31,81 +31,81 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 1, false>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 1, false>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

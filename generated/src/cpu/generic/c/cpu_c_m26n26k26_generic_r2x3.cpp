@@ -31,131 +31,131 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 3, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 3, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 26, 0, 1, false>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 2, 2, 26, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 2, 2, 128, 26, 0, 1, false>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

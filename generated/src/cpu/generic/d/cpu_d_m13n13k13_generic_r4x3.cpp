@@ -31,25 +31,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 2, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 13, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 13, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 13, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

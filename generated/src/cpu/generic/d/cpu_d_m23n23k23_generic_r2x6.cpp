@@ -31,53 +31,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 0, 1, false>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 0, 1, false>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 0, 1, false>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 0, 1, false>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 23, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 23, 0, 1, false>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

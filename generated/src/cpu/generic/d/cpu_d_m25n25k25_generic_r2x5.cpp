@@ -31,75 +31,75 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 5, 1, 128, 25, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 5, 1, 128, 25, 0, 1, false>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 5, 1, 128, 25, 0, 1, false>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 5, 1, 128, 25, 0, 1, false>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 25, 0, 1, false>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 1, 5, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 1, 5, 1, 128, 25, 0, 1, false>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,105 +31,105 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (18 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (18 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (6 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (18 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 6 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (6 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 12 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (12 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 18 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (18 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 1, false>(
             a + 24 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (24 + 27 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,133 +31,133 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 1, false>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,17 +31,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 4, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 15, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 15, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 15, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 15, 0, 1, false>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 15, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 15, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 15, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

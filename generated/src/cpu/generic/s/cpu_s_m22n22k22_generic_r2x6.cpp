@@ -31,29 +31,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 22, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 22, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 22, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 22, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 22, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 22, 0, 1, false>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 22, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 22, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,41 +31,41 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 3, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 4, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 4, 128, 25, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 25, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 25, 0, 1, false>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

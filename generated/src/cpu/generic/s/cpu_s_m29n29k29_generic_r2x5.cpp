@@ -31,53 +31,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 0, 1, false>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 0, 1, false>(
             a + 8 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (8 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 0, 1, false>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 1, 29, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 4, 1, 128, 29, 0, 1, false>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,293 +31,293 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 1, false>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 1, false>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

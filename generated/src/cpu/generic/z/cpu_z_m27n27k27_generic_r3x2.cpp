@@ -31,257 +31,257 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (21 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (3 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (9 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (15 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (21 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (3 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (9 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (15 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (21 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (3 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (9 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (21 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (3 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (9 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (15 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (21 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (3 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (9 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (15 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (21 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (3 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (9 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (21 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (3 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (9 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (15 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (21 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (3 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (9 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (15 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (21 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (3 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (9 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (21 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (3 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (9 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (15 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (21 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (3 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (9 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (15 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (21 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (3 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (9 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (15 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (21 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 2, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 3 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (3 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 9 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (9 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 15 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (15 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 21 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (21 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 27, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 27, 0, 1, false>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -31,501 +31,501 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (4 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (8 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (12 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (16 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (20 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (24 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (28 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (28 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (28 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (28 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (28 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (4 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (24 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (28 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (28 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (28 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (4 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (8 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (12 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (20 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (24 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (28 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (4 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (8 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (12 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (16 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (20 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (24 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (28 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (28 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (28 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (4 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (8 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (12 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (16 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (20 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (24 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (28 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (28 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (4 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (8 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (12 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (16 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (20 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (24 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (28 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (28 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (28 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (4 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (8 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (12 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (16 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (20 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (24 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (28 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (4 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (8 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (12 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (20 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (28 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (28 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (4 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (8 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (12 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (20 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (24 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (28 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (0 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (4 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (8 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (12 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (16 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (20 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (24 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (28 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 4 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (4 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 8 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (8 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 20 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (20 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 31, 0, 1, false>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 1, 1, 31, 0, 1, false>(
+        tile<real, CPLX, BITS, 3, 1, 1, 128, 31, 0, 1, false>(
             a + 28 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (28 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

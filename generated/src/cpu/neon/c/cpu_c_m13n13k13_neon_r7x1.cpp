@@ -30,31 +30,31 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 0, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 0, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 1, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 1, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 2, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 2, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 3, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 3, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 4, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 4, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 5, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 5, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 6, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 6, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 7, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 7, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 8, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 8, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 9, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 9, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 10, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 10, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 11, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 11, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 13, 12, 13, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 13, 12, 13, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,33 +30,33 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 0, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 0, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 1, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 1, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 2, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 2, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 3, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 3, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 4, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 4, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 5, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 5, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 6, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 6, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 7, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 7, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 8, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 8, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 9, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 9, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 10, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 10, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 11, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 11, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 2, 2, 14, 12, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 2, 2, 128, 14, 12, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 14, 13, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 14, 13, 14, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,65 +30,65 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 0, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 0, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 1, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 1, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 2, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 2, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 3, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 3, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (8 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 4, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 4, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 5, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 5, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 6, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 6, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 7, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 7, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 8, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 8, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 9, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 9, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 10, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 10, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 11, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 11, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 12, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 12, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 13, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 13, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 14, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 14, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 15, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 15, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 16, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 16, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 17, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 17, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 18, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 18, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 19, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 19, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 20, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 20, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 21, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 21, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 22, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 22, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 23, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 23, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (8 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 24, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 24, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 25, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 25, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 26, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 26, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 27, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 27, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (8 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 15, 28, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 15, 28, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 15, 29, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 15, 29, 30, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,59 +30,59 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 0, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 0, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 1, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 1, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 2, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 2, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 3, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 3, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 4, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 4, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 5, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 5, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 6, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 6, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 7, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 7, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 8, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 8, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 9, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 9, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 10, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 10, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 11, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 11, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 12, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 12, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 13, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 13, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 14, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 14, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 15, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 15, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 16, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 16, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 17, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 17, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 18, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 18, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 19, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 19, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 20, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 20, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 21, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 21, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 22, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 22, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 23, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 23, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 24, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 24, 27, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 25, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 25, 27, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 18, 26, 27, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 18, 26, 27, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

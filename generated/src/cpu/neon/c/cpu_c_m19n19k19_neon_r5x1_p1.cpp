@@ -30,81 +30,81 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 0, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 0, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 1, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 1, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 2, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 2, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 3, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 3, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 4, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 4, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 5, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 5, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 6, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 6, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 7, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 7, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 8, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 8, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 9, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 9, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 10, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 10, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 11, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 11, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 12, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 12, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 13, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 13, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 14, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 14, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 15, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 15, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 16, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 16, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 17, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 17, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 18, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 18, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 19, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 19, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 20, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 20, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 21, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 21, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 22, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 22, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 23, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 23, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 24, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 24, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 25, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 25, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 26, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 26, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 27, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 27, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 28, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 28, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 29, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 29, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 30, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 30, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 31, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 31, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 32, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 32, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 33, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 33, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 34, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 34, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 35, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 35, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 19, 36, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 19, 36, 38, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 37, 38, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 37, 38, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

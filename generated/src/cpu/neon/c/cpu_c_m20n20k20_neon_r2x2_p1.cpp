@@ -30,105 +30,105 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 0, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 0, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 1, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 1, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 2, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 2, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 3, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 3, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 4, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 4, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 5, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 5, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 6, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 6, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 7, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 7, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 8, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 8, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 9, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 9, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 10, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 10, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 11, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 11, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 12, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 12, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 13, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 13, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 14, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 14, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 15, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 15, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 16, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 16, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 17, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 17, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 18, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 18, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 19, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 19, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 20, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 20, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 21, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 21, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 22, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 22, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 23, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 23, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 24, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 24, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 25, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 25, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 26, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 26, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 27, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 27, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 28, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 28, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 29, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 29, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 30, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 30, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 31, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 31, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 32, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 32, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 33, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 33, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 34, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 34, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 35, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 35, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 36, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 36, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 37, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 37, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 38, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 38, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 39, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 39, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 40, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 40, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 41, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 41, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 42, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 42, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 43, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 43, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 44, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 44, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 45, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 45, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 46, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 46, 50, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 47, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 47, 50, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 48, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 48, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 20, 49, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 20, 49, 50, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

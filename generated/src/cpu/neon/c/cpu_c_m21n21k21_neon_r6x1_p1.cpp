@@ -30,89 +30,89 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 0, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 0, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 1, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 1, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 2, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 2, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 3, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 3, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (12 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 4, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 4, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 5, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 5, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 6, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 6, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 7, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 7, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 8, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 8, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 9, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 9, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 10, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 10, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 11, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 11, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 12, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 12, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 13, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 13, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 14, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 14, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 15, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 15, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 16, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 16, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 17, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 17, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 18, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 18, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 19, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 19, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 20, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 20, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 21, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 21, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 22, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 22, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 23, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 23, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (12 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 24, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 24, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 25, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 25, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 26, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 26, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 27, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 27, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (12 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 28, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 28, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 29, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 29, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 30, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 30, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 31, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 31, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 32, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 32, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 33, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 33, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 34, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 34, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 35, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 35, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (12 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 36, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 36, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 37, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 37, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 38, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 38, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 39, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 39, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (12 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 21, 40, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 21, 40, 42, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 21, 41, 42, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 21, 41, 42, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,93 +30,93 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 0, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 0, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 1, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 1, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 2, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 2, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 3, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 3, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 4, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 4, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 5, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 5, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 6, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 6, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 7, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 7, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 8, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 8, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 9, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 9, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 10, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 10, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 11, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 11, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 12, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 12, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 13, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 13, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 14, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 14, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 15, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 15, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 16, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 16, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 17, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 17, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 18, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 18, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 19, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 19, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 20, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 20, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 21, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 21, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 22, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 22, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 23, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 23, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 24, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 24, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 25, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 25, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 26, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 26, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 27, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 27, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 28, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 28, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 29, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 29, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 30, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 30, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 31, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 31, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 32, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 32, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 33, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 33, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 34, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 34, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 35, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 35, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 36, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 36, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 37, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 37, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 38, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 38, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 39, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 39, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 40, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 40, 44, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 41, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 41, 44, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 22, 42, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 22, 42, 44, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 22, 43, 44, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 22, 43, 44, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

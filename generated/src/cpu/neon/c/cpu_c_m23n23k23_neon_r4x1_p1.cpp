@@ -30,143 +30,143 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 0, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 0, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 1, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 1, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 2, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 2, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 3, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 3, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 4, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 4, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (8 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 5, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 5, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (16 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 6, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 6, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 7, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 7, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 8, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 8, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 9, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 9, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 10, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 10, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 11, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 11, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 12, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 12, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 13, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 13, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 14, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 14, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 15, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 15, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 16, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 16, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 17, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 17, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 18, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 18, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 19, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 19, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 20, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 20, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 21, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 21, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 22, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 22, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 23, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 23, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 24, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 24, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 25, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 25, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 26, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 26, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 27, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 27, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 28, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 28, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 29, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 29, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 30, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 30, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 31, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 31, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 32, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 32, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 33, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 33, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 34, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 34, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (8 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 35, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 35, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 36, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 36, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 37, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 37, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 38, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 38, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 39, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 39, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 40, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 40, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (8 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 41, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 41, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (16 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 42, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 42, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 43, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 43, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 44, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 44, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 45, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 45, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 46, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 46, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 47, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 47, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 48, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 48, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 49, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 49, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 50, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 50, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 51, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 51, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 52, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 52, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (8 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 53, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 53, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (16 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 54, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 54, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 55, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 55, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 56, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 56, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 57, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 57, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 58, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 58, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (8 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 59, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 59, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (16 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 60, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 60, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 61, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 61, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 62, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 62, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 63, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 63, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 64, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 64, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 65, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 65, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 66, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 66, 69, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 2, 23, 67, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 2, 128, 23, 67, 69, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 23, 68, 69, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 23, 68, 69, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,149 +30,149 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 0, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 0, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 1, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 1, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 2, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 2, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 3, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 3, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 4, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 4, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 5, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 5, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 6, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 6, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 7, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 7, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 8, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 8, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 9, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 9, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 10, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 10, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 11, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 11, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 12, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 12, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 13, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 13, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 14, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 14, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 15, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 15, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 16, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 16, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 17, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 17, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 18, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 18, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 19, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 19, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 20, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 20, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 21, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 21, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 22, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 22, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 23, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 23, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 24, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 24, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 25, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 25, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 26, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 26, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 27, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 27, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 28, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 28, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 29, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 29, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 30, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 30, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 31, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 31, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 32, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 32, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 33, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 33, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 34, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 34, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 35, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 35, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 36, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 36, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 37, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 37, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 38, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 38, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 39, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 39, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 40, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 40, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 41, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 41, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 42, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 42, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 43, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 43, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 44, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 44, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 45, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 45, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 46, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 46, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 47, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 47, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 48, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 48, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 49, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 49, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 50, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 50, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 51, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 51, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 52, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 52, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 53, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 53, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 54, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 54, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 55, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 55, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 56, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 56, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 57, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 57, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 58, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 58, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 59, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 59, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 60, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 60, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 61, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 61, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 62, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 62, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 63, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 63, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 64, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 64, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 65, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 65, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 66, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 66, 72, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 67, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 67, 72, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 68, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 68, 72, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 69, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 69, 72, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 70, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 70, 72, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 24, 71, 72, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 24, 71, 72, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,105 +30,105 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 0, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 0, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 1, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 1, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 2, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 2, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 3, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 3, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (14 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 4, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 4, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 5, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 5, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 6, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 6, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 7, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 7, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (14 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 8, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 8, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 9, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 9, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 10, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 10, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 11, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 11, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (14 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 12, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 12, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 13, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 13, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 14, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 14, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 15, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 15, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (14 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 16, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 16, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 17, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 17, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 18, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 18, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 19, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 19, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (14 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 20, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 20, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 21, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 21, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 22, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 22, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 23, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 23, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (14 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 24, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 24, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 25, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 25, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 26, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 26, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 27, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 27, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (14 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 28, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 28, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 29, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 29, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 30, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 30, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 31, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 31, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (14 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 32, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 32, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 33, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 33, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 34, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 34, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 35, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 35, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (14 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 36, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 36, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 37, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 37, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 38, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 38, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 39, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 39, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (14 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 40, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 40, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 41, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 41, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 42, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 42, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 43, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 43, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (14 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 44, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 44, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 45, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 45, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 46, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 46, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 47, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 47, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (14 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 25, 48, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 25, 48, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 25, 49, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 25, 49, 50, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

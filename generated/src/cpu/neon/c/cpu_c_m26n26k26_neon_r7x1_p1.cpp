@@ -30,109 +30,109 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 0, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 0, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 1, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 1, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 2, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 2, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 3, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 3, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (14 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 4, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 4, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 5, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 5, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 6, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 6, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 7, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 7, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (14 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 8, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 8, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 9, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 9, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 10, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 10, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 11, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 11, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (14 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 12, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 12, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 13, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 13, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 14, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 14, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 15, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 15, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (14 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 16, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 16, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 17, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 17, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 18, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 18, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 19, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 19, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (14 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 20, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 20, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 21, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 21, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 22, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 22, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 23, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 23, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (14 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 24, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 24, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 25, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 25, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 26, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 26, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 27, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 27, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (14 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 28, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 28, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 29, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 29, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 30, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 30, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 31, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 31, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (14 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 32, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 32, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 33, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 33, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 34, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 34, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 35, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 35, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (14 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 36, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 36, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 37, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 37, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 38, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 38, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 39, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 39, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (14 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 40, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 40, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 41, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 41, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 42, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 42, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 43, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 43, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (14 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 44, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 44, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 45, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 45, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 46, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 46, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 47, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 47, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (14 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 48, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 48, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 49, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 49, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 2, 26, 50, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 2, 128, 26, 50, 52, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 2, 26, 51, 52, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 2, 128, 26, 51, 52, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (14 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,131 +30,131 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 0, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 0, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 1, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 1, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 2, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 2, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 3, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 3, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 4, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 4, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 5, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 5, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 6, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 6, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 7, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 7, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 8, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 8, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (4 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 9, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 9, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 10, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 10, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 11, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 11, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 12, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 12, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 13, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 13, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 14, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 14, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 15, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 15, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 16, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 16, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 17, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 17, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 18, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 18, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 19, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 19, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 20, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 20, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 21, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 21, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 22, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 22, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (4 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 23, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 23, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 24, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 24, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 25, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 25, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 26, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 26, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 27, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 27, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 28, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 28, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 29, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 29, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 30, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 30, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 31, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 31, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 32, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 32, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 33, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 33, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 34, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 34, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 35, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 35, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 36, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 36, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 37, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 37, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 38, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 38, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 39, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 39, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 40, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 40, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 41, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 41, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 42, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 42, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 43, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 43, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 44, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 44, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 45, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 45, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 46, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 46, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 47, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 47, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 48, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 48, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 49, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 49, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 50, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 50, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 51, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 51, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 52, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 52, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 53, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 53, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 54, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 54, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 55, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 55, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 56, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 56, 63, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 57, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 57, 63, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 58, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 58, 63, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 59, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 59, 63, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 60, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 60, 63, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 2, 27, 61, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 2, 128, 27, 61, 63, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 3, 1, 27, 62, 63, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 3, 1, 128, 27, 62, 63, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,201 +30,201 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 0, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 0, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 1, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 1, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 2, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 2, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 3, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 3, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 4, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 4, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 5, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 5, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 6, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 6, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 7, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 7, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 8, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 8, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 9, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 9, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 10, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 10, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 11, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 11, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 12, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 12, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 13, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 13, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 14, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 14, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 15, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 15, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 16, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 16, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 17, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 17, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 18, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 18, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 19, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 19, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 20, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 20, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 21, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 21, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 22, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 22, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 23, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 23, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 24, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 24, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 25, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 25, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 26, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 26, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 27, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 27, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 28, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 28, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 29, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 29, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 30, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 30, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 31, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 31, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 32, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 32, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 33, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 33, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 34, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 34, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 35, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 35, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 36, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 36, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 37, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 37, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 38, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 38, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 39, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 39, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 40, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 40, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 41, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 41, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 42, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 42, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 43, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 43, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 44, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 44, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 45, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 45, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 46, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 46, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 47, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 47, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 48, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 48, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 49, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 49, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 50, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 50, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 51, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 51, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 52, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 52, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 53, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 53, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 54, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 54, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 55, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 55, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 56, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 56, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 57, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 57, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 58, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 58, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 59, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 59, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 60, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 60, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 61, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 61, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 62, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 62, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 63, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 63, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 64, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 64, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 65, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 65, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 66, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 66, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 67, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 67, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 68, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 68, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 69, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 69, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 70, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 70, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 71, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 71, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 72, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 72, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 73, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 73, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 74, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 74, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 75, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 75, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 76, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 76, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 77, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 77, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 78, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 78, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 79, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 79, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 80, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 80, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 81, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 81, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 82, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 82, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 83, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 83, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 84, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 84, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 85, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 85, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 86, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 86, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 87, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 87, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 88, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 88, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 89, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 89, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 90, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 90, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 91, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 91, 98, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 92, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 92, 98, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 93, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 93, 98, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 94, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 94, 98, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 95, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 95, 98, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 96, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 96, 98, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 28, 97, 98, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 28, 97, 98, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

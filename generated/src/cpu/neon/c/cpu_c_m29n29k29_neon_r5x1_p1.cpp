@@ -30,179 +30,179 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 0, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 0, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 1, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 1, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 2, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 2, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 3, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 3, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 4, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 4, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 5, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 5, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (20 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 6, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 6, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 7, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 7, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 8, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 8, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 9, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 9, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 10, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 10, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 11, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 11, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 12, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 12, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 13, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 13, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 14, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 14, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 15, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 15, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 16, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 16, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 17, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 17, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 18, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 18, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 19, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 19, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 20, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 20, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 21, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 21, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 22, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 22, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 23, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 23, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 24, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 24, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 25, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 25, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 26, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 26, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 27, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 27, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 28, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 28, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 29, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 29, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 30, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 30, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 31, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 31, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 32, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 32, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 33, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 33, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 34, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 34, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 35, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 35, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (20 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 36, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 36, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 37, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 37, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 38, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 38, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 39, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 39, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 40, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 40, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 41, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 41, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (20 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 42, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 42, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 43, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 43, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 44, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 44, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 45, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 45, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 46, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 46, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 47, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 47, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 48, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 48, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 49, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 49, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 50, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 50, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 51, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 51, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 52, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 52, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 53, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 53, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (20 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 54, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 54, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 55, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 55, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 56, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 56, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 57, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 57, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 58, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 58, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (10 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 59, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 59, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (20 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 60, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 60, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 61, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 61, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 62, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 62, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 63, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 63, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 64, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 64, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (10 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 65, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 65, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 66, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 66, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 67, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 67, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 68, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 68, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 69, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 69, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 70, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 70, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (10 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 71, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 71, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (20 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 72, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 72, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 73, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 73, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 74, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 74, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 75, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 75, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 76, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 76, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (10 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 77, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 77, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (20 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 78, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 78, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 79, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 79, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (10 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 80, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 80, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 81, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 81, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 82, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 82, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (10 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 83, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 83, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (20 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 84, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 84, 87, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 2, 29, 85, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 2, 128, 29, 85, 87, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (10 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 86, 87, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 86, 87, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,155 +30,155 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 0, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 0, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 1, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 1, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 2, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 2, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 3, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 3, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 4, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 4, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 5, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 5, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 6, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 6, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 7, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 7, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 8, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 8, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 9, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 9, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 10, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 10, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 11, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 11, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 12, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 12, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 13, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 13, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 14, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 14, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 15, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 15, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 16, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 16, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 17, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 17, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 18, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 18, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 19, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 19, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 20, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 20, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 21, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 21, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 22, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 22, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 23, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 23, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 24, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 24, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 25, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 25, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 26, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 26, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 27, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 27, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 28, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 28, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 29, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 29, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 30, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 30, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 31, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 31, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 32, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 32, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 33, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 33, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 34, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 34, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 35, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 35, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 36, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 36, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 37, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 37, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 38, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 38, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 39, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 39, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 40, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 40, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 41, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 41, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 42, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 42, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 43, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 43, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 44, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 44, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 45, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 45, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 46, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 46, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 47, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 47, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 48, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 48, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 49, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 49, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 50, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 50, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 51, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 51, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 52, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 52, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 53, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 53, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 54, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 54, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 55, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 55, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 56, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 56, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 57, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 57, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 58, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 58, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 59, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 59, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 60, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 60, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 61, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 61, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 62, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 62, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 63, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 63, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 64, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 64, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 65, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 65, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 66, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 66, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 67, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 67, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 68, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 68, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 69, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 69, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 70, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 70, 75, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 71, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 71, 75, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 72, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 72, 75, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 73, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 73, 75, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 2, 2, 30, 74, 75, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 2, 2, 128, 30, 74, 75, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

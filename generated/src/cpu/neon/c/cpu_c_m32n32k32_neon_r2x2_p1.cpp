@@ -30,261 +30,261 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 0, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 0, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 1, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 1, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 2, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 2, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 3, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 3, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 4, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 4, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 5, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 5, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 6, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 6, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 7, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 7, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 8, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 8, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 9, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 9, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 10, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 10, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 11, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 11, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 12, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 12, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 13, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 13, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 14, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 14, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 15, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 15, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (28 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 16, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 16, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 17, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 17, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 18, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 18, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 19, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 19, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 20, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 20, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 21, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 21, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 22, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 22, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 23, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 23, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 24, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 24, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 25, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 25, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 26, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 26, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 27, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 27, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 28, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 28, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 29, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 29, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 30, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 30, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 31, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 31, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (28 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 32, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 32, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 33, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 33, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 34, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 34, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 35, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 35, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 36, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 36, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 37, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 37, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 38, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 38, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 39, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 39, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 40, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 40, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 41, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 41, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 42, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 42, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 43, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 43, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 44, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 44, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 45, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 45, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 46, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 46, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 47, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 47, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (28 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 48, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 48, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 49, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 49, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 50, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 50, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 51, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 51, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 52, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 52, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 53, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 53, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 54, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 54, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 55, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 55, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 56, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 56, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 57, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 57, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 58, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 58, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 59, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 59, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 60, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 60, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 61, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 61, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 62, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 62, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 63, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 63, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (28 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 64, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 64, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 65, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 65, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 66, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 66, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 67, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 67, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 68, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 68, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 69, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 69, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 70, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 70, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 71, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 71, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 72, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 72, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 73, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 73, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 74, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 74, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 75, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 75, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 76, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 76, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 77, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 77, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 78, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 78, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 79, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 79, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (28 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 80, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 80, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 81, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 81, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 82, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 82, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 83, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 83, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 84, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 84, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 85, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 85, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 86, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 86, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 87, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 87, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 88, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 88, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 89, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 89, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 90, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 90, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 91, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 91, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 92, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 92, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 93, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 93, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 94, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 94, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 95, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 95, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (28 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 96, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 96, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 97, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 97, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 98, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 98, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 99, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 99, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 100, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 100, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 101, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 101, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 102, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 102, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 103, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 103, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 104, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 104, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 105, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 105, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 106, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 106, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 107, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 107, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 108, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 108, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 109, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 109, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 110, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 110, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 111, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 111, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (28 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 112, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 112, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 113, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 113, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 114, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 114, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 115, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 115, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 116, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 116, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 117, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 117, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 118, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 118, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 119, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 119, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 120, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 120, 128, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 121, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 121, 128, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (4 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 122, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 122, 128, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (8 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 123, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 123, 128, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 124, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 124, 128, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 125, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 125, 128, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (20 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 126, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 126, 128, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 2, 32, 127, 128, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 2, 128, 32, 127, 128, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (28 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,23 +30,23 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 0, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 0, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 1, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 1, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 2, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 2, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 3, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 3, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 4, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 4, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 5, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 5, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 6, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 6, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 7, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 7, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 9, 8, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 9, 8, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
     }
 };

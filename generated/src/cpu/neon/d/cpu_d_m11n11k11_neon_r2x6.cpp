@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 2, 11, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 11, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 11, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 11, 1, 6, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 11, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 11, 2, 6, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 11, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 11, 3, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 11, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 11, 4, 6, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 11, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 11, 5, 6, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,23 +30,23 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 0, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 0, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 1, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 1, 9, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 2, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 2, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 3, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 3, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 4, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 4, 9, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 5, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 5, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 6, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 6, 9, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 7, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 7, 9, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 12, 8, 9, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 12, 8, 9, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
     }
 };

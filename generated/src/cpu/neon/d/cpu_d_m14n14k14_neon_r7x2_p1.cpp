@@ -30,19 +30,19 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 0, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 0, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 1, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 1, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 2, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 2, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 3, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 3, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 4, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 4, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 5, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 5, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 14, 6, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 14, 6, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

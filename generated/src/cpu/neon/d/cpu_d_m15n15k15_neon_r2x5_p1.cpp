@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 1, 12, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 2, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 15, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 15, 3, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 4, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 5, 12, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 6, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 15, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 15, 7, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 8, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 9, 12, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 15, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 15, 10, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 15, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 15, 11, 12, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

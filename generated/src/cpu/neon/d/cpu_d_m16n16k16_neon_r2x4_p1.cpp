@@ -30,37 +30,37 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 0, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 0, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 1, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 1, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 2, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 2, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 3, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 3, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 4, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 4, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 5, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 5, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 6, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 6, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 7, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 7, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 8, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 8, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 9, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 9, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 10, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 10, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 11, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 11, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 12, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 12, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 13, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 13, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 14, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 14, 16, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 16, 15, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 16, 15, 16, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,41 +30,41 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 0, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 0, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 1, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 1, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 2, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 2, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 3, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 3, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 4, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 4, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 5, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 5, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 6, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 6, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 7, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 7, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 8, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 8, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 9, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 9, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 10, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 10, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 11, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 11, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 12, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 12, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 13, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 13, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 14, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 14, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 15, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 15, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 16, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 16, 18, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 18, 17, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 18, 17, 18, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
     }
 };

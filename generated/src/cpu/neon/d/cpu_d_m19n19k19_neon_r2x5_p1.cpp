@@ -30,45 +30,45 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 0, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 0, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 1, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 1, 20, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 2, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 2, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 3, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 3, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 19, 4, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 19, 4, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 5, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 5, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 6, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 6, 20, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (4 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 7, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 7, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 8, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 8, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 19, 9, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 19, 9, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 10, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 10, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 11, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 11, 20, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 12, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 12, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 19, 13, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 19, 13, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 19, 14, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 19, 14, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 19, 15, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 19, 15, 20, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 19, 16, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 19, 16, 20, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (4 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 19, 17, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 19, 17, 20, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 19, 18, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 19, 18, 20, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 1, 19, 19, 20, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 1, 128, 19, 19, 20, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,55 +30,55 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 0, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 0, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 1, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 1, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 2, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 2, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 3, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 3, 25, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 4, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 4, 25, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 5, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 5, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 6, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 6, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 7, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 7, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 8, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 8, 25, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 9, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 9, 25, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 10, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 10, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 11, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 11, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 12, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 12, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 13, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 13, 25, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 14, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 14, 25, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 15, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 15, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 16, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 16, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 17, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 17, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 18, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 18, 25, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 19, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 19, 25, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 20, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 20, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 21, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 21, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 22, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 22, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 23, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 23, 25, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 20, 24, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 20, 24, 25, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

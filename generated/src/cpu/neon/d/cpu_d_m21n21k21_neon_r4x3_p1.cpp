@@ -30,47 +30,47 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 0, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 0, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 1, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 1, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 2, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 2, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 3, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 3, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 4, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 4, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 5, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 5, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 6, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 6, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 7, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 7, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 8, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 8, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 9, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 9, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 10, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 10, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 11, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 11, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 12, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 12, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 13, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 13, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 14, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 14, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 15, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 15, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 16, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 16, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 17, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 17, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 18, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 18, 21, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 3, 2, 21, 19, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 3, 2, 128, 21, 19, 21, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 20, 21, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 20, 21, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

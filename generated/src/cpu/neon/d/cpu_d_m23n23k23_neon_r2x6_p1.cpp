@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 1, 24, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 2, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 3, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 4, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 5, 24, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 6, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 7, 24, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 8, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 9, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 10, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 11, 24, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 13, 24, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 14, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 15, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 23, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 23, 16, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 23, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 23, 17, 24, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 18, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 19, 24, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 20, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 21, 24, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 23, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 23, 22, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 23, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 23, 23, 24, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

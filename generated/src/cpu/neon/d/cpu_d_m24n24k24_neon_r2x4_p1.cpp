@@ -30,77 +30,77 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 0, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 0, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 1, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 1, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 2, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 2, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 3, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 3, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 4, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 4, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 5, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 5, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 6, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 6, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 7, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 7, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 8, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 8, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 9, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 9, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 10, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 10, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 11, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 11, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 12, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 12, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 13, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 13, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 14, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 14, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 15, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 15, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 16, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 16, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 17, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 17, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 18, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 18, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 19, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 19, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 20, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 20, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 21, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 21, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 22, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 22, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 23, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 23, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 24, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 24, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 25, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 25, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 26, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 26, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 27, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 27, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 28, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 28, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 29, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 29, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 30, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 30, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 31, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 31, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 32, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 32, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 33, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 33, 36, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 34, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 34, 36, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 24, 35, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 24, 35, 36, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

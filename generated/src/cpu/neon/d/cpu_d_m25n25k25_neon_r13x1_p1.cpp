@@ -30,55 +30,55 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 0, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 0, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 1, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 1, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 2, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 2, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 3, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 3, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 4, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 4, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 5, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 5, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 6, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 6, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 7, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 7, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 8, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 8, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 9, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 9, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 10, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 10, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 11, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 11, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 12, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 12, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 13, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 13, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 14, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 14, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 15, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 15, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 16, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 16, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 17, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 17, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 18, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 18, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 19, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 19, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 20, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 20, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 21, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 21, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 22, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 22, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 23, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 23, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 13, 1, 1, 25, 24, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 13, 1, 1, 128, 25, 24, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

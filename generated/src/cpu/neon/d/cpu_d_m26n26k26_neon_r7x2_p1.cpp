@@ -30,57 +30,57 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 0, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 0, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 1, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 1, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 2, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 2, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 3, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 3, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 4, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 4, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 5, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 5, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 6, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 6, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 7, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 7, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 8, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 8, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 9, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 9, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 10, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 10, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 11, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 11, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 12, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 12, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 13, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 13, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 14, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 14, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 15, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 15, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 16, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 16, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 17, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 17, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 18, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 18, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 19, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 19, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 20, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 20, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 21, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 21, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 22, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 22, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 23, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 23, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 2, 2, 26, 24, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 2, 2, 128, 26, 24, 26, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 2, 2, 26, 25, 26, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 2, 2, 128, 26, 25, 26, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

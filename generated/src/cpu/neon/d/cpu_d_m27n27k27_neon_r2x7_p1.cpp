@@ -30,61 +30,61 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 0, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 0, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 1, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 1, 28, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 2, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 2, 28, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 3, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 3, 28, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 4, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 4, 28, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 5, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 5, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 1, 27, 6, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 1, 128, 27, 6, 28, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 7, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 7, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 8, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 8, 28, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (4 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 9, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 9, 28, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 10, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 10, 28, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 11, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 11, 28, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 12, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 12, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 1, 27, 13, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 1, 128, 27, 13, 28, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (24 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 14, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 14, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 15, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 15, 28, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 16, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 16, 28, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 17, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 17, 28, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 18, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 18, 28, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 2, 27, 19, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 2, 128, 27, 19, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 1, 27, 20, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 1, 128, 27, 20, 28, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 21, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 21, 28, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 22, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 22, 28, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (4 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 23, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 23, 28, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 24, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 24, 28, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 25, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 25, 28, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 2, 27, 26, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 2, 128, 27, 26, 28, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 27, 27, 28, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 27, 27, 28, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,103 +30,103 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 0, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 0, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 1, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 1, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 2, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 2, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 3, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 3, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 4, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 4, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 5, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 5, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 6, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 6, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 7, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 7, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 8, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 8, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 9, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 9, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 10, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 10, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 11, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 11, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 12, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 12, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 13, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 13, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 14, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 14, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 15, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 15, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 16, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 16, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 17, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 17, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 18, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 18, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 19, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 19, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 20, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 20, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 21, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 21, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 22, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 22, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 23, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 23, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 24, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 24, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 25, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 25, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 26, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 26, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 27, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 27, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 28, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 28, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 29, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 29, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 30, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 30, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 31, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 31, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 32, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 32, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 33, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 33, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 34, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 34, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 35, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 35, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 36, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 36, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 37, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 37, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 38, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 38, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 39, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 39, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 40, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 40, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 41, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 41, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 42, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 42, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 43, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 43, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 44, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 44, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 45, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 45, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 46, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 46, 49, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 47, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 47, 49, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 28, 48, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 28, 48, 49, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,65 +30,65 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 0, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 0, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 1, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 1, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 2, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 2, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 3, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 3, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 1, 29, 4, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 1, 128, 29, 4, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 5, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 5, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 6, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 6, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 7, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 7, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 8, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 8, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (18 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 1, 29, 9, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 1, 128, 29, 9, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 10, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 10, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 11, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 11, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 12, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 12, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 13, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 13, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 1, 29, 14, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 1, 128, 29, 14, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 15, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 15, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 16, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 16, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 17, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 17, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 18, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 18, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 1, 29, 19, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 1, 128, 29, 19, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 20, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 20, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 21, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 21, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 22, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 22, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 2, 29, 23, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 29, 23, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 1, 29, 24, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 1, 128, 29, 24, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 2, 29, 25, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 2, 128, 29, 25, 30, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 2, 29, 26, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 2, 128, 29, 26, 30, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (6 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 2, 29, 27, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 2, 128, 29, 27, 30, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (12 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 2, 29, 28, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 2, 128, 29, 28, 30, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (18 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 1, 29, 29, 30, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 1, 128, 29, 29, 30, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

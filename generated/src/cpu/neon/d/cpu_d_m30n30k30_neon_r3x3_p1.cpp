@@ -30,105 +30,105 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 0, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 0, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 1, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 1, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 2, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 2, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 3, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 3, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 4, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 4, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 5, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 5, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 6, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 6, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 7, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 7, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 8, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 8, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (18 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 9, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 9, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 10, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 10, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 11, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 11, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 12, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 12, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 13, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 13, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 14, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 14, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 15, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 15, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 16, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 16, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 17, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 17, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 18, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 18, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (18 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 19, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 19, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 20, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 20, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 21, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 21, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 22, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 22, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 23, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 23, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 24, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 24, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 25, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 25, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 26, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 26, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 27, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 27, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 28, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 28, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 29, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 29, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 30, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 30, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 31, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 31, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 32, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 32, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 33, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 33, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 34, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 34, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 35, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 35, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 36, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 36, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (6 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 37, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 37, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 38, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 38, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (18 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 39, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 39, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 40, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 40, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 41, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 41, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 42, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 42, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 43, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 43, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 44, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 44, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 45, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 45, 50, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 46, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 46, 50, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (6 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 47, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 47, 50, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (12 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 48, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 48, 50, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (18 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 2, 30, 49, 50, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 2, 128, 30, 49, 50, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (24 + 27 * ldc) * CW, ldc, e, pf);
     }
 };

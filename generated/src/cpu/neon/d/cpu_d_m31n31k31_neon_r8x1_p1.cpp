@@ -30,129 +30,129 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 0, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 0, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 1, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 1, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 2, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 2, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 3, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 3, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (16 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 4, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 4, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 5, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 5, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 6, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 6, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 7, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 7, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 8, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 8, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 9, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 9, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 10, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 10, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 11, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 11, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 12, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 12, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 13, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 13, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 14, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 14, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 15, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 15, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 16, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 16, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 17, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 17, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 18, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 18, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 19, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 19, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 20, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 20, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 21, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 21, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 22, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 22, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 23, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 23, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 24, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 24, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 25, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 25, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 26, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 26, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 27, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 27, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (16 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 28, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 28, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 29, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 29, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 30, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 30, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 31, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 31, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 32, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 32, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 33, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 33, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 34, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 34, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 35, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 35, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (16 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 36, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 36, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 37, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 37, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 38, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 38, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 39, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 39, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (16 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 40, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 40, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 41, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 41, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 42, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 42, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 43, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 43, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 44, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 44, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 45, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 45, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 46, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 46, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 47, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 47, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (16 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 48, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 48, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 49, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 49, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 50, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 50, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 51, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 51, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 52, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 52, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 53, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 53, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 54, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 54, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 55, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 55, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 56, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 56, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 57, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 57, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 58, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 58, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (0 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 59, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 59, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (16 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 2, 31, 60, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 2, 128, 31, 60, 62, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 61, 62, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 61, 62, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

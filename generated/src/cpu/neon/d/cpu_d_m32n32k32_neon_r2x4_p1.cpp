@@ -30,133 +30,133 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 0, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 0, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 1, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 1, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 2, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 2, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 3, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 3, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 4, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 4, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 5, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 5, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 6, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 6, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 7, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 7, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 8, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 8, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 9, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 9, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 10, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 10, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 11, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 11, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 12, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 12, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 13, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 13, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 14, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 14, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 15, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 15, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 16, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 16, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 17, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 17, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 18, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 18, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 19, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 19, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 20, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 20, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 21, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 21, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 22, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 22, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 23, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 23, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 24, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 24, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 25, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 25, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 26, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 26, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 27, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 27, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 28, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 28, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 29, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 29, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 30, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 30, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 31, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 31, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 32, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 32, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 33, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 33, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 34, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 34, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 35, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 35, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 36, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 36, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 37, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 37, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 38, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 38, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 39, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 39, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 40, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 40, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 41, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 41, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 42, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 42, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 43, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 43, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 44, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 44, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 45, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 45, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 46, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 46, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 47, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 47, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 48, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 48, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 49, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 49, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 50, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 50, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 51, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 51, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 52, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 52, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 53, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 53, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 54, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 54, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 55, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 55, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 56, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 56, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 57, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 57, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 58, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 58, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 59, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 59, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 60, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 60, 64, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 61, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 61, 64, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 62, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 62, 64, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 2, 32, 63, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 2, 128, 32, 63, 64, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,13 +30,13 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 5, 2, 9, 0, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 2, 128, 9, 0, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 9, 1, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 9, 1, 4, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 2, 9, 2, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 2, 128, 9, 2, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 1, 9, 3, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 1, 128, 9, 3, 4, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,13 +30,13 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 7, 4, 13, 0, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 4, 128, 13, 0, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 7, 1, 13, 1, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 7, 1, 128, 13, 1, 4, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 13, 2, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 13, 2, 4, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 1, 13, 3, 4, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 1, 128, 13, 3, 4, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,17 +30,17 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 3, 1, 17, 0, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 3, 1, 128, 17, 0, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 3, 1, 17, 1, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 3, 1, 128, 17, 1, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 3, 1, 17, 2, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 3, 1, 128, 17, 2, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 3, 1, 17, 3, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 3, 1, 128, 17, 3, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 3, 1, 17, 4, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 3, 1, 128, 17, 4, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 2, 1, 17, 5, 6, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 2, 1, 128, 17, 5, 6, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,21 +30,21 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 5, 4, 19, 0, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 4, 128, 19, 0, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 19, 1, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 19, 1, 8, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 4, 19, 2, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 4, 128, 19, 2, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 19, 3, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 19, 3, 8, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 5, 4, 19, 4, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 5, 4, 128, 19, 4, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 19, 5, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 19, 5, 8, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 19, 6, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 19, 6, 8, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 3, 19, 7, 8, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 3, 128, 19, 7, 8, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,25 +30,25 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 4, 4, 20, 0, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 20, 0, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 20, 1, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 20, 1, 10, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 20, 2, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 20, 2, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 20, 3, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 20, 3, 10, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 20, 4, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 20, 4, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 20, 5, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 20, 5, 10, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 20, 6, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 20, 6, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 20, 7, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 20, 7, 10, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 20, 8, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 20, 8, 10, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 20, 9, 10, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 20, 9, 10, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

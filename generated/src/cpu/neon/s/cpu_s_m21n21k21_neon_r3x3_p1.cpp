@@ -30,33 +30,33 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 0, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 0, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 1, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 1, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 2, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 2, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 3, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 3, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 4, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 4, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 5, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 5, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 6, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 6, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 7, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 7, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 8, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 8, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 9, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 9, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 10, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 10, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 11, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 11, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 4, 21, 12, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 4, 128, 21, 12, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 13, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 13, 14, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

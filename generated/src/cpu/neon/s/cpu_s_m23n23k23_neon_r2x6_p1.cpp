@@ -30,29 +30,29 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 0, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 0, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 1, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 1, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 3, 23, 2, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 3, 128, 23, 2, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 3, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 3, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 4, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 4, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 3, 23, 5, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 3, 128, 23, 5, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 6, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 6, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 4, 23, 7, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 4, 128, 23, 7, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 6, 3, 23, 8, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 6, 3, 128, 23, 8, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 23, 9, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 23, 9, 12, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 23, 10, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 23, 10, 12, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 3, 23, 11, 12, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 3, 128, 23, 11, 12, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

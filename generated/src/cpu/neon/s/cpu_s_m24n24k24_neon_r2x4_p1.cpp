@@ -30,41 +30,41 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 0, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 0, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 1, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 1, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 2, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 2, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 3, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 3, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 4, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 4, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 5, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 5, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 6, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 6, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 7, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 7, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 8, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 8, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 9, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 9, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 10, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 10, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 11, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 11, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 12, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 12, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 13, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 13, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 14, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 14, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 15, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 15, 18, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 16, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 16, 18, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 24, 17, 18, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 24, 17, 18, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

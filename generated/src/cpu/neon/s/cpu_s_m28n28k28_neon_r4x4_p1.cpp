@@ -30,33 +30,33 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 0, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 0, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 1, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 1, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 2, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 2, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 3, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 3, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 4, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 4, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 5, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 5, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 6, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 6, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 7, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 7, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 8, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 8, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 9, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 9, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 10, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 10, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 11, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 11, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 4, 4, 28, 12, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 4, 4, 128, 28, 12, 14, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 4, 4, 28, 13, 14, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 4, 4, 128, 28, 13, 14, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 1, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 2, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 3, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 4, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 5, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 6, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 7, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 8, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 9, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 10, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 11, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 13, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 14, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 15, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 16, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 17, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 29, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 29, 18, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 1, 29, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 1, 128, 29, 19, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 20, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 21, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (8 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 29, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 29, 22, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 1, 29, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 1, 128, 29, 23, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,53 +30,53 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 0, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 0, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 1, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 1, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 2, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 2, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 3, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 3, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 4, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 4, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 5, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 5, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 6, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 6, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 7, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 7, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 8, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 8, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 9, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 9, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 10, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 10, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 11, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 11, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 12, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 12, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 13, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 13, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 14, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 14, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 15, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 15, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 16, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 16, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 17, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 17, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 18, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 18, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 19, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 19, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 20, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 20, 24, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 21, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 21, 24, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (8 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 4, 30, 22, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 4, 128, 30, 22, 24, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 5, 2, 30, 23, 24, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 5, 2, 128, 30, 23, 24, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,67 +30,67 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 0, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 0, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 1, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 1, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 2, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 2, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 3, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 3, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 4, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 4, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 5, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 5, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 6, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 6, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 7, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 7, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 8, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 8, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 9, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 9, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 10, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 10, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 11, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 11, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 12, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 12, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 13, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 13, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 14, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 14, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 15, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 15, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 16, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 16, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 17, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 17, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 18, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 18, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 19, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 19, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 20, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 20, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 21, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 21, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 22, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 22, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 23, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 23, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 24, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 24, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 25, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 25, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 26, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 26, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 27, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 27, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 28, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 28, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 29, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 29, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (0 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 3, 31, 30, 31, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 3, 128, 31, 30, 31, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,69 +30,69 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 0, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 0, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 1, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 1, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 2, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 2, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 3, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 3, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 4, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 4, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 5, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 5, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 6, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 6, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 7, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 7, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 8, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 8, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 9, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 9, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 10, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 10, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 11, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 11, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 12, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 12, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 13, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 13, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 14, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 14, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 15, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 15, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 16, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 16, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 17, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 17, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 18, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 18, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 19, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 19, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 20, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 20, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 21, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 21, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 22, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 22, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 23, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 23, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 24, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 24, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 25, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 25, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 26, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 26, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 27, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 27, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 28, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 28, 32, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 29, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 29, 32, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 30, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 30, 32, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 4, 4, 32, 31, 32, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 4, 4, 128, 32, 31, 32, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,55 +30,55 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 0, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 0, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 1, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 1, 25, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 2, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 2, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 3, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 3, 25, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 4, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 4, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 5, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 5, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 6, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 6, 25, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 7, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 7, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 8, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 8, 25, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 9, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 9, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 10, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 10, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 11, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 11, 25, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 12, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 12, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 13, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 13, 25, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 14, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 14, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 15, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 15, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 16, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 16, 25, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 17, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 17, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 18, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 18, 25, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 19, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 19, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 20, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 20, 25, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 21, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 21, 25, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 22, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 22, 25, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 23, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 23, 25, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 10, 24, 25, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 10, 24, 25, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
     }
 };

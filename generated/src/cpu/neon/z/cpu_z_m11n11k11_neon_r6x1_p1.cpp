@@ -30,49 +30,49 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 0, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 0, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 1, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 1, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 2, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 2, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 3, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 3, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (6 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 4, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 4, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 5, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 5, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 6, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 6, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 7, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 7, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 8, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 8, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 9, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 9, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 10, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 10, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 11, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 11, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 12, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 12, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 13, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 13, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 14, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 14, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 15, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 15, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (6 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 16, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 16, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 17, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 17, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 18, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 18, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 19, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 19, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 11, 20, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 11, 20, 22, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 11, 21, 22, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 11, 21, 22, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,77 +30,77 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 0, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 0, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 1, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 1, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 2, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 2, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 3, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 3, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 4, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 4, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 5, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 5, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 6, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 6, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 7, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 7, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 8, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 8, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 9, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 9, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 10, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 10, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 11, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 11, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 12, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 12, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 13, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 13, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 14, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 14, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 15, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 15, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 16, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 16, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 17, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 17, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 18, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 18, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 19, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 19, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 20, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 20, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 21, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 21, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 22, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 22, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 23, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 23, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 24, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 24, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 25, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 25, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 26, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 26, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 27, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 27, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 28, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 28, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 29, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 29, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 30, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 30, 36, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 31, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 31, 36, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 32, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 32, 36, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 33, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 33, 36, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 34, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 34, 36, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 12, 35, 36, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 12, 35, 36, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
     }
 };

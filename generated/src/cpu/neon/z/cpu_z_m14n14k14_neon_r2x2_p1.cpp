@@ -30,103 +30,103 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 0, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 0, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 1, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 1, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 2, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 2, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 3, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 3, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 4, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 4, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 5, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 5, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 6, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 6, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 7, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 7, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 8, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 8, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 9, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 9, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 10, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 10, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 11, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 11, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 12, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 12, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 13, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 13, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 14, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 14, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 15, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 15, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 16, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 16, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 17, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 17, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 18, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 18, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 19, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 19, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 20, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 20, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 21, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 21, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 22, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 22, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 23, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 23, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 24, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 24, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 25, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 25, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 26, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 26, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 27, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 27, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 28, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 28, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 29, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 29, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 30, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 30, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 31, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 31, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 32, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 32, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 33, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 33, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 34, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 34, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 35, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 35, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 36, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 36, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 37, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 37, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 38, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 38, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 39, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 39, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 40, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 40, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 41, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 41, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 42, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 42, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 43, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 43, 49, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 44, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 44, 49, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 45, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 45, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 46, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 46, 49, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 47, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 47, 49, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 14, 48, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 14, 48, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
     }
 };

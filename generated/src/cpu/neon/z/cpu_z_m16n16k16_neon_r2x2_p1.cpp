@@ -30,133 +30,133 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 0, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 0, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 1, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 1, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 2, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 2, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 3, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 3, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 4, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 4, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 5, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 5, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 6, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 6, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 7, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 7, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 8, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 8, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 9, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 9, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 10, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 10, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 11, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 11, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 12, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 12, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 13, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 13, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 14, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 14, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 15, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 15, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 16, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 16, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 17, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 17, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 18, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 18, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 19, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 19, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 20, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 20, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 21, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 21, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 22, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 22, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 23, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 23, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 24, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 24, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 25, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 25, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 26, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 26, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 27, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 27, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 28, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 28, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 29, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 29, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 30, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 30, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 31, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 31, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 32, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 32, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 33, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 33, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 34, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 34, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 35, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 35, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 36, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 36, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 37, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 37, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 38, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 38, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 39, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 39, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 40, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 40, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 41, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 41, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 42, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 42, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 43, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 43, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 44, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 44, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 45, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 45, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 46, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 46, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 47, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 47, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 48, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 48, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 49, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 49, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 50, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 50, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 51, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 51, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 52, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 52, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 53, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 53, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 54, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 54, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 55, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 55, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 56, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 56, 64, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 57, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 57, 64, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 58, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 58, 64, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 59, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 59, 64, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 60, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 60, 64, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 61, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 61, 64, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 62, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 62, 64, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 16, 63, 64, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 16, 63, 64, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,107 +30,107 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 0, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 0, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 1, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 1, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 2, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 2, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 3, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 3, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 4, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 4, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (6 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 5, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 5, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (12 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 6, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 6, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 7, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 7, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 8, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 8, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 9, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 9, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 10, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 10, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 11, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 11, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 12, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 12, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 13, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 13, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 14, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 14, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 15, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 15, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 16, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 16, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 17, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 17, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 18, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 18, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 19, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 19, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 20, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 20, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 21, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 21, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 22, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 22, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (6 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 23, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 23, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 24, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 24, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 25, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 25, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 26, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 26, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 27, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 27, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 28, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 28, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 29, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 29, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 30, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 30, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 31, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 31, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 32, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 32, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 33, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 33, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 34, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 34, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (6 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 35, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 35, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (12 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 36, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 36, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 37, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 37, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 38, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 38, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 39, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 39, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 40, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 40, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (6 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 41, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 41, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (12 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 42, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 42, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 43, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 43, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 44, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 44, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 45, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 45, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 46, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 46, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 47, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 47, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 48, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 48, 51, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 17, 49, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 17, 49, 51, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 17, 50, 51, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 17, 50, 51, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

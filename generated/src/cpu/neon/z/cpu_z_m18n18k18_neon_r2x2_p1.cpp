@@ -30,167 +30,167 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 0, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 0, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 1, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 1, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 2, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 2, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 3, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 3, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 4, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 4, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 5, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 5, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 6, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 6, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 7, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 7, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 8, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 8, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 9, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 9, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 10, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 10, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 11, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 11, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 12, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 12, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 13, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 13, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 14, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 14, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 15, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 15, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 16, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 16, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 17, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 17, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 18, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 18, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 19, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 19, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 20, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 20, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 21, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 21, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 22, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 22, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 23, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 23, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 24, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 24, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 25, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 25, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 26, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 26, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 27, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 27, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 28, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 28, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 29, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 29, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 30, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 30, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 31, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 31, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 32, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 32, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 33, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 33, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 34, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 34, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 35, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 35, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 36, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 36, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 37, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 37, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 38, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 38, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 39, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 39, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 40, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 40, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 41, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 41, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 42, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 42, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 43, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 43, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 44, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 44, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 45, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 45, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 46, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 46, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 47, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 47, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 48, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 48, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 49, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 49, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 50, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 50, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 51, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 51, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 52, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 52, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 53, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 53, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 54, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 54, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 55, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 55, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 56, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 56, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 57, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 57, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 58, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 58, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 59, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 59, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 60, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 60, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 61, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 61, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 62, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 62, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 63, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 63, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 64, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 64, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 65, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 65, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 66, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 66, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 67, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 67, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 68, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 68, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 69, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 69, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 70, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 70, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 71, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 71, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 72, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 72, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 73, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 73, 81, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 74, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 74, 81, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 75, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 75, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 76, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 76, 81, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 77, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 77, 81, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 78, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 78, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 79, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 79, 81, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 18, 80, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 18, 80, 81, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
     }
 };

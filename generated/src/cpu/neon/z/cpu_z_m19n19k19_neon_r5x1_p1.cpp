@@ -30,157 +30,157 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 0, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 0, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 1, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 1, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 2, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 2, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 3, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 3, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 4, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 4, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 5, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 5, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (5 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 6, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 6, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 7, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 7, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (15 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 8, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 8, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 9, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 9, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (5 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 10, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 10, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 11, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 11, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (15 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 12, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 12, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 13, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 13, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (5 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 14, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 14, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 15, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 15, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (15 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 16, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 16, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 17, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 17, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (5 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 18, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 18, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 19, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 19, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (15 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 20, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 20, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 21, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 21, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (5 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 22, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 22, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 23, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 23, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (15 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 24, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 24, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 25, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 25, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (5 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 26, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 26, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 27, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 27, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 28, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 28, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 29, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 29, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (5 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 30, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 30, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 31, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 31, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (15 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 32, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 32, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 33, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 33, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (5 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 34, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 34, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 35, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 35, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (15 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 36, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 36, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 37, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 37, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (5 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 38, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 38, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 39, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 39, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (15 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 40, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 40, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 41, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 41, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (5 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 42, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 42, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 43, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 43, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (15 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 44, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 44, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 45, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 45, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (5 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 46, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 46, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 47, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 47, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (15 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 48, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 48, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 49, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 49, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (5 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 50, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 50, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 51, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 51, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 52, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 52, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 53, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 53, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (5 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 54, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 54, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 55, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 55, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (15 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 56, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 56, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 57, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 57, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (5 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 58, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 58, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 59, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 59, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (15 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 60, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 60, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 61, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 61, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (5 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 62, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 62, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 63, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 63, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 64, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 64, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 65, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 65, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (5 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 66, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 66, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 67, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 67, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (15 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 68, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 68, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 69, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 69, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (5 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 70, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 70, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 71, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 71, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (15 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 72, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 72, 76, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 73, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 73, 76, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (5 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 19, 74, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 19, 74, 76, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 19, 75, 76, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 19, 75, 76, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

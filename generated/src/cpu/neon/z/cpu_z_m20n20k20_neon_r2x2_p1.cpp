@@ -30,205 +30,205 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 0, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 0, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 1, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 1, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 2, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 2, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 3, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 3, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 4, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 4, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 5, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 5, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 6, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 6, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 7, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 7, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 8, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 8, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 9, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 9, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 10, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 10, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 11, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 11, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 12, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 12, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 13, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 13, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 14, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 14, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 15, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 15, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 16, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 16, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 17, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 17, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 18, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 18, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 19, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 19, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 20, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 20, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 21, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 21, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 22, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 22, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 23, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 23, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 24, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 24, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 25, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 25, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 26, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 26, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 27, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 27, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 28, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 28, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 29, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 29, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 30, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 30, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 31, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 31, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 32, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 32, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 33, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 33, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 34, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 34, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 35, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 35, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 36, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 36, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 37, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 37, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 38, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 38, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 39, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 39, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 40, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 40, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 41, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 41, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 42, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 42, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 43, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 43, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 44, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 44, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 45, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 45, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 46, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 46, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 47, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 47, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 48, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 48, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 49, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 49, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 50, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 50, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 51, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 51, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 52, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 52, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 53, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 53, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 54, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 54, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 55, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 55, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 56, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 56, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 57, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 57, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 58, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 58, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 59, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 59, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 60, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 60, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 61, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 61, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 62, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 62, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 63, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 63, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 64, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 64, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 65, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 65, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 66, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 66, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 67, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 67, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 68, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 68, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 69, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 69, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 70, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 70, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 71, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 71, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 72, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 72, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 73, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 73, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 74, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 74, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 75, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 75, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 76, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 76, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 77, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 77, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 78, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 78, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 79, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 79, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 80, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 80, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 81, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 81, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 82, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 82, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 83, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 83, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 84, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 84, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 85, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 85, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 86, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 86, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 87, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 87, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 88, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 88, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 89, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 89, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 90, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 90, 100, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 91, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 91, 100, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 92, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 92, 100, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 93, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 93, 100, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 94, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 94, 100, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 95, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 95, 100, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 96, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 96, 100, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 97, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 97, 100, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 98, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 98, 100, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 20, 99, 100, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 20, 99, 100, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

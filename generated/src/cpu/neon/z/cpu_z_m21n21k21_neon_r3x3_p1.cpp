@@ -30,103 +30,103 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 0, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 0, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 1, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 1, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 2, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 2, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 3, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 3, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 4, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 4, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 5, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 5, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 6, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 6, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 7, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 7, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 8, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 8, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (3 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 9, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 9, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 10, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 10, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (9 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 11, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 11, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 12, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 12, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (15 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 13, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 13, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (18 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 14, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 14, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 15, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 15, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (3 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 16, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 16, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 17, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 17, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (9 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 18, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 18, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 19, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 19, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 20, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 20, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 21, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 21, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 22, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 22, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (3 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 23, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 23, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 24, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 24, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (9 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 25, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 25, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 26, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 26, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (15 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 27, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 27, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (18 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 28, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 28, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 29, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 29, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (3 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 30, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 30, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 31, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 31, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (9 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 32, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 32, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 33, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 33, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 34, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 34, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 35, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 35, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 36, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 36, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (3 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 37, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 37, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 38, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 38, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (9 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 39, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 39, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 40, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 40, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 41, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 41, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 42, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 42, 49, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 43, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 43, 49, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (3 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 44, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 44, 49, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 45, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 45, 49, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (9 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 46, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 46, 49, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 47, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 47, 49, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 21, 48, 49, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 21, 48, 49, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
     }
 };

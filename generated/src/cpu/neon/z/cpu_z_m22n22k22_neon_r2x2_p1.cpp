@@ -30,247 +30,247 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 0, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 0, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 1, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 1, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 2, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 2, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 3, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 3, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 4, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 4, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 5, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 5, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 6, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 6, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 7, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 7, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 8, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 8, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 9, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 9, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 10, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 10, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 11, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 11, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 12, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 12, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 13, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 13, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 14, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 14, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 15, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 15, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 16, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 16, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 17, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 17, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 18, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 18, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 19, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 19, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 20, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 20, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 21, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 21, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 22, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 22, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 23, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 23, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 24, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 24, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 25, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 25, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 26, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 26, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 27, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 27, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 28, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 28, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 29, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 29, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 30, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 30, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 31, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 31, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 32, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 32, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 33, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 33, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 34, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 34, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 35, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 35, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 36, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 36, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 37, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 37, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 38, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 38, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 39, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 39, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 40, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 40, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 41, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 41, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 42, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 42, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 43, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 43, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 44, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 44, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 45, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 45, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 46, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 46, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 47, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 47, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 48, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 48, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 49, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 49, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 50, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 50, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 51, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 51, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 52, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 52, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 53, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 53, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 54, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 54, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 55, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 55, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 56, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 56, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 57, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 57, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 58, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 58, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 59, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 59, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 60, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 60, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 61, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 61, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 62, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 62, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 63, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 63, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 64, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 64, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 65, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 65, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 66, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 66, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 67, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 67, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 68, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 68, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 69, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 69, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 70, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 70, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 71, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 71, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 72, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 72, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 73, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 73, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 74, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 74, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 75, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 75, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 76, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 76, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 77, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 77, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 78, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 78, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 79, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 79, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 80, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 80, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 81, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 81, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 82, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 82, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 83, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 83, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 84, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 84, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 85, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 85, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 86, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 86, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 87, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 87, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 88, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 88, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 89, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 89, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 90, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 90, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 91, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 91, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 92, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 92, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 93, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 93, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 94, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 94, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 95, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 95, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 96, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 96, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 97, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 97, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 98, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 98, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 99, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 99, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 100, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 100, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 101, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 101, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 102, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 102, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 103, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 103, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 104, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 104, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 105, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 105, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 106, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 106, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 107, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 107, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 108, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 108, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 109, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 109, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 110, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 110, 121, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 111, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 111, 121, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 112, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 112, 121, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 113, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 113, 121, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 114, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 114, 121, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 115, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 115, 121, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 116, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 116, 121, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 117, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 117, 121, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 118, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 118, 121, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 119, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 119, 121, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 22, 120, 121, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 22, 120, 121, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
     }
 };

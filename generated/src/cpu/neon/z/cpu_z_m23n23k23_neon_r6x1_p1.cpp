@@ -30,189 +30,189 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 0, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 0, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 1, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 1, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 2, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 2, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 3, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 3, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 4, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 4, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 5, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 5, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (6 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 6, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 6, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (12 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 7, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 7, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (18 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 8, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 8, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 9, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 9, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 10, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 10, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 11, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 11, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 12, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 12, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 13, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 13, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 14, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 14, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 15, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 15, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (18 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 16, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 16, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 17, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 17, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 18, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 18, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 19, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 19, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 20, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 20, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 21, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 21, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (6 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 22, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 22, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (12 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 23, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 23, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (18 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 24, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 24, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 25, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 25, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 26, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 26, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 27, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 27, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 28, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 28, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 29, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 29, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (6 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 30, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 30, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (12 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 31, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 31, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (18 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 32, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 32, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 33, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 33, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 34, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 34, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 35, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 35, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 36, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 36, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 37, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 37, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 38, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 38, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 39, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 39, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (18 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 40, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 40, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 41, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 41, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 42, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 42, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 43, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 43, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 44, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 44, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 45, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 45, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (6 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 46, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 46, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (12 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 47, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 47, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (18 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 48, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 48, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 49, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 49, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 50, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 50, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 51, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 51, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 52, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 52, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 53, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 53, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (6 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 54, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 54, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (12 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 55, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 55, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (18 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 56, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 56, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 57, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 57, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 58, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 58, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 59, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 59, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 60, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 60, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 61, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 61, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 62, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 62, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 63, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 63, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 64, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 64, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 65, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 65, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 66, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 66, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 67, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 67, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 68, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 68, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 69, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 69, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (6 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 70, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 70, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (12 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 71, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 71, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (18 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 72, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 72, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 73, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 73, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 74, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 74, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 75, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 75, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 76, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 76, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 77, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 77, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (6 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 78, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 78, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (12 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 79, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 79, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (18 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 80, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 80, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 81, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 81, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 82, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 82, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 83, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 83, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 84, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 84, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 85, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 85, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (6 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 86, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 86, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 87, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 87, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (18 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 88, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 88, 92, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 89, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 89, 92, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 6, 1, 1, 23, 90, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 6, 1, 1, 128, 23, 90, 92, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 23, 91, 92, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 23, 91, 92, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

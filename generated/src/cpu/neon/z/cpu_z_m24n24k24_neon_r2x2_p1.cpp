@@ -30,293 +30,293 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 0, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 0, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 1, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 1, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 2, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 2, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 3, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 3, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 4, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 4, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 5, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 5, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 6, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 6, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 7, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 7, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 8, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 8, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 9, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 9, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 10, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 10, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 11, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 11, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 12, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 12, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 13, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 13, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 14, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 14, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 15, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 15, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 16, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 16, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 17, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 17, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 18, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 18, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 19, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 19, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 20, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 20, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 21, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 21, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 22, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 22, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 23, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 23, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 24, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 24, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 25, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 25, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 26, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 26, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 27, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 27, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 28, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 28, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 29, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 29, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 30, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 30, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 31, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 31, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 32, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 32, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 33, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 33, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 34, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 34, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 35, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 35, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 36, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 36, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 37, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 37, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 38, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 38, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 39, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 39, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 40, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 40, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 41, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 41, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 42, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 42, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 43, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 43, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 44, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 44, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 45, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 45, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 46, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 46, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 47, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 47, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 48, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 48, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 49, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 49, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 50, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 50, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 51, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 51, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 52, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 52, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 53, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 53, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 54, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 54, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 55, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 55, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 56, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 56, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 57, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 57, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 58, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 58, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 59, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 59, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 60, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 60, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 61, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 61, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 62, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 62, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 63, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 63, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 64, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 64, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 65, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 65, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 66, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 66, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 67, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 67, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 68, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 68, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 69, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 69, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 70, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 70, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 71, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 71, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 72, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 72, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 73, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 73, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 74, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 74, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 75, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 75, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 76, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 76, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 77, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 77, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 78, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 78, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 79, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 79, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 80, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 80, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 81, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 81, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 82, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 82, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 83, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 83, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 84, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 84, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 85, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 85, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 86, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 86, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 87, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 87, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 88, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 88, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 89, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 89, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 90, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 90, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 91, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 91, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 92, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 92, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 93, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 93, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 94, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 94, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 95, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 95, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 96, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 96, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 97, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 97, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 98, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 98, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 99, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 99, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 100, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 100, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 101, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 101, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 102, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 102, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 103, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 103, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 104, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 104, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 105, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 105, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 106, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 106, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 107, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 107, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 108, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 108, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 109, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 109, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 110, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 110, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 111, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 111, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 112, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 112, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 113, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 113, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 114, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 114, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 115, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 115, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 116, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 116, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 117, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 117, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 118, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 118, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 119, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 119, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 120, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 120, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 121, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 121, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 122, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 122, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 123, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 123, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 124, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 124, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 125, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 125, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 126, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 126, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 127, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 127, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 128, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 128, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 129, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 129, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 130, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 130, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 131, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 131, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 132, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 132, 144, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 133, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 133, 144, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 134, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 134, 144, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 135, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 135, 144, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 136, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 136, 144, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 137, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 137, 144, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 138, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 138, 144, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 139, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 139, 144, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 140, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 140, 144, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 141, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 141, 144, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 142, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 142, 144, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 24, 143, 144, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 24, 143, 144, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,255 +30,255 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 0, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 0, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 1, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 1, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 2, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 2, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 3, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 3, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 4, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 4, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 5, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 5, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 6, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 6, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (5 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 7, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 7, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 8, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 8, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (15 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 9, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 9, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (20 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 10, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 10, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 11, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 11, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (5 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 12, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 12, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 13, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 13, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (15 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 14, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 14, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 15, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 15, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 16, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 16, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (5 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 17, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 17, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 18, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 18, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (15 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 19, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 19, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 20, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 20, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 21, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 21, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (5 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 22, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 22, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 23, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 23, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (15 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 24, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 24, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 25, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 25, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 26, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 26, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (5 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 27, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 27, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 28, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 28, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (15 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 29, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 29, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 30, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 30, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 31, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 31, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (5 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 32, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 32, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 33, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 33, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 34, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 34, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 35, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 35, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 36, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 36, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (5 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 37, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 37, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 38, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 38, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (15 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 39, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 39, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 40, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 40, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 41, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 41, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (5 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 42, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 42, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 43, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 43, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (15 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 44, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 44, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 45, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 45, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 46, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 46, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (5 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 47, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 47, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 48, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 48, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (15 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 49, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 49, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 50, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 50, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 51, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 51, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (5 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 52, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 52, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 53, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 53, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (15 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 54, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 54, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 55, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 55, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 56, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 56, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (5 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 57, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 57, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 58, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 58, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (15 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 59, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 59, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (20 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 60, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 60, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 61, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 61, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (5 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 62, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 62, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 63, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 63, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 64, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 64, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 65, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 65, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 66, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 66, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (5 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 67, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 67, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 68, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 68, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (15 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 69, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 69, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (20 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 70, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 70, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 71, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 71, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (5 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 72, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 72, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 73, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 73, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (15 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 74, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 74, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 75, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 75, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 76, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 76, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (5 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 77, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 77, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 78, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 78, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 79, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 79, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 80, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 80, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 81, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 81, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (5 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 82, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 82, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 83, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 83, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (15 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 84, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 84, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 85, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 85, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 86, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 86, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (5 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 87, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 87, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 88, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 88, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (15 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 89, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 89, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (20 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 90, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 90, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 91, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 91, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (5 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 92, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 92, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 93, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 93, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 94, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 94, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 95, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 95, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 96, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 96, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (5 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 97, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 97, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (10 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 98, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 98, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (15 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 99, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 99, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (20 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 100, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 100, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 101, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 101, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (5 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 102, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 102, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 103, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 103, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (15 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 104, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 104, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 105, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 105, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 106, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 106, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (5 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 107, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 107, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (10 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 108, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 108, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (15 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 109, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 109, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 110, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 110, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 111, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 111, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (5 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 112, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 112, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 113, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 113, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (15 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 114, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 114, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 115, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 115, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 116, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 116, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (5 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 117, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 117, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (10 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 118, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 118, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (15 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 119, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 119, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (20 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 120, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 120, 125, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 121, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 121, 125, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (5 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 122, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 122, 125, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 123, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 123, 125, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (15 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 25, 124, 125, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 25, 124, 125, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,343 +30,343 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 0, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 0, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 1, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 1, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 2, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 2, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 3, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 3, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 4, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 4, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 5, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 5, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 6, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 6, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 7, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 7, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 8, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 8, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 9, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 9, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 10, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 10, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 11, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 11, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 12, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 12, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 13, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 13, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 14, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 14, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 15, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 15, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 16, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 16, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 17, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 17, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 18, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 18, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 19, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 19, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 20, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 20, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 21, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 21, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 22, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 22, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 23, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 23, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 24, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 24, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 25, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 25, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 26, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 26, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 27, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 27, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 28, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 28, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 29, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 29, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 30, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 30, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 31, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 31, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 32, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 32, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 33, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 33, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 34, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 34, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 35, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 35, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 36, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 36, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 37, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 37, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 38, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 38, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 39, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 39, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 40, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 40, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 41, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 41, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 42, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 42, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 43, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 43, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 44, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 44, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 45, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 45, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 46, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 46, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 47, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 47, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 48, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 48, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 49, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 49, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 50, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 50, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 51, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 51, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 52, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 52, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 53, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 53, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 54, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 54, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 55, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 55, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 56, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 56, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 57, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 57, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 58, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 58, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 59, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 59, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 60, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 60, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 61, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 61, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 62, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 62, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 63, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 63, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 64, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 64, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 65, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 65, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 66, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 66, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 67, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 67, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 68, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 68, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 69, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 69, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 70, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 70, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 71, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 71, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 72, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 72, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 73, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 73, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 74, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 74, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 75, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 75, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 76, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 76, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 77, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 77, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 78, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 78, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 79, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 79, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 80, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 80, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 81, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 81, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 82, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 82, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 83, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 83, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 84, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 84, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 85, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 85, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 86, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 86, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 87, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 87, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 88, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 88, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 89, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 89, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 90, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 90, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 91, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 91, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 92, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 92, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 93, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 93, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 94, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 94, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 95, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 95, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 96, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 96, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 97, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 97, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 98, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 98, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 99, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 99, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 100, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 100, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 101, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 101, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 102, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 102, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 103, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 103, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 104, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 104, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 105, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 105, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 106, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 106, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 107, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 107, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 108, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 108, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 109, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 109, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 110, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 110, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 111, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 111, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 112, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 112, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 113, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 113, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 114, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 114, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 115, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 115, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 116, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 116, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 117, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 117, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 118, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 118, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 119, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 119, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 120, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 120, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 121, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 121, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 122, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 122, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 123, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 123, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 124, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 124, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 125, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 125, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 126, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 126, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 127, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 127, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 128, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 128, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 129, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 129, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 130, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 130, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 131, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 131, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 132, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 132, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 133, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 133, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 134, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 134, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 135, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 135, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 136, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 136, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 137, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 137, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 138, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 138, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 139, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 139, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 140, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 140, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 141, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 141, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 142, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 142, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 143, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 143, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 144, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 144, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 145, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 145, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 146, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 146, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 147, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 147, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 148, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 148, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 149, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 149, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 150, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 150, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 151, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 151, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 152, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 152, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 153, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 153, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 154, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 154, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 155, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 155, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 156, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 156, 169, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 157, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 157, 169, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 158, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 158, 169, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 159, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 159, 169, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 160, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 160, 169, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 161, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 161, 169, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 162, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 162, 169, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 163, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 163, 169, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 164, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 164, 169, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 165, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 165, 169, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 166, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 166, 169, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 167, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 167, 169, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 26, 168, 169, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 26, 168, 169, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,167 +30,167 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 0, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 0, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 1, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 1, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (3 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 2, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 2, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 3, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 3, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (9 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 4, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 4, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 5, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 5, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 6, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 6, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 7, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 7, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (21 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 8, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 8, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 9, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 9, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 10, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 10, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (3 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 11, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 11, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (6 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 12, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 12, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (9 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 13, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 13, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (12 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 14, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 14, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (15 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 15, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 15, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (18 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 16, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 16, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (21 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 17, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 17, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 18, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 18, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 19, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 19, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (3 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 20, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 20, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 21, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 21, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (9 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 22, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 22, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 23, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 23, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 24, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 24, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 25, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 25, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (21 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 26, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 26, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 27, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 27, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 28, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 28, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (3 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 29, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 29, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (6 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 30, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 30, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (9 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 31, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 31, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (12 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 32, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 32, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (15 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 33, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 33, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (18 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 34, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 34, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (21 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 35, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 35, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 36, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 36, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 37, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 37, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (3 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 38, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 38, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 39, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 39, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (9 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 40, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 40, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 41, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 41, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 42, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 42, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 43, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 43, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (21 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 44, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 44, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 45, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 45, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 46, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 46, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (3 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 47, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 47, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (6 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 48, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 48, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (9 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 49, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 49, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (12 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 50, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 50, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 51, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 51, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (18 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 52, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 52, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (21 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 53, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 53, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 54, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 54, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 55, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 55, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (3 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 56, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 56, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 57, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 57, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (9 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 58, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 58, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 59, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 59, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 60, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 60, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 61, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 61, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (21 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 62, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 62, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 63, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 63, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 64, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 64, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (3 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 65, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 65, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (6 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 66, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 66, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (9 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 67, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 67, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (12 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 68, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 68, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (15 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 69, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 69, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (18 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 70, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 70, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (21 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 71, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 71, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 72, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 72, 81, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 73, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 73, 81, (DISTANCE > 0)>(
             a + 3 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (3 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 74, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 74, 81, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 75, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 75, 81, (DISTANCE > 0)>(
             a + 9 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (9 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 76, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 76, 81, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 77, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 77, 81, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (15 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 78, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 78, 81, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 79, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 79, 81, (DISTANCE > 0)>(
             a + 21 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (21 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 3, 3, 1, 27, 80, 81, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 3, 3, 1, 128, 27, 80, 81, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,397 +30,397 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 0, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 0, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 1, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 1, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 2, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 2, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 3, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 3, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 4, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 4, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 5, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 5, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 6, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 6, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 7, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 7, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 8, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 8, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 9, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 9, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 10, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 10, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 11, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 11, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 12, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 12, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 13, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 13, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 14, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 14, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 15, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 15, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 16, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 16, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 17, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 17, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 18, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 18, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 19, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 19, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 20, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 20, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 21, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 21, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 22, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 22, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 23, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 23, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 24, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 24, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 25, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 25, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 26, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 26, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 27, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 27, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (26 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 28, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 28, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 29, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 29, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 30, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 30, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 31, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 31, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 32, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 32, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 33, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 33, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 34, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 34, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 35, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 35, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 36, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 36, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 37, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 37, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 38, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 38, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 39, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 39, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 40, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 40, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 41, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 41, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (26 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 42, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 42, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 43, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 43, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 44, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 44, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 45, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 45, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 46, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 46, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 47, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 47, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 48, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 48, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 49, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 49, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 50, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 50, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 51, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 51, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 52, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 52, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 53, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 53, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 54, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 54, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 55, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 55, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (26 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 56, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 56, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 57, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 57, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 58, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 58, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 59, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 59, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 60, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 60, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 61, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 61, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 62, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 62, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 63, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 63, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 64, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 64, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 65, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 65, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 66, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 66, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 67, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 67, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 68, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 68, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 69, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 69, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (26 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 70, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 70, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 71, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 71, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 72, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 72, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 73, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 73, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 74, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 74, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 75, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 75, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 76, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 76, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 77, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 77, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 78, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 78, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 79, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 79, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 80, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 80, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 81, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 81, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 82, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 82, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 83, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 83, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (26 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 84, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 84, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 85, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 85, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 86, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 86, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 87, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 87, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 88, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 88, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 89, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 89, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 90, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 90, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 91, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 91, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 92, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 92, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 93, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 93, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 94, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 94, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 95, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 95, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 96, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 96, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 97, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 97, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (26 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 98, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 98, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 99, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 99, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 100, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 100, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 101, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 101, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 102, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 102, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 103, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 103, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 104, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 104, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 105, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 105, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 106, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 106, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 107, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 107, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 108, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 108, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 109, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 109, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 110, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 110, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 111, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 111, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (26 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 112, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 112, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 113, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 113, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 114, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 114, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 115, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 115, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 116, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 116, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 117, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 117, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 118, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 118, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 119, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 119, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 120, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 120, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 121, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 121, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 122, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 122, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 123, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 123, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 124, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 124, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 125, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 125, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (26 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 126, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 126, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 127, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 127, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 128, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 128, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 129, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 129, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 130, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 130, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 131, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 131, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 132, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 132, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 133, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 133, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 134, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 134, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 135, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 135, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 136, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 136, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 137, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 137, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 138, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 138, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 139, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 139, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (26 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 140, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 140, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 141, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 141, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 142, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 142, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 143, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 143, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 144, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 144, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 145, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 145, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 146, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 146, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 147, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 147, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 148, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 148, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 149, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 149, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 150, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 150, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 151, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 151, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 152, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 152, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 153, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 153, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (26 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 154, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 154, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 155, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 155, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 156, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 156, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 157, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 157, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 158, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 158, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 159, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 159, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 160, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 160, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 161, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 161, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 162, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 162, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 163, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 163, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 164, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 164, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 165, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 165, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 166, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 166, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 167, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 167, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (26 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 168, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 168, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 169, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 169, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 170, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 170, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 171, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 171, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 172, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 172, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 173, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 173, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 174, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 174, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 175, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 175, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 176, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 176, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 177, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 177, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 178, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 178, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 179, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 179, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 180, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 180, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 181, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 181, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (26 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 182, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 182, 196, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 183, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 183, 196, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (2 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 184, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 184, 196, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 185, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 185, 196, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 186, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 186, 196, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 187, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 187, 196, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (10 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 188, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 188, 196, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 189, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 189, 196, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (14 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 190, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 190, 196, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 191, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 191, 196, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 192, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 192, 196, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 193, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 193, 196, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (22 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 194, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 194, 196, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 28, 195, 196, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 28, 195, 196, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (26 + 26 * ldc) * CW, ldc, e, pf);
     }
 };

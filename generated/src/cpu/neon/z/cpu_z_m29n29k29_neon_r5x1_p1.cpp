@@ -30,353 +30,353 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 0, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 0, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 1, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 1, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (5 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 2, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 2, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 3, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 3, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (15 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 4, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 4, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 5, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 5, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (25 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 6, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 6, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 7, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 7, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (5 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 8, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 8, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (10 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 9, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 9, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (15 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 10, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 10, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (20 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 11, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 11, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (25 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 12, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 12, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 13, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 13, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (5 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 14, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 14, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 15, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 15, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (15 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 16, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 16, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 17, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 17, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (25 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 18, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 18, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 19, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 19, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (5 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 20, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 20, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (10 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 21, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 21, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (15 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 22, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 22, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (20 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 23, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 23, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (25 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 24, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 24, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 25, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 25, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (5 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 26, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 26, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 27, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 27, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (15 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 28, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 28, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 29, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 29, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (25 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 30, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 30, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 31, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 31, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (5 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 32, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 32, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (10 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 33, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 33, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (15 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 34, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 34, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (20 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 35, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 35, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (25 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 36, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 36, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 37, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 37, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (5 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 38, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 38, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 39, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 39, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (15 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 40, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 40, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 41, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 41, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (25 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 42, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 42, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 43, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 43, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (5 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 44, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 44, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (10 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 45, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 45, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (15 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 46, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 46, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (20 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 47, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 47, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (25 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 48, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 48, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 49, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 49, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (5 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 50, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 50, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 51, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 51, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (15 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 52, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 52, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 53, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 53, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (25 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 54, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 54, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 55, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 55, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (5 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 56, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 56, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (10 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 57, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 57, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (15 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 58, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 58, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (20 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 59, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 59, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (25 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 60, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 60, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 61, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 61, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (5 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 62, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 62, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 63, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 63, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (15 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 64, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 64, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 65, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 65, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (25 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 66, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 66, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 67, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 67, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (5 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 68, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 68, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (10 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 69, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 69, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (15 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 70, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 70, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (20 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 71, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 71, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (25 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 72, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 72, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 73, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 73, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (5 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 74, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 74, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 75, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 75, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (15 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 76, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 76, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 77, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 77, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (25 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 78, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 78, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 79, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 79, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (5 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 80, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 80, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (10 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 81, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 81, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (15 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 82, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 82, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (20 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 83, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 83, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (25 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 84, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 84, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 85, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 85, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (5 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 86, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 86, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 87, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 87, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (15 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 88, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 88, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 89, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 89, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (25 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 90, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 90, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 91, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 91, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (5 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 92, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 92, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (10 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 93, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 93, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (15 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 94, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 94, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (20 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 95, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 95, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (25 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 96, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 96, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 97, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 97, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (5 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 98, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 98, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 99, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 99, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (15 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 100, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 100, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 101, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 101, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (25 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 102, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 102, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 103, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 103, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (5 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 104, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 104, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (10 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 105, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 105, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (15 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 106, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 106, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (20 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 107, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 107, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (25 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 108, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 108, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 109, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 109, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (5 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 110, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 110, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 111, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 111, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (15 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 112, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 112, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 113, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 113, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (25 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 114, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 114, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 115, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 115, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (5 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 116, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 116, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (10 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 117, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 117, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (15 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 118, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 118, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (20 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 119, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 119, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (25 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 120, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 120, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 121, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 121, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (5 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 122, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 122, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 123, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 123, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (15 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 124, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 124, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 125, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 125, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (25 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 126, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 126, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 127, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 127, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (5 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 128, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 128, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (10 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 129, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 129, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (15 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 130, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 130, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (20 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 131, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 131, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (25 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 132, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 132, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 133, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 133, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (5 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 134, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 134, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 135, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 135, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (15 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 136, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 136, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 137, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 137, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (25 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 138, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 138, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 139, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 139, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (5 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 140, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 140, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (10 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 141, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 141, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (15 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 142, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 142, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (20 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 143, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 143, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (25 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 144, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 144, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 145, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 145, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (5 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 146, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 146, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 147, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 147, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (15 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 148, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 148, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 149, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 149, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (25 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 150, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 150, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 151, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 151, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (5 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 152, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 152, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (10 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 153, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 153, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (15 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 154, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 154, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (20 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 155, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 155, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (25 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 156, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 156, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 157, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 157, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (5 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 158, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 158, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (10 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 159, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 159, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (15 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 160, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 160, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 161, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 161, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (25 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 162, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 162, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 163, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 163, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (5 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 164, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 164, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (10 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 165, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 165, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (15 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 166, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 166, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (20 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 167, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 167, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (25 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 168, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 168, 174, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 169, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 169, 174, (DISTANCE > 0)>(
             a + 5 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (5 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 170, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 170, 174, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (10 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 171, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 171, 174, (DISTANCE > 0)>(
             a + 15 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (15 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 5, 1, 1, 29, 172, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 5, 1, 1, 128, 29, 172, 174, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 4, 1, 1, 29, 173, 174, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 4, 1, 1, 128, 29, 173, 174, (DISTANCE > 0)>(
             a + 25 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (25 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

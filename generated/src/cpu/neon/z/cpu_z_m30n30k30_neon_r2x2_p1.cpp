@@ -30,455 +30,455 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 0, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 0, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 1, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 1, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 2, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 2, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 3, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 3, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 4, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 4, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 5, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 5, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 6, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 6, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 7, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 7, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 8, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 8, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 9, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 9, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 10, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 10, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 11, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 11, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 12, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 12, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 13, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 13, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 14, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 14, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 15, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 15, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 16, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 16, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 17, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 17, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 18, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 18, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 19, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 19, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 20, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 20, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 21, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 21, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 22, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 22, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 23, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 23, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 24, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 24, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 25, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 25, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 26, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 26, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 27, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 27, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 28, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 28, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (26 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 29, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 29, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (28 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 30, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 30, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 31, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 31, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 32, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 32, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 33, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 33, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 34, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 34, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 35, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 35, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 36, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 36, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 37, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 37, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 38, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 38, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 39, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 39, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 40, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 40, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 41, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 41, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 42, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 42, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 43, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 43, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (26 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 44, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 44, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 45, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 45, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 46, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 46, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 47, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 47, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 48, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 48, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 49, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 49, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 50, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 50, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 51, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 51, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 52, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 52, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 53, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 53, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 54, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 54, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 55, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 55, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 56, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 56, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 57, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 57, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 58, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 58, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (26 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 59, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 59, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (28 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 60, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 60, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 61, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 61, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 62, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 62, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 63, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 63, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 64, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 64, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 65, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 65, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 66, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 66, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 67, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 67, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 68, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 68, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 69, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 69, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 70, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 70, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 71, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 71, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 72, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 72, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 73, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 73, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (26 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 74, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 74, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 75, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 75, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 76, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 76, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 77, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 77, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 78, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 78, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 79, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 79, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 80, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 80, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 81, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 81, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 82, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 82, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 83, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 83, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 84, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 84, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 85, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 85, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 86, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 86, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 87, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 87, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 88, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 88, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (26 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 89, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 89, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (28 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 90, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 90, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 91, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 91, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 92, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 92, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 93, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 93, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 94, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 94, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 95, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 95, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 96, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 96, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 97, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 97, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 98, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 98, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 99, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 99, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 100, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 100, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 101, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 101, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 102, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 102, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 103, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 103, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (26 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 104, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 104, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 105, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 105, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 106, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 106, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 107, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 107, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 108, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 108, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 109, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 109, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 110, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 110, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 111, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 111, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 112, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 112, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 113, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 113, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 114, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 114, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 115, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 115, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 116, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 116, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 117, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 117, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 118, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 118, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (26 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 119, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 119, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (28 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 120, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 120, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 121, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 121, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 122, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 122, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 123, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 123, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 124, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 124, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 125, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 125, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 126, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 126, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 127, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 127, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 128, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 128, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 129, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 129, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 130, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 130, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 131, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 131, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 132, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 132, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 133, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 133, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (26 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 134, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 134, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 135, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 135, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 136, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 136, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 137, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 137, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 138, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 138, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 139, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 139, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 140, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 140, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 141, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 141, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 142, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 142, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 143, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 143, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 144, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 144, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 145, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 145, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 146, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 146, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 147, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 147, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 148, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 148, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (26 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 149, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 149, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (28 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 150, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 150, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 151, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 151, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 152, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 152, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 153, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 153, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 154, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 154, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 155, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 155, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 156, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 156, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 157, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 157, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 158, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 158, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 159, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 159, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 160, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 160, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 161, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 161, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 162, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 162, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 163, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 163, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (26 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 164, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 164, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 165, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 165, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 166, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 166, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 167, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 167, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 168, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 168, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 169, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 169, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 170, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 170, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 171, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 171, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 172, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 172, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 173, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 173, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 174, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 174, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 175, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 175, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 176, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 176, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 177, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 177, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 178, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 178, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (26 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 179, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 179, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (28 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 180, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 180, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 181, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 181, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 182, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 182, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 183, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 183, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 184, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 184, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 185, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 185, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 186, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 186, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 187, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 187, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 188, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 188, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 189, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 189, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 190, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 190, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 191, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 191, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 192, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 192, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 193, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 193, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (26 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 194, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 194, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 195, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 195, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 196, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 196, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (2 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 197, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 197, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 198, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 198, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 199, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 199, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 200, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 200, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (10 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 201, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 201, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 202, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 202, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (14 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 203, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 203, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 204, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 204, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 205, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 205, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 206, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 206, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (22 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 207, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 207, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 208, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 208, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (26 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 209, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 209, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (28 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 210, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 210, 225, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 211, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 211, 225, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (2 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 212, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 212, 225, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 213, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 213, 225, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 214, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 214, 225, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 215, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 215, 225, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (10 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 216, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 216, 225, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 217, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 217, 225, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (14 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 218, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 218, 225, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 219, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 219, 225, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 220, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 220, 225, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 221, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 221, 225, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (22 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 222, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 222, 225, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 223, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 223, 225, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (26 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 30, 224, 225, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 30, 224, 225, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,253 +30,253 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 0, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 0, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 1, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 1, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 2, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 2, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 3, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 3, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 4, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 4, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 5, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 5, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (8 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 6, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 6, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (16 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 7, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 7, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (24 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 8, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 8, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 9, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 9, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 10, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 10, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 11, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 11, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 12, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 12, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 13, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 13, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (8 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 14, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 14, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (16 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 15, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 15, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (24 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 16, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 16, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 17, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 17, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 18, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 18, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 19, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 19, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 20, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 20, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 21, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 21, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (8 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 22, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 22, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (16 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 23, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 23, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (24 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 24, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 24, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 25, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 25, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 26, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 26, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 27, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 27, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 28, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 28, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (0 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 29, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 29, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (8 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 30, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 30, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (16 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 31, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 31, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 7 * b_j * CW, b_l, b_j, c + (24 + 7 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 32, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 32, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 33, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 33, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 34, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 34, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 35, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 35, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 36, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 36, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (0 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 37, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 37, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (8 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 38, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 38, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (16 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 39, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 39, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 9 * b_j * CW, b_l, b_j, c + (24 + 9 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 40, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 40, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 41, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 41, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 42, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 42, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 43, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 43, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 44, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 44, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (0 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 45, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 45, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (8 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 46, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 46, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (16 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 47, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 47, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 11 * b_j * CW, b_l, b_j, c + (24 + 11 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 48, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 48, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 49, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 49, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 50, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 50, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 51, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 51, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 52, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 52, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (0 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 53, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 53, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (8 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 54, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 54, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (16 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 55, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 55, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 13 * b_j * CW, b_l, b_j, c + (24 + 13 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 56, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 56, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 57, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 57, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 58, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 58, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 59, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 59, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 60, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 60, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (0 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 61, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 61, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (8 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 62, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 62, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (16 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 63, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 63, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 15 * b_j * CW, b_l, b_j, c + (24 + 15 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 64, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 64, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 65, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 65, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 66, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 66, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 67, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 67, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 68, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 68, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (0 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 69, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 69, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (8 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 70, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 70, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (16 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 71, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 71, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 17 * b_j * CW, b_l, b_j, c + (24 + 17 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 72, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 72, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 73, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 73, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 74, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 74, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 75, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 75, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 76, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 76, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (0 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 77, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 77, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (8 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 78, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 78, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (16 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 79, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 79, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 19 * b_j * CW, b_l, b_j, c + (24 + 19 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 80, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 80, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 81, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 81, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 82, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 82, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 83, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 83, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 84, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 84, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (0 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 85, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 85, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (8 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 86, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 86, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (16 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 87, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 87, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 21 * b_j * CW, b_l, b_j, c + (24 + 21 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 88, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 88, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 89, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 89, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 90, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 90, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 91, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 91, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 92, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 92, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (0 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 93, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 93, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (8 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 94, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 94, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (16 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 95, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 95, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 23 * b_j * CW, b_l, b_j, c + (24 + 23 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 96, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 96, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 97, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 97, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 98, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 98, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 99, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 99, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 100, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 100, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (0 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 101, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 101, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (8 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 102, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 102, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (16 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 103, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 103, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 25 * b_j * CW, b_l, b_j, c + (24 + 25 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 104, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 104, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 105, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 105, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 106, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 106, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 107, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 107, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 108, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 108, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (0 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 109, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 109, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (8 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 110, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 110, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (16 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 111, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 111, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 27 * b_j * CW, b_l, b_j, c + (24 + 27 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 112, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 112, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 113, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 113, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 114, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 114, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 115, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 115, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 116, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 116, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (0 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 117, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 117, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (8 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 118, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 118, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (16 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 119, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 119, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 29 * b_j * CW, b_l, b_j, c + (24 + 29 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 120, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 120, 124, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 121, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 121, 124, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (8 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 8, 1, 1, 31, 122, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 8, 1, 1, 128, 31, 122, 124, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 31, 123, 124, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 31, 123, 124, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,517 +30,517 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 0, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 0, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 1, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 1, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 2, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 2, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 3, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 3, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 4, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 4, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (8 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 5, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 5, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (10 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 6, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 6, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (12 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 7, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 7, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (14 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 8, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 8, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (16 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 9, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 9, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (18 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 10, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 10, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (20 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 11, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 11, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (22 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 12, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 12, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (24 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 13, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 13, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (26 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 14, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 14, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (28 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 15, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 15, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (30 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 16, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 16, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 17, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 17, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 18, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 18, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 19, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 19, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 20, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 20, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (8 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 21, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 21, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (10 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 22, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 22, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (12 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 23, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 23, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (14 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 24, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 24, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (16 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 25, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 25, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (18 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 26, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 26, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (20 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 27, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 27, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (22 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 28, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 28, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (24 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 29, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 29, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (26 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 30, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 30, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (28 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 31, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 31, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (30 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 32, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 32, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 33, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 33, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 34, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 34, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 35, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 35, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 36, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 36, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (8 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 37, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 37, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (10 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 38, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 38, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (12 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 39, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 39, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (14 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 40, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 40, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (16 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 41, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 41, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (18 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 42, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 42, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (20 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 43, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 43, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (22 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 44, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 44, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (24 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 45, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 45, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (26 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 46, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 46, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (28 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 47, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 47, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (30 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 48, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 48, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 49, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 49, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 50, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 50, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 51, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 51, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 52, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 52, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (8 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 53, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 53, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (10 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 54, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 54, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (12 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 55, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 55, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (14 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 56, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 56, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (16 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 57, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 57, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (18 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 58, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 58, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (20 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 59, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 59, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (22 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 60, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 60, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (24 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 61, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 61, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (26 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 62, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 62, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (28 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 63, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 63, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (30 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 64, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 64, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (0 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 65, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 65, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (2 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 66, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 66, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (4 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 67, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 67, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (6 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 68, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 68, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (8 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 69, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 69, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (10 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 70, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 70, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (12 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 71, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 71, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (14 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 72, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 72, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (16 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 73, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 73, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (18 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 74, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 74, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (20 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 75, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 75, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (22 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 76, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 76, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (24 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 77, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 77, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (26 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 78, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 78, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (28 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 79, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 79, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 8 * b_j * CW, b_l, b_j, c + (30 + 8 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 80, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 80, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (0 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 81, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 81, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (2 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 82, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 82, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (4 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 83, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 83, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (6 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 84, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 84, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (8 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 85, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 85, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (10 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 86, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 86, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (12 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 87, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 87, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (14 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 88, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 88, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (16 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 89, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 89, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (18 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 90, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 90, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (20 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 91, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 91, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (22 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 92, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 92, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (24 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 93, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 93, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (26 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 94, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 94, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (28 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 95, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 95, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 10 * b_j * CW, b_l, b_j, c + (30 + 10 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 96, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 96, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (0 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 97, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 97, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (2 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 98, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 98, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (4 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 99, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 99, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (6 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 100, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 100, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (8 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 101, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 101, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (10 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 102, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 102, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (12 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 103, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 103, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (14 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 104, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 104, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (16 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 105, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 105, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (18 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 106, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 106, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (20 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 107, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 107, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (22 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 108, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 108, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (24 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 109, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 109, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (26 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 110, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 110, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (28 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 111, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 111, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 12 * b_j * CW, b_l, b_j, c + (30 + 12 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 112, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 112, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (0 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 113, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 113, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (2 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 114, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 114, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (4 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 115, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 115, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (6 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 116, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 116, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (8 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 117, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 117, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (10 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 118, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 118, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (12 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 119, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 119, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (14 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 120, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 120, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (16 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 121, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 121, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (18 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 122, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 122, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (20 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 123, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 123, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (22 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 124, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 124, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (24 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 125, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 125, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (26 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 126, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 126, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (28 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 127, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 127, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 14 * b_j * CW, b_l, b_j, c + (30 + 14 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 128, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 128, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (0 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 129, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 129, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (2 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 130, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 130, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (4 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 131, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 131, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (6 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 132, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 132, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (8 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 133, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 133, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (10 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 134, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 134, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (12 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 135, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 135, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (14 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 136, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 136, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (16 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 137, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 137, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (18 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 138, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 138, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (20 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 139, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 139, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (22 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 140, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 140, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (24 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 141, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 141, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (26 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 142, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 142, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (28 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 143, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 143, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 16 * b_j * CW, b_l, b_j, c + (30 + 16 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 144, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 144, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (0 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 145, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 145, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (2 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 146, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 146, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (4 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 147, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 147, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (6 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 148, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 148, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (8 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 149, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 149, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (10 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 150, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 150, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (12 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 151, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 151, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (14 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 152, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 152, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (16 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 153, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 153, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (18 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 154, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 154, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (20 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 155, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 155, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (22 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 156, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 156, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (24 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 157, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 157, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (26 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 158, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 158, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (28 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 159, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 159, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 18 * b_j * CW, b_l, b_j, c + (30 + 18 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 160, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 160, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (0 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 161, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 161, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (2 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 162, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 162, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (4 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 163, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 163, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (6 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 164, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 164, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (8 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 165, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 165, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (10 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 166, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 166, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (12 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 167, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 167, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (14 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 168, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 168, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (16 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 169, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 169, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (18 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 170, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 170, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (20 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 171, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 171, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (22 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 172, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 172, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (24 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 173, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 173, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (26 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 174, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 174, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (28 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 175, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 175, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 20 * b_j * CW, b_l, b_j, c + (30 + 20 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 176, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 176, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (0 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 177, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 177, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (2 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 178, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 178, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (4 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 179, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 179, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (6 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 180, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 180, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (8 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 181, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 181, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (10 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 182, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 182, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (12 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 183, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 183, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (14 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 184, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 184, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (16 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 185, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 185, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (18 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 186, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 186, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (20 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 187, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 187, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (22 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 188, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 188, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (24 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 189, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 189, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (26 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 190, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 190, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (28 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 191, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 191, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 22 * b_j * CW, b_l, b_j, c + (30 + 22 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 192, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 192, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (0 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 193, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 193, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (2 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 194, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 194, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (4 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 195, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 195, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (6 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 196, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 196, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (8 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 197, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 197, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (10 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 198, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 198, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (12 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 199, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 199, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (14 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 200, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 200, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (16 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 201, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 201, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (18 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 202, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 202, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (20 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 203, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 203, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (22 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 204, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 204, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (24 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 205, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 205, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (26 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 206, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 206, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (28 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 207, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 207, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 24 * b_j * CW, b_l, b_j, c + (30 + 24 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 208, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 208, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (0 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 209, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 209, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (2 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 210, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 210, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (4 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 211, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 211, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (6 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 212, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 212, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (8 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 213, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 213, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (10 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 214, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 214, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (12 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 215, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 215, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (14 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 216, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 216, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (16 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 217, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 217, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (18 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 218, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 218, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (20 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 219, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 219, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (22 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 220, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 220, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (24 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 221, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 221, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (26 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 222, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 222, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (28 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 223, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 223, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 26 * b_j * CW, b_l, b_j, c + (30 + 26 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 224, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 224, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (0 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 225, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 225, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (2 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 226, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 226, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (4 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 227, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 227, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (6 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 228, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 228, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (8 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 229, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 229, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (10 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 230, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 230, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (12 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 231, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 231, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (14 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 232, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 232, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (16 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 233, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 233, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (18 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 234, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 234, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (20 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 235, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 235, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (22 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 236, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 236, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (24 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 237, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 237, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (26 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 238, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 238, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (28 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 239, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 239, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 28 * b_j * CW, b_l, b_j, c + (30 + 28 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 240, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 240, 256, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (0 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 241, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 241, 256, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (2 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 242, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 242, 256, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (4 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 243, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 243, 256, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (6 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 244, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 244, 256, (DISTANCE > 0)>(
             a + 8 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (8 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 245, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 245, 256, (DISTANCE > 0)>(
             a + 10 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (10 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 246, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 246, 256, (DISTANCE > 0)>(
             a + 12 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (12 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 247, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 247, 256, (DISTANCE > 0)>(
             a + 14 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (14 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 248, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 248, 256, (DISTANCE > 0)>(
             a + 16 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (16 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 249, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 249, 256, (DISTANCE > 0)>(
             a + 18 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (18 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 250, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 250, 256, (DISTANCE > 0)>(
             a + 20 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (20 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 251, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 251, 256, (DISTANCE > 0)>(
             a + 22 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (22 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 252, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 252, 256, (DISTANCE > 0)>(
             a + 24 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (24 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 253, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 253, 256, (DISTANCE > 0)>(
             a + 26 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (26 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 254, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 254, 256, (DISTANCE > 0)>(
             a + 28 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (28 + 30 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 32, 255, 256, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 32, 255, 256, (DISTANCE > 0)>(
             a + 30 * CW, lda, b + 30 * b_j * CW, b_l, b_j, c + (30 + 30 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,19 +30,19 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 0, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 0, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 1, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 1, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 1 * b_j * CW, b_l, b_j, c + (0 + 1 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 2, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 2, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 3, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 3, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 3 * b_j * CW, b_l, b_j, c + (0 + 3 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 4, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 4, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 5, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 5, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 5 * b_j * CW, b_l, b_j, c + (0 + 5 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 7, 1, 1, 7, 6, 7, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 7, 1, 1, 128, 7, 6, 7, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
     }
 };

@@ -30,37 +30,37 @@ struct Product {
     GEMMGEN_INLINE void operator()(const real* a, long long lda, const real* b, long long b_l, long long b_j,
                                    real* c, long long ldc, const E& e, const Prefetch& pf) const
     {
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 0, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 0, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (0 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 1, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 1, 16, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (2 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 2, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 2, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (4 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 3, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 3, 16, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 0 * b_j * CW, b_l, b_j, c + (6 + 0 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 4, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 4, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (0 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 5, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 5, 16, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (2 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 6, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 6, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (4 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 7, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 7, 16, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 2 * b_j * CW, b_l, b_j, c + (6 + 2 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 8, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 8, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (0 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 9, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 9, 16, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (2 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 10, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 10, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (4 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 11, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 11, 16, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 4 * b_j * CW, b_l, b_j, c + (6 + 4 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 12, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 12, 16, (DISTANCE > 0)>(
             a + 0 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (0 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 13, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 13, 16, (DISTANCE > 0)>(
             a + 2 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (2 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 14, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 14, 16, (DISTANCE > 0)>(
             a + 4 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (4 + 6 * ldc) * CW, ldc, e, pf);
-        tile<real, CPLX, BITS, 2, 2, 1, 8, 15, 16, (DISTANCE > 0)>(
+        tile<real, CPLX, BITS, 2, 2, 1, 128, 8, 15, 16, (DISTANCE > 0)>(
             a + 6 * CW, lda, b + 6 * b_j * CW, b_l, b_j, c + (6 + 6 * ldc) * CW, ldc, e, pf);
     }
 };
