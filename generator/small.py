@@ -27,9 +27,12 @@ MAX_TBA = 256
 
 _NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?$")
 RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
-RING_PRECISIONS = ("s", "d", "c", "z")   # storage = compute type (see SmallSpec.stages)
-RING_MIN_SIZE = 16             # the re-tune tries the ring from here (below it the staged kernels
-                               # reach the floor: 0.94-1.07 of it in s, d, c, z)
+# Where the tuner tries the ring (the knob itself is valid at every size and precision).  fp16
+# from N = 1: its staged kernels stayed at 0.60-0.80 of the floor up to N = 16 (staging unpacks,
+# converts and stores each element, twice the work per byte of fp32); the ring copies raw 16-byte
+# chunks while the block multiplies and widens on reading (h N = 8: 0.63 -> 1.01 with the table's
+# own blocking).  s, d, c, z from 16: below it the staged kernels reach 0.85-1.07 of the floor.
+RING_MIN_SIZE = {"h": 1, "hc": 1, "s": 16, "d": 16, "c": 16, "z": 16}
 
 
 @dataclass(frozen=True, order=True)
@@ -49,7 +52,7 @@ class SmallSpec(Spec):
     # sm_80+, packed strided operands: a persistent block that copies the A and B of the GEMMs it
     # takes next into a ring of `stages` shared-memory buffers with cp.async while it multiplies
     # (templates/small/gemmgen_small.cuh.j2 says why).  0 = no ring.  The buffers keep the operands
-    # as stored and op() is applied on reading them, so only s, d, c, z (storage = compute type).
+    # as stored (fp16 too) and op() and the widening to the compute type are applied on reading them.
     stages: int = 0
 
     family = "small"
@@ -152,9 +155,6 @@ class SmallSpec(Spec):
         require(self.stages == 0 or self.stages in RING_STAGES, "ring stages",
                 f"stages={self.stages!r} must be 0 (no ring) or one of {RING_STAGES}")
         if self.stages:
-            require(self.precision in RING_PRECISIONS, "ring precision",
-                    f"the ring keeps operands as stored and {self.precision} widens fp16 while staging; "
-                    "only s, d, c, z take stages")
             chunked = [b % 16 == 0 for b in self.ring_operand_bytes]
             require(all(chunked), "ring chunks",
                     f"A's and B's blocks ({self.ring_operand_bytes[0]} and {self.ring_operand_bytes[1]} bytes for "
@@ -206,8 +206,8 @@ SWEEP_TBA = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[SmallSpec]:
     """Every tuple the tuner tries for one shape: blocking ratios 1..4 per dimension (differing by
-    at most one level), tba from SWEEP_TBA, and each with both stagings (hoist); for s, d, c, z
-    from RING_MIN_SIZE each of those also with the cp.async ring (every RING_STAGES)."""
+    at most one level), tba from SWEEP_TBA, and each with both stagings (hoist); from the
+    precision's RING_MIN_SIZE each of those also with the cp.async ring (every RING_STAGES)."""
     out = []
     for rm in range(1, MAX_RECURSION_RATIO + 1):
         for rn in range(1, MAX_RECURSION_RATIO + 1):
@@ -225,7 +225,7 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
                 if spec.threads < 32 and tba != SWEEP_TBA[-1]:
                     continue
                 out += [s for s in (spec, replace(spec, hoist=True)) if s.is_valid(arch)]
-    if precision in RING_PRECISIONS and max(m, n) >= RING_MIN_SIZE:
+    if max(m, n) >= RING_MIN_SIZE[precision]:
         out += [ring for spec in list(out) for stages in RING_STAGES
                 for ring in (replace(spec, stages=stages),) if ring.is_valid(arch)]
     return sorted(set(out))
@@ -234,10 +234,11 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
 def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
     """A short sweep around a tuned table row, measured in one run, to re-tune a knob added after
     the full sweep without repeating the thousands of tuples the full sweep already ranked: the
-    row's blocking with tba halved, kept and doubled, each with both stagings; and for the ring
-    precisions, from RING_MIN_SIZE up, the ring (`stages`) with every blocking of the full sweep
-    at tba 1, 2 and the row's, since a block that keeps loading while it multiplies favours other
-    blockings than one that waits (z N = 25: 25×13 threads staged, 13×13 with the ring)."""
+    row's blocking with tba halved, kept and doubled, each with both stagings; and from the
+    precision's RING_MIN_SIZE up, the ring (`stages`) with every blocking of the full sweep at tba
+    1, 2 and the row's tba halved, kept and doubled, since a block that keeps loading while it
+    multiplies favours other blockings than one that waits (z N = 25: 25×13 threads staged, 13×13
+    with the ring).  (The odd fp16 sizes need tba a multiple of 8 for whole 16-byte chunks.)"""
     out = []
     for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
         for hoist in (False, True):
@@ -245,9 +246,10 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
                              tba, hoist, row.get("stages", 0))
             if spec.is_valid(arch):
                 out.append(spec)
-    if row["precision"] in RING_PRECISIONS and max(row["m"], row["n"]) >= RING_MIN_SIZE:
+    if max(row["m"], row["n"]) >= RING_MIN_SIZE[row["precision"]]:
+        ring_tba = (1, 2, row["tba"] // 2, row["tba"], row["tba"] * 2)
         for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch):
-            if not spec.stages and spec.tba in (1, 2, row["tba"]) and spec.hoist == row.get("hoist", False):
+            if not spec.stages and spec.tba in ring_tba and spec.hoist == row.get("hoist", False):
                 for stages in RING_STAGES[:1] if (spec.dim_m, spec.dim_n) != (row["dim_m"], row["dim_n"]) \
                         else RING_STAGES:
                     ring = replace(spec, stages=stages)

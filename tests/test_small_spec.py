@@ -43,7 +43,7 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("s", 3, 3, 3, 3, 3, 1, True), "hoist"),       # 36-byte blocks: nothing to load 16 B at a time
     (("d", 4, 4, 4, 4, 4, 1, 1), "hoist"),
     (("d", 4, 4, 4, 4, 4, 1, False, 5), "ring stages"),
-    (("h", 8, 8, 8, 4, 4, 8, False, 2), "ring precision"),    # fp16 is widened while staging
+    (("h", 9, 9, 9, 3, 3, 4, False, 2), "ring chunks"),        # 4 GEMMs of 81 halves: 648 bytes
     (("s", 29, 29, 29, 10, 10, 1, False, 2), "ring chunks"),   # 3364-byte blocks: not whole 16 B chunks
 ])
 def test_rules_refuse_by_name(args, rule):
@@ -102,6 +102,18 @@ def test_neighbourhood_tries_the_ring_with_every_blocking_from_ring_min_size():
     assert {c.stages for c in ring if (c.dim_m, c.dim_n) == (25, 13)} == set(RING_STAGES)
     assert {c.stages for c in ring if (c.dim_m, c.dim_n) != (25, 13)} == {RING_STAGES[0]}
     assert not any(c.stages for c in neighbourhood({**row, "precision": "h"}))
+
+
+def test_fp16_neighbourhood_tries_the_ring_from_the_smallest_sizes():
+    row = {"precision": "h", "m": 9, "n": 9, "k": 9, "dim_m": 3, "dim_n": 5, "tba": 8, "hoist": True}
+    ring = [c for c in neighbourhood(row) if c.stages]
+    assert ring and all(c.is_valid() for c in ring)
+    # Odd fp16 sizes make whole 16-byte chunks only 8 GEMMs at a time: of tba 1, 2, 4, 8 (the row's)
+    # and 16, only 8 and 16.
+    assert {c.tba for c in ring} == {8, 16}
+    assert {(3, 5)} <= {(c.dim_m, c.dim_n) for c in ring}
+    hc = neighbourhood({**row, "precision": "hc", "m": 4, "n": 4, "k": 4, "dim_m": 2, "dim_n": 2, "tba": 16})
+    assert {c.tba for c in hc if c.stages} == {2, 8, 16, 32}   # tba 1: 4 threads, under a warp
 
 
 def test_ring_round_trips_and_sizes_its_buffers():

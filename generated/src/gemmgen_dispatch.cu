@@ -266,49 +266,49 @@ extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_strided(char, char, double, cons
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim4x4_tba4_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim4x4_tba4_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m11n11k11_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m11n11k11_dim4x4_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim4x4_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim4x4_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m13n13k13_dim5x7_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m13n13k13_dim5x7_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m15n15k15_dim5x8_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m15n15k15_dim5x8_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim4x4_tba4_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim4x4_tba4_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x5_tba2_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x5_tba2_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m1n1k1_dim1x1_tba128_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -318,13 +318,13 @@ extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_strided(char, char, float, co
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m22n22k22_dim8x8_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m22n22k22_dim8x8_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m23n23k23_dim8x8_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m23n23k23_dim8x8_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -350,9 +350,9 @@ extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const 
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x10_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m2n2k2_dim1x1_tba128_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m2n2k2_dim1x1_tba128_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -366,61 +366,61 @@ extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, co
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim2x1_tba32_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim2x1_tba32_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim2x2_tba32_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m4n4k4_dim2x2_tba32_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m5n5k5_dim2x2_tba16_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m5n5k5_dim2x2_tba16_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim2x3_tba16_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m6n6k6_dim2x3_tba16_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim4x4_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m7n7k7_dim4x4_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m8n8k8_dim4x4_tba8_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m8n8k8_dim4x4_tba8_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim3x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim3x5_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim5x3_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim5x5_tba8_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim5x5_tba8_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x3_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x3_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim8x8_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim8x8_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -434,25 +434,25 @@ extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloat
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim10x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim10x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim11x11_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim11x11_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim6x8_tba4_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m23n23k23_dim8x8_tba4_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim6x8_tba4_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m23n23k23_dim8x8_tba4_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -478,9 +478,9 @@ extern "C" int small_hc_m29n29k29_dim10x15_tba1_strided(char, char, cuFloatCompl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim10x15_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim1x1_tba64_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m2n2k2_dim1x1_tba64_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m30n30k30_dim10x15_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -498,29 +498,29 @@ extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_strided(char, char, cuFloatCom
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim2x2_tba16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m4n4k4_dim2x2_tba16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m8n8k8_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim5x3_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim5x3_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_s_m10n10k10_dim5x5_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -973,38 +973,38 @@ struct GeneralEntry {
 };
 
 const SmallEntry<__half, float> small_h[] = {
-    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba128_hoist", small_h_m1n1k1_dim1x1_tba128_hoist_strided, small_h_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba256_hoist_ring3", small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
     {1, 1, 16, 75, "wmmatiny_h_m1n1k16_w4", wmmatiny_h_m1n1k16_w4_strided, wmmatiny_h_m1n1k16_w4_array, 0},
-    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba128", small_h_m2n2k2_dim1x1_tba128_strided, small_h_m2n2k2_dim1x1_tba128_array, 0},
+    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0},
     {2, 2, 16, 75, "wmmatiny_h_m2n2k16_w1", wmmatiny_h_m2n2k16_w1_strided, wmmatiny_h_m2n2k16_w1_array, 0},
-    {3, 3, 3, 75, "small_h_m3n3k3_dim2x1_tba32", small_h_m3n3k3_dim2x1_tba32_strided, small_h_m3n3k3_dim2x1_tba32_array, 0},
+    {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist", small_h_m3n3k3_dim1x1_tba32_hoist_strided, small_h_m3n3k3_dim1x1_tba32_hoist_array, 0},
     {3, 3, 16, 75, "wmmatiny_h_m3n3k16_w2", wmmatiny_h_m3n3k16_w2_strided, wmmatiny_h_m3n3k16_w2_array, 0},
-    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba32_hoist", small_h_m4n4k4_dim2x2_tba32_hoist_strided, small_h_m4n4k4_dim2x2_tba32_hoist_array, 0},
+    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0},
     {4, 4, 16, 75, "wmmatiny_h_m4n4k16_w1", wmmatiny_h_m4n4k16_w1_strided, wmmatiny_h_m4n4k16_w1_array, 0},
-    {5, 5, 5, 75, "small_h_m5n5k5_dim2x2_tba16", small_h_m5n5k5_dim2x2_tba16_strided, small_h_m5n5k5_dim2x2_tba16_array, 0},
+    {5, 5, 5, 75, "small_h_m5n5k5_dim3x2_tba32_ring2", small_h_m5n5k5_dim3x2_tba32_ring2_strided, small_h_m5n5k5_dim3x2_tba32_ring2_array, 0},
     {5, 5, 16, 75, "wmmatiny_h_m5n5k16_w1", wmmatiny_h_m5n5k16_w1_strided, wmmatiny_h_m5n5k16_w1_array, 0},
-    {6, 6, 6, 75, "small_h_m6n6k6_dim2x3_tba16", small_h_m6n6k6_dim2x3_tba16_strided, small_h_m6n6k6_dim2x3_tba16_array, 0},
+    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16_ring2", small_h_m6n6k6_dim3x2_tba16_ring2_strided, small_h_m6n6k6_dim3x2_tba16_ring2_array, 0},
     {6, 6, 16, 75, "wmmatiny_h_m6n6k16_w1", wmmatiny_h_m6n6k16_w1_strided, wmmatiny_h_m6n6k16_w1_array, 0},
-    {7, 7, 7, 75, "small_h_m7n7k7_dim4x4_tba8_hoist", small_h_m7n7k7_dim4x4_tba8_hoist_strided, small_h_m7n7k7_dim4x4_tba8_hoist_array, 0},
+    {7, 7, 7, 75, "small_h_m7n7k7_dim4x3_tba32_hoist_ring3", small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided, small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array, 0},
     {7, 7, 16, 75, "wmmatiny_h_m7n7k16_w2", wmmatiny_h_m7n7k16_w2_strided, wmmatiny_h_m7n7k16_w2_array, 0},
-    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba8", small_h_m8n8k8_dim4x4_tba8_strided, small_h_m8n8k8_dim4x4_tba8_array, 0},
+    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
     {8, 8, 16, 75, "wmmatiny_h_m8n8k16_w1", wmmatiny_h_m8n8k16_w1_strided, wmmatiny_h_m8n8k16_w1_array, 0},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba8_hoist", small_h_m9n9k9_dim3x5_tba8_hoist_strided, small_h_m9n9k9_dim3x5_tba8_hoist_array, 0},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim4x4_tba4_hoist", small_h_m10n10k10_dim4x4_tba4_hoist_strided, small_h_m10n10k10_dim4x4_tba4_hoist_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba16_hoist_ring3", small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided, small_h_m9n9k9_dim5x3_tba16_hoist_ring3_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim5x4_tba8_hoist_ring2", small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided, small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array, 0},
     {10, 10, 16, 75, "wmmatiny_h_m10n10k16_w2", wmmatiny_h_m10n10k16_w2_strided, wmmatiny_h_m10n10k16_w2_array, 0},
-    {11, 11, 11, 75, "small_h_m11n11k11_dim4x4_tba8", small_h_m11n11k11_dim4x4_tba8_strided, small_h_m11n11k11_dim4x4_tba8_array, 0},
-    {12, 12, 12, 75, "small_h_m12n12k12_dim4x4_tba8_hoist", small_h_m12n12k12_dim4x4_tba8_hoist_strided, small_h_m12n12k12_dim4x4_tba8_hoist_array, 0},
-    {13, 13, 13, 75, "small_h_m13n13k13_dim5x7_tba8", small_h_m13n13k13_dim5x7_tba8_strided, small_h_m13n13k13_dim5x7_tba8_array, 0},
-    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_hoist", small_h_m14n14k14_dim7x5_tba8_hoist_strided, small_h_m14n14k14_dim7x5_tba8_hoist_array, 0},
-    {15, 15, 15, 75, "small_h_m15n15k15_dim5x8_tba8", small_h_m15n15k15_dim5x8_tba8_strided, small_h_m15n15k15_dim5x8_tba8_array, 0},
-    {16, 16, 16, 75, "small_h_m16n16k16_dim4x4_tba4_hoist", small_h_m16n16k16_dim4x4_tba4_hoist_strided, small_h_m16n16k16_dim4x4_tba4_hoist_array, 0},
-    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist", small_h_m17n17k17_dim6x6_tba8_hoist_strided, small_h_m17n17k17_dim6x6_tba8_hoist_array, 0},
-    {18, 18, 18, 75, "small_h_m18n18k18_dim6x5_tba2_hoist", small_h_m18n18k18_dim6x5_tba2_hoist_strided, small_h_m18n18k18_dim6x5_tba2_hoist_array, 0},
-    {19, 19, 19, 75, "small_h_m19n19k19_dim7x7_tba8_hoist", small_h_m19n19k19_dim7x7_tba8_hoist_strided, small_h_m19n19k19_dim7x7_tba8_hoist_array, 0},
+    {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba16_hoist_ring3", small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided, small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array, 0},
+    {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba16_hoist_ring2", small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided, small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array, 0},
+    {13, 13, 13, 75, "small_h_m13n13k13_dim5x4_tba8_ring2", small_h_m13n13k13_dim5x4_tba8_ring2_strided, small_h_m13n13k13_dim5x4_tba8_ring2_array, 0},
+    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_hoist_ring2", small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided, small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array, 0},
+    {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba4_ring3", small_h_m16n16k16_dim8x8_tba4_ring3_strided, small_h_m16n16k16_dim8x8_tba4_ring3_array, 0},
+    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist_ring2", small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided, small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array, 0},
+    {18, 18, 18, 75, "small_h_m18n18k18_dim6x6_tba4_hoist_ring2", small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided, small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim5x7_tba8_hoist_ring2", small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided, small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array, 0},
     {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist", small_h_m20n20k20_dim5x5_tba1_hoist_strided, small_h_m20n20k20_dim5x5_tba1_hoist_array, 0},
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist", small_h_m21n21k21_dim7x7_tba8_hoist_strided, small_h_m21n21k21_dim7x7_tba8_hoist_array, 0},
-    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2", small_h_m22n22k22_dim8x8_tba2_strided, small_h_m22n22k22_dim8x8_tba2_array, 0},
-    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8", small_h_m23n23k23_dim8x8_tba8_strided, small_h_m23n23k23_dim8x8_tba8_array, 0},
+    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2_ring2", small_h_m22n22k22_dim8x8_tba2_ring2_strided, small_h_m22n22k22_dim8x8_tba2_ring2_array, 0},
+    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist", small_h_m24n24k24_dim8x8_tba2_hoist_strided, small_h_m24n24k24_dim8x8_tba2_hoist_array, 1},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
     {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
@@ -1061,37 +1061,37 @@ const GeneralEntry<__half, float> general_h[] = {
 };
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
-    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba128_hoist", small_hc_m1n1k1_dim1x1_tba128_hoist_strided, small_hc_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3", small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
     {1, 1, 16, 75, "wmmatiny_hc_m1n1k16_w2", wmmatiny_hc_m1n1k16_w2_strided, wmmatiny_hc_m1n1k16_w2_array, 0},
-    {2, 2, 2, 75, "small_hc_m2n2k2_dim1x1_tba64_hoist", small_hc_m2n2k2_dim1x1_tba64_hoist_strided, small_hc_m2n2k2_dim1x1_tba64_hoist_array, 0},
+    {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0},
     {2, 2, 16, 75, "wmmatiny_hc_m2n2k16_w1", wmmatiny_hc_m2n2k16_w1_strided, wmmatiny_hc_m2n2k16_w1_array, 0},
     {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist", small_hc_m3n3k3_dim1x1_tba32_hoist_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_array, 0},
     {3, 3, 16, 75, "wmmatiny_hc_m3n3k16_w2", wmmatiny_hc_m3n3k16_w2_strided, wmmatiny_hc_m3n3k16_w2_array, 0},
-    {4, 4, 4, 75, "small_hc_m4n4k4_dim2x2_tba16", small_hc_m4n4k4_dim2x2_tba16_strided, small_hc_m4n4k4_dim2x2_tba16_array, 0},
+    {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
     {4, 4, 16, 75, "wmmatiny_hc_m4n4k16_w1", wmmatiny_hc_m4n4k16_w1_strided, wmmatiny_hc_m4n4k16_w1_array, 0},
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x2_tba8_hoist", small_hc_m5n5k5_dim2x2_tba8_hoist_strided, small_hc_m5n5k5_dim2x2_tba8_hoist_array, 0},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2", small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided, small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array, 0},
     {5, 5, 16, 75, "wmmatiny_hc_m5n5k16_w2", wmmatiny_hc_m5n5k16_w2_strided, wmmatiny_hc_m5n5k16_w2_array, 0},
     {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
     {6, 6, 16, 75, "wmmatiny_hc_m6n6k16_w1", wmmatiny_hc_m6n6k16_w1_strided, wmmatiny_hc_m6n6k16_w1_array, 0},
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba4_hoist", small_hc_m7n7k7_dim4x4_tba4_hoist_strided, small_hc_m7n7k7_dim4x4_tba4_hoist_array, 0},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2", small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array, 0},
     {7, 7, 16, 75, "wmmatiny_hc_m7n7k16_w1", wmmatiny_hc_m7n7k16_w1_strided, wmmatiny_hc_m7n7k16_w1_array, 0},
-    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba4_hoist", small_hc_m8n8k8_dim4x4_tba4_hoist_strided, small_hc_m8n8k8_dim4x4_tba4_hoist_array, 0},
+    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 16, 75, "wmmatiny_hc_m8n8k16_w1", wmmatiny_hc_m8n8k16_w1_strided, wmmatiny_hc_m8n8k16_w1_array, 0},
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim5x3_tba4_hoist", small_hc_m9n9k9_dim5x3_tba4_hoist_strided, small_hc_m9n9k9_dim5x3_tba4_hoist_array, 0},
-    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8", small_hc_m10n10k10_dim5x5_tba8_strided, small_hc_m10n10k10_dim5x5_tba8_array, 0},
-    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x3_tba8_hoist", small_hc_m11n11k11_dim4x3_tba8_hoist_strided, small_hc_m11n11k11_dim4x3_tba8_hoist_array, 0},
-    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist", small_hc_m12n12k12_dim4x4_tba4_hoist_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_array, 0},
-    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4_hoist", small_hc_m13n13k13_dim4x4_tba4_hoist_strided, small_hc_m13n13k13_dim4x4_tba4_hoist_array, 0},
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba2_hoist", small_hc_m14n14k14_dim4x4_tba2_hoist_strided, small_hc_m14n14k14_dim4x4_tba2_hoist_array, 0},
-    {15, 15, 15, 75, "small_hc_m15n15k15_dim8x8_tba4_hoist", small_hc_m15n15k15_dim8x8_tba4_hoist_strided, small_hc_m15n15k15_dim8x8_tba4_hoist_array, 1},
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist", small_hc_m16n16k16_dim4x4_tba2_hoist_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_array, 1},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2", small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided, small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_array, 0},
+    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba16_ring2", small_hc_m10n10k10_dim5x5_tba16_ring2_strided, small_hc_m10n10k10_dim5x5_tba16_ring2_array, 0},
+    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2", small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided, small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array, 0},
+    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
+    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2", small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided, small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2", small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided, small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array, 0},
+    {15, 15, 15, 75, "small_hc_m15n15k15_dim4x4_tba8_ring2", small_hc_m15n15k15_dim4x4_tba8_ring2_strided, small_hc_m15n15k15_dim4x4_tba8_ring2_array, 1},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 1},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist", small_hc_m18n18k18_dim6x5_tba1_hoist_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_array, 0},
     {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4_hoist", small_hc_m19n19k19_dim7x10_tba4_hoist_strided, small_hc_m19n19k19_dim7x10_tba4_hoist_array, 0},
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim10x10_tba4_hoist", small_hc_m20n20k20_dim10x10_tba4_hoist_strided, small_hc_m20n20k20_dim10x10_tba4_hoist_array, 0},
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim11x11_tba4_hoist", small_hc_m21n21k21_dim11x11_tba4_hoist_strided, small_hc_m21n21k21_dim11x11_tba4_hoist_array, 1},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2", small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided, small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2", small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array, 1},
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 1},
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim6x8_tba4", small_hc_m23n23k23_dim6x8_tba4_strided, small_hc_m23n23k23_dim6x8_tba4_array, 1},
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x8_tba4_ring2", small_hc_m23n23k23_dim8x8_tba4_ring2_strided, small_hc_m23n23k23_dim8x8_tba4_ring2_array, 1},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
     {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
@@ -1374,70 +1374,70 @@ const char* const kernel_names[] = {
     "small_d_m7n7k7_dim7x4_tba2_hoist",
     "small_d_m8n8k8_dim4x4_tba16",
     "small_d_m9n9k9_dim9x5_tba2_hoist",
-    "small_h_m10n10k10_dim4x4_tba4_hoist",
-    "small_h_m11n11k11_dim4x4_tba8",
-    "small_h_m12n12k12_dim4x4_tba8_hoist",
-    "small_h_m13n13k13_dim5x7_tba8",
-    "small_h_m14n14k14_dim7x5_tba8_hoist",
-    "small_h_m15n15k15_dim5x8_tba8",
-    "small_h_m16n16k16_dim4x4_tba4_hoist",
-    "small_h_m17n17k17_dim6x6_tba8_hoist",
-    "small_h_m18n18k18_dim6x5_tba2_hoist",
-    "small_h_m19n19k19_dim7x7_tba8_hoist",
-    "small_h_m1n1k1_dim1x1_tba128_hoist",
+    "small_h_m10n10k10_dim5x4_tba8_hoist_ring2",
+    "small_h_m11n11k11_dim6x4_tba16_hoist_ring3",
+    "small_h_m12n12k12_dim6x4_tba16_hoist_ring2",
+    "small_h_m13n13k13_dim5x4_tba8_ring2",
+    "small_h_m14n14k14_dim7x5_tba8_hoist_ring2",
+    "small_h_m15n15k15_dim8x5_tba8_ring2",
+    "small_h_m16n16k16_dim8x8_tba4_ring3",
+    "small_h_m17n17k17_dim6x6_tba8_hoist_ring2",
+    "small_h_m18n18k18_dim6x6_tba4_hoist_ring2",
+    "small_h_m19n19k19_dim5x7_tba8_hoist_ring2",
+    "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_h_m20n20k20_dim5x5_tba1_hoist",
     "small_h_m21n21k21_dim7x7_tba8_hoist",
-    "small_h_m22n22k22_dim8x8_tba2",
-    "small_h_m23n23k23_dim8x8_tba8",
+    "small_h_m22n22k22_dim8x8_tba2_ring2",
+    "small_h_m23n23k23_dim8x8_tba8_ring2",
     "small_h_m24n24k24_dim8x8_tba2_hoist",
     "small_h_m25n25k25_dim7x7_tba8_hoist",
     "small_h_m26n26k26_dim7x9_tba2",
     "small_h_m27n27k27_dim7x7_tba8_hoist",
     "small_h_m28n28k28_dim7x7_tba1_hoist",
     "small_h_m29n29k29_dim15x10_tba1",
-    "small_h_m2n2k2_dim1x1_tba128",
+    "small_h_m2n2k2_dim1x1_tba256_ring2",
     "small_h_m30n30k30_dim8x10_tba2_hoist",
     "small_h_m31n31k31_dim11x11_tba1",
     "small_h_m32n32k32_dim8x8_tba2_hoist",
-    "small_h_m3n3k3_dim2x1_tba32",
-    "small_h_m4n4k4_dim2x2_tba32_hoist",
-    "small_h_m5n5k5_dim2x2_tba16",
-    "small_h_m6n6k6_dim2x3_tba16",
-    "small_h_m7n7k7_dim4x4_tba8_hoist",
-    "small_h_m8n8k8_dim4x4_tba8",
-    "small_h_m9n9k9_dim3x5_tba8_hoist",
-    "small_hc_m10n10k10_dim5x5_tba8",
-    "small_hc_m11n11k11_dim4x3_tba8_hoist",
-    "small_hc_m12n12k12_dim4x4_tba4_hoist",
-    "small_hc_m13n13k13_dim4x4_tba4_hoist",
-    "small_hc_m14n14k14_dim4x4_tba2_hoist",
-    "small_hc_m15n15k15_dim8x8_tba4_hoist",
-    "small_hc_m16n16k16_dim4x4_tba2_hoist",
+    "small_h_m3n3k3_dim1x1_tba32_hoist",
+    "small_h_m4n4k4_dim2x2_tba64_hoist_ring2",
+    "small_h_m5n5k5_dim3x2_tba32_ring2",
+    "small_h_m6n6k6_dim3x2_tba16_ring2",
+    "small_h_m7n7k7_dim4x3_tba32_hoist_ring3",
+    "small_h_m8n8k8_dim4x4_tba16_ring2",
+    "small_h_m9n9k9_dim5x3_tba16_hoist_ring3",
+    "small_hc_m10n10k10_dim5x5_tba16_ring2",
+    "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2",
+    "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2",
+    "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2",
+    "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2",
+    "small_hc_m15n15k15_dim4x4_tba8_ring2",
+    "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m17n17k17_dim6x6_tba8_hoist",
     "small_hc_m18n18k18_dim6x5_tba1_hoist",
     "small_hc_m19n19k19_dim7x10_tba4_hoist",
-    "small_hc_m1n1k1_dim1x1_tba128_hoist",
-    "small_hc_m20n20k20_dim10x10_tba4_hoist",
-    "small_hc_m21n21k21_dim11x11_tba4_hoist",
+    "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
+    "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
+    "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2",
     "small_hc_m22n22k22_dim8x8_tba1_hoist",
-    "small_hc_m23n23k23_dim6x8_tba4",
+    "small_hc_m23n23k23_dim8x8_tba4_ring2",
     "small_hc_m24n24k24_dim8x8_tba2_hoist",
     "small_hc_m25n25k25_dim7x9_tba4_hoist",
     "small_hc_m26n26k26_dim7x9_tba1_hoist",
     "small_hc_m27n27k27_dim9x14_tba1",
     "small_hc_m28n28k28_dim14x14_tba2_hoist",
     "small_hc_m29n29k29_dim10x15_tba1",
-    "small_hc_m2n2k2_dim1x1_tba64_hoist",
+    "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2",
     "small_hc_m30n30k30_dim10x15_tba1_hoist",
     "small_hc_m31n31k31_dim16x16_tba1",
     "small_hc_m32n32k32_dim8x8_tba2",
     "small_hc_m3n3k3_dim1x1_tba32_hoist",
-    "small_hc_m4n4k4_dim2x2_tba16",
-    "small_hc_m5n5k5_dim2x2_tba8_hoist",
+    "small_hc_m4n4k4_dim2x4_tba32_ring2",
+    "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2",
     "small_hc_m6n6k6_dim2x2_tba8_hoist",
-    "small_hc_m7n7k7_dim4x4_tba4_hoist",
-    "small_hc_m8n8k8_dim4x4_tba4_hoist",
-    "small_hc_m9n9k9_dim5x3_tba4_hoist",
+    "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2",
+    "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2",
+    "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2",
     "small_s_m10n10k10_dim5x5_tba8",
     "small_s_m11n11k11_dim4x4_tba4_hoist",
     "small_s_m12n12k12_dim4x3_tba8",
