@@ -189,8 +189,13 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--async-only", is_flag=True,
               help="Sweep only the tuples with a cp.async ring (stages > 0), comparing with the results "
                    "already in the file for the rest.")
+@click.option("--small-only", is_flag=True,
+              help="Measure only the small family's table kernels at the square sizes up to 32 (after "
+                   "`tune small`), comparing with the wmma and tiny results already in the file: the "
+                   "cut-off between the families, measured again.")
 @click.option("--jobs", "-j", type=int, default=0)
-def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only, jobs):
+def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
+              small_only, jobs):
     """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1) and the
     small-family cut-off, on square sizes and rank-16 updates up to 256."""
     from generator import wmma
@@ -210,7 +215,9 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
                    f"{refused} refused for local memory")
         click.echo(f"wrote generator/tuning/{table_arch}.json")
         return
-    sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples, async_only))
+    if async_only and small_only:
+        raise click.ClickException("--async-only and --small-only each sweep a different part; give one")
+    sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples, async_only, small_only))
 
 
 @tune.command("tsm2")

@@ -180,7 +180,8 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
     for r in rows:
         if r["precision"] in wmma.PRECISIONS_WMMA and r["m"] == r["n"] == r["k"]:
             out[(r["precision"], r["m"])] = small.SmallSpec(r["precision"], r["m"], r["n"], r["k"],
-                                                           r["dim_m"], r["dim_n"], r["tba"])
+                                                           r["dim_m"], r["dim_n"], r["tba"],
+                                                           r.get("hoist", False), r.get("stages", 0))
     for prec in wmma.PRECISIONS_WMMA:
         for size in range(1, small.MAX_SIZE + 1):
             out.setdefault((prec, size), small.heuristic(prec, size, size, size))
@@ -188,7 +189,11 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
 
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
-             max_tuples: int | None, async_only: bool = False) -> int:
+             max_tuples: int | None, async_only: bool = False, small_only: bool = False) -> int:
+    """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
+    family's present table kernels at the square sizes up to 32 (after a re-tune of that family),
+    so the cut-off between the families is measured again.  Either way stage 2 compares with the
+    results already in the file for the rest."""
     from .run_check import device_arch
     from .timing import copy_bandwidth
     from .toolchain import gpu_available
@@ -202,9 +207,10 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             if r.get("device") == device}
     refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
                and r["status"] != "ok"}
-    general = [s for p in precisions for s in wmma.sweep_space(p, arch) if s.stages or not async_only]
-    tiny = sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
-                   for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
+    general = [s for p in precisions for s in wmma.sweep_space(p, arch)
+               if (s.stages or not async_only) and not small_only]
+    tiny = [] if small_only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
+                                         for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
     small_specs = sorted({smalls[(p, s)] for p in precisions for s in range(1, 33)})
     if async_only:   # the other kernels' results are in the file already; stage 2 compares with them
@@ -323,7 +329,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
                     if kind == "square" and size <= small.MAX_SIZE and not async_only:
                         cands.append(smalls[(prec, size)])
-                    if size <= wmma.TINY_TC and not async_only:
+                    if size <= wmma.TINY_TC and not async_only and not small_only:
                         cands += wmma.tiny_candidates(prec, m, n, k, arch)
                     plan.extend((spec, kind, size) for spec in cands)
         with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:

@@ -116,6 +116,20 @@ def test_default_manifest_dispatches_h_and_hc_to_every_family():
     assert not build_manifest(Selection(precisions=("d",))).wmma_ranges
 
 
+def test_the_cut_off_sweep_times_the_small_kernels_the_table_names():
+    """`tune wmma` (and --small-only) times, next to the wmma tuples, the small-family kernel the
+    dispatch runs: the table row's whole tuple, staging and ring included."""
+    from generator.tuning import load_table
+    from harness.wmma_tune import _small_specs
+
+    rows = {(r["precision"], r["m"]): r for r in load_table("sm_90")["small"]
+            if r["precision"] in ("h", "hc") and r["m"] == r["n"] == r["k"]}
+    specs = _small_specs("sm_90")
+    assert any(r.get("stages") for r in rows.values()) and any(r.get("hoist") for r in rows.values())
+    for key, row in rows.items():
+        assert (specs[key].hoist, specs[key].stages) == (row.get("hoist", False), row.get("stages", 0))
+
+
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     """Compile one emitted general kernel and one tiny kernel for sm_90 and read the SASS."""
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
