@@ -159,24 +159,24 @@ namespace avx2 {
 void cpu_c_m10n10k10_avx2_r3x2(const Args&, long long, long long);
 void cpu_c_m11n11k11_avx2_r3x2_p4(const Args&, long long, long long);
 void cpu_c_m12n12k12_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_c_m13n13k13_avx2_r2x3_p4(const Args&, long long, long long);
-void cpu_c_m14n14k14_avx2_r2x3_p2(const Args&, long long, long long);
+void cpu_c_m13n13k13_avx2_r2x3(const Args&, long long, long long);
+void cpu_c_m14n14k14_avx2_r2x3(const Args&, long long, long long);
 void cpu_c_m15n15k15_avx2_r2x3_p4(const Args&, long long, long long);
 void cpu_c_m16n16k16_avx2_r2x2_p2(const Args&, long long, long long);
 void cpu_c_m17n17k17_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_c_m18n18k18_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_c_m18n18k18_avx2_r3x2_p2(const Args&, long long, long long);
 void cpu_c_m19n19k19_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m1n1k1_avx2_r1x1(const Args&, long long, long long);
 void cpu_c_m20n20k20_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_c_m21n21k21_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_c_m22n22k22_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_c_m21n21k21_avx2_r2x3_p4(const Args&, long long, long long);
+void cpu_c_m22n22k22_avx2_r3x2_p2(const Args&, long long, long long);
 void cpu_c_m23n23k23_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m24n24k24_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_c_m25n25k25_avx2_r3x2(const Args&, long long, long long);
-void cpu_c_m26n26k26_avx2_r3x2_p1(const Args&, long long, long long);
+void cpu_c_m25n25k25_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_c_m26n26k26_avx2_r3x2_p2(const Args&, long long, long long);
 void cpu_c_m27n27k27_avx2_r3x2(const Args&, long long, long long);
 void cpu_c_m28n28k28_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_c_m29n29k29_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_c_m29n29k29_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m2n2k2_avx2_r1x2(const Args&, long long, long long);
 void cpu_c_m30n30k30_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m31n31k31_avx2_r3x2_p1(const Args&, long long, long long);
@@ -184,33 +184,33 @@ void cpu_c_m32n32k32_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_c_m3n3k3_avx2_r1x3(const Args&, long long, long long);
 void cpu_c_m4n4k4_avx2_r1x2(const Args&, long long, long long);
 void cpu_c_m5n5k5_avx2_r2x3(const Args&, long long, long long);
-void cpu_c_m6n6k6_avx2_r2x3(const Args&, long long, long long);
+void cpu_c_m6n6k6_avx2_r2x3_p1(const Args&, long long, long long);
 void cpu_c_m7n7k7_avx2_r2x3(const Args&, long long, long long);
 void cpu_c_m8n8k8_avx2_r2x2(const Args&, long long, long long);
 void cpu_c_m9n9k9_avx2_r3x2(const Args&, long long, long long);
-void cpu_d_m10n10k10_avx2_r3x3(const Args&, long long, long long);
+void cpu_d_m10n10k10_avx2_r3x4(const Args&, long long, long long);
 void cpu_d_m11n11k11_avx2_r3x3(const Args&, long long, long long);
 void cpu_d_m12n12k12_avx2_r3x4_p4(const Args&, long long, long long);
-void cpu_d_m13n13k13_avx2_r4x3_p2(const Args&, long long, long long);
-void cpu_d_m14n14k14_avx2_r4x3_p2(const Args&, long long, long long);
+void cpu_d_m13n13k13_avx2_r4x3_p4(const Args&, long long, long long);
+void cpu_d_m14n14k14_avx2_r4x3_p4(const Args&, long long, long long);
 void cpu_d_m15n15k15_avx2_r4x3_p2(const Args&, long long, long long);
 void cpu_d_m16n16k16_avx2_r2x6_p2(const Args&, long long, long long);
-void cpu_d_m17n17k17_avx2_r2x6_p2(const Args&, long long, long long);
-void cpu_d_m18n18k18_avx2_r2x6_p2(const Args&, long long, long long);
+void cpu_d_m17n17k17_avx2_r3x4_p4(const Args&, long long, long long);
+void cpu_d_m18n18k18_avx2_r3x4_p2(const Args&, long long, long long);
 void cpu_d_m19n19k19_avx2_r2x5_p2(const Args&, long long, long long);
 void cpu_d_m1n1k1_avx2_r1x1(const Args&, long long, long long);
 void cpu_d_m20n20k20_avx2_r3x4_p2(const Args&, long long, long long);
-void cpu_d_m21n21k21_avx2_r2x6_p4(const Args&, long long, long long);
+void cpu_d_m21n21k21_avx2_r3x4_p2(const Args&, long long, long long);
 void cpu_d_m22n22k22_avx2_r2x6_p2(const Args&, long long, long long);
 void cpu_d_m23n23k23_avx2_r2x6_p2(const Args&, long long, long long);
 void cpu_d_m24n24k24_avx2_r3x4_p4(const Args&, long long, long long);
-void cpu_d_m25n25k25_avx2_r2x6_p2(const Args&, long long, long long);
-void cpu_d_m26n26k26_avx2_r2x6_p2(const Args&, long long, long long);
+void cpu_d_m25n25k25_avx2_r4x3_p1(const Args&, long long, long long);
+void cpu_d_m26n26k26_avx2_r4x3_p2(const Args&, long long, long long);
 void cpu_d_m27n27k27_avx2_r2x6_p4(const Args&, long long, long long);
 void cpu_d_m28n28k28_avx2_r4x3_p1(const Args&, long long, long long);
-void cpu_d_m29n29k29_avx2_r2x6_p1(const Args&, long long, long long);
+void cpu_d_m29n29k29_avx2_r4x3_p2(const Args&, long long, long long);
 void cpu_d_m2n2k2_avx2_r1x2(const Args&, long long, long long);
-void cpu_d_m30n30k30_avx2_r2x6_p2(const Args&, long long, long long);
+void cpu_d_m30n30k30_avx2_r4x3_p1(const Args&, long long, long long);
 void cpu_d_m31n31k31_avx2_r3x4_p1(const Args&, long long, long long);
 void cpu_d_m32n32k32_avx2_r3x4_p2(const Args&, long long, long long);
 void cpu_d_m3n3k3_avx2_r1x3(const Args&, long long, long long);
@@ -219,26 +219,26 @@ void cpu_d_m5n5k5_avx2_r2x5(const Args&, long long, long long);
 void cpu_d_m6n6k6_avx2_r2x6(const Args&, long long, long long);
 void cpu_d_m7n7k7_avx2_r2x4(const Args&, long long, long long);
 void cpu_d_m8n8k8_avx2_r2x4(const Args&, long long, long long);
-void cpu_d_m9n9k9_avx2_r3x3_p4(const Args&, long long, long long);
+void cpu_d_m9n9k9_avx2_r3x4(const Args&, long long, long long);
 void cpu_s_m10n10k10_avx2_r2x5(const Args&, long long, long long);
 void cpu_s_m11n11k11_avx2_r2x6(const Args&, long long, long long);
-void cpu_s_m12n12k12_avx2_r2x6_p4(const Args&, long long, long long);
+void cpu_s_m12n12k12_avx2_r2x6(const Args&, long long, long long);
 void cpu_s_m13n13k13_avx2_r2x6(const Args&, long long, long long);
 void cpu_s_m14n14k14_avx2_r2x5_p4(const Args&, long long, long long);
 void cpu_s_m15n15k15_avx2_r2x5_p4(const Args&, long long, long long);
 void cpu_s_m16n16k16_avx2_r2x6_p4(const Args&, long long, long long);
-void cpu_s_m17n17k17_avx2_r3x3_p4(const Args&, long long, long long);
-void cpu_s_m18n18k18_avx2_r3x3_p4(const Args&, long long, long long);
+void cpu_s_m17n17k17_avx2_r3x4_p2(const Args&, long long, long long);
+void cpu_s_m18n18k18_avx2_r3x4_p2(const Args&, long long, long long);
 void cpu_s_m19n19k19_avx2_r3x4_p2(const Args&, long long, long long);
 void cpu_s_m1n1k1_avx2_r1x1(const Args&, long long, long long);
-void cpu_s_m20n20k20_avx2_r3x4_p2(const Args&, long long, long long);
+void cpu_s_m20n20k20_avx2_r3x4_p4(const Args&, long long, long long);
 void cpu_s_m21n21k21_avx2_r3x3_p4(const Args&, long long, long long);
 void cpu_s_m22n22k22_avx2_r3x3_p2(const Args&, long long, long long);
 void cpu_s_m23n23k23_avx2_r3x3_p4(const Args&, long long, long long);
 void cpu_s_m24n24k24_avx2_r3x4_p2(const Args&, long long, long long);
-void cpu_s_m25n25k25_avx2_r2x5_p2(const Args&, long long, long long);
-void cpu_s_m26n26k26_avx2_r4x3_p1(const Args&, long long, long long);
-void cpu_s_m27n27k27_avx2_r4x3_p1(const Args&, long long, long long);
+void cpu_s_m25n25k25_avx2_r4x3_p2(const Args&, long long, long long);
+void cpu_s_m26n26k26_avx2_r4x3_p2(const Args&, long long, long long);
+void cpu_s_m27n27k27_avx2_r2x6_p1(const Args&, long long, long long);
 void cpu_s_m28n28k28_avx2_r2x6_p2(const Args&, long long, long long);
 void cpu_s_m29n29k29_avx2_r2x6_p1(const Args&, long long, long long);
 void cpu_s_m2n2k2_avx2_r1x2(const Args&, long long, long long);
@@ -251,31 +251,31 @@ void cpu_s_m5n5k5_avx2_r1x5(const Args&, long long, long long);
 void cpu_s_m6n6k6_avx2_r1x6(const Args&, long long, long long);
 void cpu_s_m7n7k7_avx2_r1x7(const Args&, long long, long long);
 void cpu_s_m8n8k8_avx2_r1x8(const Args&, long long, long long);
-void cpu_s_m9n9k9_avx2_r2x6(const Args&, long long, long long);
+void cpu_s_m9n9k9_avx2_r2x5(const Args&, long long, long long);
 void cpu_z_m10n10k10_avx2_r3x2(const Args&, long long, long long);
-void cpu_z_m11n11k11_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_z_m11n11k11_avx2_r2x3_p2(const Args&, long long, long long);
 void cpu_z_m12n12k12_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_z_m13n13k13_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_z_m13n13k13_avx2_r2x3_p2(const Args&, long long, long long);
 void cpu_z_m14n14k14_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_z_m15n15k15_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_z_m15n15k15_avx2_r2x3_p1(const Args&, long long, long long);
 void cpu_z_m16n16k16_avx2_r3x2_p4(const Args&, long long, long long);
 void cpu_z_m17n17k17_avx2_r3x2_p4(const Args&, long long, long long);
 void cpu_z_m18n18k18_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_z_m19n19k19_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_z_m19n19k19_avx2_r2x3_p1(const Args&, long long, long long);
 void cpu_z_m1n1k1_avx2_r1x1(const Args&, long long, long long);
 void cpu_z_m20n20k20_avx2_r2x3_p2(const Args&, long long, long long);
-void cpu_z_m21n21k21_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_z_m21n21k21_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m22n22k22_avx2_r3x2_p4(const Args&, long long, long long);
-void cpu_z_m23n23k23_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_z_m23n23k23_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m24n24k24_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_z_m25n25k25_avx2_r3x2_p1(const Args&, long long, long long);
+void cpu_z_m25n25k25_avx2_r3x2_p4(const Args&, long long, long long);
 void cpu_z_m26n26k26_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_z_m27n27k27_avx2_r3x2_p4(const Args&, long long, long long);
+void cpu_z_m27n27k27_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m28n28k28_avx2_r3x2_p1(const Args&, long long, long long);
-void cpu_z_m29n29k29_avx2_r3x2_p2(const Args&, long long, long long);
+void cpu_z_m29n29k29_avx2_r3x2_p1(const Args&, long long, long long);
 void cpu_z_m2n2k2_avx2_r1x2(const Args&, long long, long long);
 void cpu_z_m30n30k30_avx2_r3x2_p2(const Args&, long long, long long);
-void cpu_z_m31n31k31_avx2_r3x2_p1(const Args&, long long, long long);
+void cpu_z_m31n31k31_avx2_r3x2_p2(const Args&, long long, long long);
 void cpu_z_m32n32k32_avx2_r3x2_p4(const Args&, long long, long long);
 void cpu_z_m3n3k3_avx2_r2x3(const Args&, long long, long long);
 void cpu_z_m4n4k4_avx2_r2x2(const Args&, long long, long long);
@@ -601,8 +601,8 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m8n8k8_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m8n8k8_avx2_r1x8), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m8n8k8_avx512_r1x8), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m8n8k8_neon_r2x4) },
       { "cpu_s_m8n8k8_generic_r2x4", "cpu_s_m8n8k8_avx2_r1x8", "cpu_s_m8n8k8_avx512_r1x8", "cpu_s_m8n8k8_neon_r2x4" } },
     { 9, 9, 9,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m9n9k9_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m9n9k9_avx2_r2x6), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m9n9k9_avx512_r1x9_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m9n9k9_neon_r3x3) },
-      { "cpu_s_m9n9k9_generic_r3x3", "cpu_s_m9n9k9_avx2_r2x6", "cpu_s_m9n9k9_avx512_r1x9_p4", "cpu_s_m9n9k9_neon_r3x3" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m9n9k9_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m9n9k9_avx2_r2x5), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m9n9k9_avx512_r1x9_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m9n9k9_neon_r3x3) },
+      { "cpu_s_m9n9k9_generic_r3x3", "cpu_s_m9n9k9_avx2_r2x5", "cpu_s_m9n9k9_avx512_r1x9_p4", "cpu_s_m9n9k9_neon_r3x3" } },
     { 10, 10, 10,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m10n10k10_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m10n10k10_avx2_r2x5), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m10n10k10_avx512_r1x10_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m10n10k10_neon_r3x5) },
       { "cpu_s_m10n10k10_generic_r3x4", "cpu_s_m10n10k10_avx2_r2x5", "cpu_s_m10n10k10_avx512_r1x10_p2", "cpu_s_m10n10k10_neon_r3x5" } },
@@ -610,8 +610,8 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m11n11k11_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m11n11k11_avx2_r2x6), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m11n11k11_avx512_r1x11_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m11n11k11_neon_r3x4) },
       { "cpu_s_m11n11k11_generic_r3x4", "cpu_s_m11n11k11_avx2_r2x6", "cpu_s_m11n11k11_avx512_r1x11_p1", "cpu_s_m11n11k11_neon_r3x4" } },
     { 12, 12, 12,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m12n12k12_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m12n12k12_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m12n12k12_avx512_r1x12_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m12n12k12_neon_r3x3) },
-      { "cpu_s_m12n12k12_generic_r3x3", "cpu_s_m12n12k12_avx2_r2x6_p4", "cpu_s_m12n12k12_avx512_r1x12_p4", "cpu_s_m12n12k12_neon_r3x3" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m12n12k12_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m12n12k12_avx2_r2x6), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m12n12k12_avx512_r1x12_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m12n12k12_neon_r3x3) },
+      { "cpu_s_m12n12k12_generic_r3x3", "cpu_s_m12n12k12_avx2_r2x6", "cpu_s_m12n12k12_avx512_r1x12_p4", "cpu_s_m12n12k12_neon_r3x3" } },
     { 13, 13, 13,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m13n13k13_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m13n13k13_avx2_r2x6), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m13n13k13_avx512_r1x13_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m13n13k13_neon_r2x7) },
       { "cpu_s_m13n13k13_generic_r2x5", "cpu_s_m13n13k13_avx2_r2x6", "cpu_s_m13n13k13_avx512_r1x13_p4", "cpu_s_m13n13k13_neon_r2x7" } },
@@ -625,17 +625,17 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m16n16k16_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m16n16k16_avx512_r1x9_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m16n16k16_neon_r2x4) },
       { "cpu_s_m16n16k16_generic_r2x4", "cpu_s_m16n16k16_avx2_r2x6_p4", "cpu_s_m16n16k16_avx512_r1x9_p4", "cpu_s_m16n16k16_neon_r2x4" } },
     { 17, 17, 17,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m17n17k17_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m17n17k17_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m17n17k17_avx512_r2x6_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m17n17k17_neon_r5x3) },
-      { "cpu_s_m17n17k17_generic_r5x2", "cpu_s_m17n17k17_avx2_r3x3_p4", "cpu_s_m17n17k17_avx512_r2x6_p4", "cpu_s_m17n17k17_neon_r5x3" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m17n17k17_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m17n17k17_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m17n17k17_avx512_r2x6_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m17n17k17_neon_r5x3) },
+      { "cpu_s_m17n17k17_generic_r5x2", "cpu_s_m17n17k17_avx2_r3x4_p2", "cpu_s_m17n17k17_avx512_r2x6_p4", "cpu_s_m17n17k17_neon_r5x3" } },
     { 18, 18, 18,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m18n18k18_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m18n18k18_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m18n18k18_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m18n18k18_neon_r5x2) },
-      { "cpu_s_m18n18k18_generic_r5x2", "cpu_s_m18n18k18_avx2_r3x3_p4", "cpu_s_m18n18k18_avx512_r2x7_p2", "cpu_s_m18n18k18_neon_r5x2" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m18n18k18_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m18n18k18_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m18n18k18_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m18n18k18_neon_r5x2) },
+      { "cpu_s_m18n18k18_generic_r5x2", "cpu_s_m18n18k18_avx2_r3x4_p2", "cpu_s_m18n18k18_avx512_r2x7_p2", "cpu_s_m18n18k18_neon_r5x2" } },
     { 19, 19, 19,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m19n19k19_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m19n19k19_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m19n19k19_avx512_r2x7_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m19n19k19_neon_r3x5_p1) },
       { "cpu_s_m19n19k19_generic_r3x4", "cpu_s_m19n19k19_avx2_r3x4_p2", "cpu_s_m19n19k19_avx512_r2x7_p4", "cpu_s_m19n19k19_neon_r3x5_p1" } },
     { 20, 20, 20,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m20n20k20_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m20n20k20_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m20n20k20_avx512_r2x7_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m20n20k20_neon_r3x4_p1) },
-      { "cpu_s_m20n20k20_generic_r3x4", "cpu_s_m20n20k20_avx2_r3x4_p2", "cpu_s_m20n20k20_avx512_r2x7_p4", "cpu_s_m20n20k20_neon_r3x4_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m20n20k20_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m20n20k20_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m20n20k20_avx512_r2x7_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m20n20k20_neon_r3x4_p1) },
+      { "cpu_s_m20n20k20_generic_r3x4", "cpu_s_m20n20k20_avx2_r3x4_p4", "cpu_s_m20n20k20_avx512_r2x7_p4", "cpu_s_m20n20k20_neon_r3x4_p1" } },
     { 21, 21, 21,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m21n21k21_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m21n21k21_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m21n21k21_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m21n21k21_neon_r3x3_p1) },
       { "cpu_s_m21n21k21_generic_r3x3", "cpu_s_m21n21k21_avx2_r3x3_p4", "cpu_s_m21n21k21_avx512_r2x7_p2", "cpu_s_m21n21k21_neon_r3x3_p1" } },
@@ -649,14 +649,14 @@ const Entry table_s[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m24n24k24_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m24n24k24_avx512_r2x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m24n24k24_neon_r2x4_p1) },
       { "cpu_s_m24n24k24_generic_r2x4", "cpu_s_m24n24k24_avx2_r3x4_p2", "cpu_s_m24n24k24_avx512_r2x6_p1", "cpu_s_m24n24k24_neon_r2x4_p1" } },
     { 25, 25, 25,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m25n25k25_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m25n25k25_avx2_r2x5_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m25n25k25_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m25n25k25_neon_r4x5_p1) },
-      { "cpu_s_m25n25k25_generic_r4x3", "cpu_s_m25n25k25_avx2_r2x5_p2", "cpu_s_m25n25k25_avx512_r2x9_p2", "cpu_s_m25n25k25_neon_r4x5_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m25n25k25_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m25n25k25_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m25n25k25_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m25n25k25_neon_r4x5_p1) },
+      { "cpu_s_m25n25k25_generic_r4x3", "cpu_s_m25n25k25_avx2_r4x3_p2", "cpu_s_m25n25k25_avx512_r2x9_p2", "cpu_s_m25n25k25_neon_r4x5_p1" } },
     { 26, 26, 26,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m26n26k26_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m26n26k26_avx2_r4x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m26n26k26_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m26n26k26_neon_r7x2_p1) },
-      { "cpu_s_m26n26k26_generic_r4x3", "cpu_s_m26n26k26_avx2_r4x3_p1", "cpu_s_m26n26k26_avx512_r2x7_p2", "cpu_s_m26n26k26_neon_r7x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m26n26k26_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m26n26k26_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m26n26k26_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m26n26k26_neon_r7x2_p1) },
+      { "cpu_s_m26n26k26_generic_r4x3", "cpu_s_m26n26k26_avx2_r4x3_p2", "cpu_s_m26n26k26_avx512_r2x7_p2", "cpu_s_m26n26k26_neon_r7x2_p1" } },
     { 27, 27, 27,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m27n27k27_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m27n27k27_avx2_r4x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m27n27k27_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m27n27k27_neon_r4x3_p1) },
-      { "cpu_s_m27n27k27_generic_r4x3", "cpu_s_m27n27k27_avx2_r4x3_p1", "cpu_s_m27n27k27_avx512_r2x9_p2", "cpu_s_m27n27k27_neon_r4x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m27n27k27_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m27n27k27_avx2_r2x6_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m27n27k27_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m27n27k27_neon_r4x3_p1) },
+      { "cpu_s_m27n27k27_generic_r4x3", "cpu_s_m27n27k27_avx2_r2x6_p1", "cpu_s_m27n27k27_avx512_r2x9_p2", "cpu_s_m27n27k27_neon_r4x3_p1" } },
     { 28, 28, 28,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_s_m28n28k28_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_s_m28n28k28_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_s_m28n28k28_avx512_r2x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_s_m28n28k28_neon_r4x4_p1) },
       { "cpu_s_m28n28k28_generic_r4x3", "cpu_s_m28n28k28_avx2_r2x6_p2", "cpu_s_m28n28k28_avx512_r2x6_p1", "cpu_s_m28n28k28_neon_r4x4_p1" } },
@@ -700,11 +700,11 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m8n8k8_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m8n8k8_avx2_r2x4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m8n8k8_avx512_r1x8), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m8n8k8_neon_r2x4) },
       { "cpu_d_m8n8k8_generic_r2x4", "cpu_d_m8n8k8_avx2_r2x4", "cpu_d_m8n8k8_avx512_r1x8", "cpu_d_m8n8k8_neon_r2x4" } },
     { 9, 9, 9,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m9n9k9_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m9n9k9_avx2_r3x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m9n9k9_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m9n9k9_neon_r3x5) },
-      { "cpu_d_m9n9k9_generic_r5x2", "cpu_d_m9n9k9_avx2_r3x3_p4", "cpu_d_m9n9k9_avx512_r2x5", "cpu_d_m9n9k9_neon_r3x5" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m9n9k9_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m9n9k9_avx2_r3x4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m9n9k9_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m9n9k9_neon_r3x5) },
+      { "cpu_d_m9n9k9_generic_r5x2", "cpu_d_m9n9k9_avx2_r3x4", "cpu_d_m9n9k9_avx512_r2x5", "cpu_d_m9n9k9_neon_r3x5" } },
     { 10, 10, 10,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m10n10k10_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m10n10k10_avx2_r3x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m10n10k10_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m10n10k10_neon_r5x2) },
-      { "cpu_d_m10n10k10_generic_r5x2", "cpu_d_m10n10k10_avx2_r3x3", "cpu_d_m10n10k10_avx512_r2x5", "cpu_d_m10n10k10_neon_r5x2" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m10n10k10_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m10n10k10_avx2_r3x4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m10n10k10_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m10n10k10_neon_r5x2) },
+      { "cpu_d_m10n10k10_generic_r5x2", "cpu_d_m10n10k10_avx2_r3x4", "cpu_d_m10n10k10_avx512_r2x5", "cpu_d_m10n10k10_neon_r5x2" } },
     { 11, 11, 11,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m11n11k11_generic_r2x6), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m11n11k11_avx2_r3x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m11n11k11_avx512_r2x7_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m11n11k11_neon_r2x6) },
       { "cpu_d_m11n11k11_generic_r2x6", "cpu_d_m11n11k11_avx2_r3x3", "cpu_d_m11n11k11_avx512_r2x7_p4", "cpu_d_m11n11k11_neon_r2x6" } },
@@ -712,11 +712,11 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m12n12k12_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m12n12k12_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m12n12k12_avx512_r2x7_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m12n12k12_neon_r2x4) },
       { "cpu_d_m12n12k12_generic_r2x4", "cpu_d_m12n12k12_avx2_r3x4_p4", "cpu_d_m12n12k12_avx512_r2x7_p4", "cpu_d_m12n12k12_neon_r2x4" } },
     { 13, 13, 13,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m13n13k13_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m13n13k13_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m13n13k13_avx512_r2x13_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m13n13k13_neon_r4x5) },
-      { "cpu_d_m13n13k13_generic_r4x3", "cpu_d_m13n13k13_avx2_r4x3_p2", "cpu_d_m13n13k13_avx512_r2x13_p2", "cpu_d_m13n13k13_neon_r4x5" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m13n13k13_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m13n13k13_avx2_r4x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m13n13k13_avx512_r2x13_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m13n13k13_neon_r4x5) },
+      { "cpu_d_m13n13k13_generic_r4x3", "cpu_d_m13n13k13_avx2_r4x3_p4", "cpu_d_m13n13k13_avx512_r2x13_p2", "cpu_d_m13n13k13_neon_r4x5" } },
     { 14, 14, 14,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m14n14k14_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m14n14k14_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m14n14k14_avx512_r2x8_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m14n14k14_neon_r7x2_p1) },
-      { "cpu_d_m14n14k14_generic_r4x3", "cpu_d_m14n14k14_avx2_r4x3_p2", "cpu_d_m14n14k14_avx512_r2x8_p2", "cpu_d_m14n14k14_neon_r7x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m14n14k14_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m14n14k14_avx2_r4x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m14n14k14_avx512_r2x8_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m14n14k14_neon_r7x2_p1) },
+      { "cpu_d_m14n14k14_generic_r4x3", "cpu_d_m14n14k14_avx2_r4x3_p4", "cpu_d_m14n14k14_avx512_r2x8_p2", "cpu_d_m14n14k14_neon_r7x2_p1" } },
     { 15, 15, 15,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m15n15k15_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m15n15k15_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m15n15k15_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m15n15k15_neon_r2x5_p1) },
       { "cpu_d_m15n15k15_generic_r2x5", "cpu_d_m15n15k15_avx2_r4x3_p2", "cpu_d_m15n15k15_avx512_r2x9_p2", "cpu_d_m15n15k15_neon_r2x5_p1" } },
@@ -724,11 +724,11 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m16n16k16_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m16n16k16_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m16n16k16_avx512_r2x9_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m16n16k16_neon_r2x4_p1) },
       { "cpu_d_m16n16k16_generic_r2x4", "cpu_d_m16n16k16_avx2_r2x6_p2", "cpu_d_m16n16k16_avx512_r2x9_p2", "cpu_d_m16n16k16_neon_r2x4_p1" } },
     { 17, 17, 17,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m17n17k17_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m17n17k17_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m17n17k17_avx512_r3x4_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m17n17k17_neon_r5x3_p1) },
-      { "cpu_d_m17n17k17_generic_r3x3", "cpu_d_m17n17k17_avx2_r2x6_p2", "cpu_d_m17n17k17_avx512_r3x4_p4", "cpu_d_m17n17k17_neon_r5x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m17n17k17_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m17n17k17_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m17n17k17_avx512_r3x4_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m17n17k17_neon_r5x3_p1) },
+      { "cpu_d_m17n17k17_generic_r3x3", "cpu_d_m17n17k17_avx2_r3x4_p4", "cpu_d_m17n17k17_avx512_r3x4_p4", "cpu_d_m17n17k17_neon_r5x3_p1" } },
     { 18, 18, 18,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m18n18k18_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m18n18k18_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m18n18k18_avx512_r3x4_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m18n18k18_neon_r3x3_p1) },
-      { "cpu_d_m18n18k18_generic_r3x3", "cpu_d_m18n18k18_avx2_r2x6_p2", "cpu_d_m18n18k18_avx512_r3x4_p2", "cpu_d_m18n18k18_neon_r3x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m18n18k18_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m18n18k18_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m18n18k18_avx512_r3x4_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m18n18k18_neon_r3x3_p1) },
+      { "cpu_d_m18n18k18_generic_r3x3", "cpu_d_m18n18k18_avx2_r3x4_p2", "cpu_d_m18n18k18_avx512_r3x4_p2", "cpu_d_m18n18k18_neon_r3x3_p1" } },
     { 19, 19, 19,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m19n19k19_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m19n19k19_avx2_r2x5_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m19n19k19_avx512_r3x5_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m19n19k19_neon_r2x5_p1) },
       { "cpu_d_m19n19k19_generic_r2x5", "cpu_d_m19n19k19_avx2_r2x5_p2", "cpu_d_m19n19k19_avx512_r3x5_p2", "cpu_d_m19n19k19_neon_r2x5_p1" } },
@@ -736,8 +736,8 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m20n20k20_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m20n20k20_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m20n20k20_avx512_r3x4_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m20n20k20_neon_r2x4_p1) },
       { "cpu_d_m20n20k20_generic_r2x4", "cpu_d_m20n20k20_avx2_r3x4_p2", "cpu_d_m20n20k20_avx512_r3x4_p2", "cpu_d_m20n20k20_neon_r2x4_p1" } },
     { 21, 21, 21,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m21n21k21_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m21n21k21_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m21n21k21_avx512_r3x7_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m21n21k21_neon_r4x3_p1) },
-      { "cpu_d_m21n21k21_generic_r4x3", "cpu_d_m21n21k21_avx2_r2x6_p4", "cpu_d_m21n21k21_avx512_r3x7_p1", "cpu_d_m21n21k21_neon_r4x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m21n21k21_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m21n21k21_avx2_r3x4_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m21n21k21_avx512_r3x7_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m21n21k21_neon_r4x3_p1) },
+      { "cpu_d_m21n21k21_generic_r4x3", "cpu_d_m21n21k21_avx2_r3x4_p2", "cpu_d_m21n21k21_avx512_r3x7_p1", "cpu_d_m21n21k21_neon_r4x3_p1" } },
     { 22, 22, 22,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m22n22k22_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m22n22k22_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m22n22k22_avx512_r3x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m22n22k22_neon_r6x2_p1) },
       { "cpu_d_m22n22k22_generic_r3x4", "cpu_d_m22n22k22_avx2_r2x6_p2", "cpu_d_m22n22k22_avx512_r3x6_p1", "cpu_d_m22n22k22_neon_r6x2_p1" } },
@@ -748,11 +748,11 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m24n24k24_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m24n24k24_avx2_r3x4_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m24n24k24_avx512_r3x4_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m24n24k24_neon_r2x4_p1) },
       { "cpu_d_m24n24k24_generic_r2x4", "cpu_d_m24n24k24_avx2_r3x4_p4", "cpu_d_m24n24k24_avx512_r3x4_p1", "cpu_d_m24n24k24_neon_r2x4_p1" } },
     { 25, 25, 25,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m25n25k25_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m25n25k25_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m25n25k25_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m25n25k25_neon_r13x1_p1) },
-      { "cpu_d_m25n25k25_generic_r2x5", "cpu_d_m25n25k25_avx2_r2x6_p2", "cpu_d_m25n25k25_avx512_r2x7_p2", "cpu_d_m25n25k25_neon_r13x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m25n25k25_generic_r2x5), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m25n25k25_avx2_r4x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m25n25k25_avx512_r2x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m25n25k25_neon_r13x1_p1) },
+      { "cpu_d_m25n25k25_generic_r2x5", "cpu_d_m25n25k25_avx2_r4x3_p1", "cpu_d_m25n25k25_avx512_r2x7_p2", "cpu_d_m25n25k25_neon_r13x1_p1" } },
     { 26, 26, 26,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m26n26k26_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m26n26k26_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m26n26k26_avx512_r2x7_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m26n26k26_neon_r7x2_p1) },
-      { "cpu_d_m26n26k26_generic_r5x2", "cpu_d_m26n26k26_avx2_r2x6_p2", "cpu_d_m26n26k26_avx512_r2x7_p1", "cpu_d_m26n26k26_neon_r7x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m26n26k26_generic_r5x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m26n26k26_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m26n26k26_avx512_r2x7_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m26n26k26_neon_r7x2_p1) },
+      { "cpu_d_m26n26k26_generic_r5x2", "cpu_d_m26n26k26_avx2_r4x3_p2", "cpu_d_m26n26k26_avx512_r2x7_p1", "cpu_d_m26n26k26_neon_r7x2_p1" } },
     { 27, 27, 27,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m27n27k27_generic_r3x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m27n27k27_avx2_r2x6_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m27n27k27_avx512_r2x7_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m27n27k27_neon_r2x7_p1) },
       { "cpu_d_m27n27k27_generic_r3x4", "cpu_d_m27n27k27_avx2_r2x6_p4", "cpu_d_m27n27k27_avx512_r2x7_p1", "cpu_d_m27n27k27_neon_r2x7_p1" } },
@@ -760,11 +760,11 @@ const Entry table_d[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m28n28k28_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m28n28k28_avx2_r4x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m28n28k28_avx512_r2x6_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m28n28k28_neon_r2x4_p1) },
       { "cpu_d_m28n28k28_generic_r2x4", "cpu_d_m28n28k28_avx2_r4x3_p1", "cpu_d_m28n28k28_avx512_r2x6_p2", "cpu_d_m28n28k28_neon_r2x4_p1" } },
     { 29, 29, 29,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m29n29k29_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m29n29k29_avx2_r2x6_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m29n29k29_avx512_r4x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m29n29k29_neon_r3x5_p1) },
-      { "cpu_d_m29n29k29_generic_r4x3", "cpu_d_m29n29k29_avx2_r2x6_p1", "cpu_d_m29n29k29_avx512_r4x5_p1", "cpu_d_m29n29k29_neon_r3x5_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m29n29k29_generic_r4x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m29n29k29_avx2_r4x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m29n29k29_avx512_r4x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m29n29k29_neon_r3x5_p1) },
+      { "cpu_d_m29n29k29_generic_r4x3", "cpu_d_m29n29k29_avx2_r4x3_p2", "cpu_d_m29n29k29_avx512_r4x5_p1", "cpu_d_m29n29k29_neon_r3x5_p1" } },
     { 30, 30, 30,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m30n30k30_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m30n30k30_avx2_r2x6_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m30n30k30_avx512_r4x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m30n30k30_neon_r3x3_p1) },
-      { "cpu_d_m30n30k30_generic_r3x3", "cpu_d_m30n30k30_avx2_r2x6_p2", "cpu_d_m30n30k30_avx512_r4x6_p1", "cpu_d_m30n30k30_neon_r3x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m30n30k30_generic_r3x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m30n30k30_avx2_r4x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m30n30k30_avx512_r4x6_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m30n30k30_neon_r3x3_p1) },
+      { "cpu_d_m30n30k30_generic_r3x3", "cpu_d_m30n30k30_avx2_r4x3_p1", "cpu_d_m30n30k30_avx512_r4x6_p1", "cpu_d_m30n30k30_neon_r3x3_p1" } },
     { 31, 31, 31,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_d_m31n31k31_generic_r2x4), GEMMGEN_CPU_KERNEL_AVX2(cpu_d_m31n31k31_avx2_r3x4_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_d_m31n31k31_avx512_r4x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_d_m31n31k31_neon_r8x1_p1) },
       { "cpu_d_m31n31k31_generic_r2x4", "cpu_d_m31n31k31_avx2_r3x4_p1", "cpu_d_m31n31k31_avx512_r4x5_p1", "cpu_d_m31n31k31_neon_r8x1_p1" } },
@@ -790,8 +790,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m5n5k5_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m5n5k5_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m5n5k5_avx512_r1x5_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m5n5k5_neon_r3x3) },
       { "cpu_c_m5n5k5_generic_r3x2", "cpu_c_m5n5k5_avx2_r2x3", "cpu_c_m5n5k5_avx512_r1x5_p1", "cpu_c_m5n5k5_neon_r3x3" } },
     { 6, 6, 6,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m6n6k6_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m6n6k6_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m6n6k6_avx512_r1x6), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m6n6k6_neon_r3x2) },
-      { "cpu_c_m6n6k6_generic_r3x2", "cpu_c_m6n6k6_avx2_r2x3", "cpu_c_m6n6k6_avx512_r1x6", "cpu_c_m6n6k6_neon_r3x2" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m6n6k6_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m6n6k6_avx2_r2x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m6n6k6_avx512_r1x6), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m6n6k6_neon_r3x2) },
+      { "cpu_c_m6n6k6_generic_r3x2", "cpu_c_m6n6k6_avx2_r2x3_p1", "cpu_c_m6n6k6_avx512_r1x6", "cpu_c_m6n6k6_neon_r3x2" } },
     { 7, 7, 7,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m7n7k7_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m7n7k7_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m7n7k7_avx512_r1x7_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m7n7k7_neon_r4x1) },
       { "cpu_c_m7n7k7_generic_r4x1", "cpu_c_m7n7k7_avx2_r2x3", "cpu_c_m7n7k7_avx512_r1x7_p2", "cpu_c_m7n7k7_neon_r4x1" } },
@@ -811,11 +811,11 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m12n12k12_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m12n12k12_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m12n12k12_avx512_r2x4), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m12n12k12_neon_r2x2) },
       { "cpu_c_m12n12k12_generic_r2x2", "cpu_c_m12n12k12_avx2_r3x2_p2", "cpu_c_m12n12k12_avx512_r2x4", "cpu_c_m12n12k12_neon_r2x2" } },
     { 13, 13, 13,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m13n13k13_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m13n13k13_avx2_r2x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m13n13k13_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m13n13k13_neon_r7x1) },
-      { "cpu_c_m13n13k13_generic_r4x1", "cpu_c_m13n13k13_avx2_r2x3_p4", "cpu_c_m13n13k13_avx512_r2x5", "cpu_c_m13n13k13_neon_r7x1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m13n13k13_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m13n13k13_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m13n13k13_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m13n13k13_neon_r7x1) },
+      { "cpu_c_m13n13k13_generic_r4x1", "cpu_c_m13n13k13_avx2_r2x3", "cpu_c_m13n13k13_avx512_r2x5", "cpu_c_m13n13k13_neon_r7x1" } },
     { 14, 14, 14,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m14n14k14_generic_r2x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m14n14k14_avx2_r2x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m14n14k14_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m14n14k14_neon_r4x2_p1) },
-      { "cpu_c_m14n14k14_generic_r2x3", "cpu_c_m14n14k14_avx2_r2x3_p2", "cpu_c_m14n14k14_avx512_r2x5", "cpu_c_m14n14k14_neon_r4x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m14n14k14_generic_r2x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m14n14k14_avx2_r2x3), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m14n14k14_avx512_r2x5), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m14n14k14_neon_r4x2_p1) },
+      { "cpu_c_m14n14k14_generic_r2x3", "cpu_c_m14n14k14_avx2_r2x3", "cpu_c_m14n14k14_avx512_r2x5", "cpu_c_m14n14k14_neon_r4x2_p1" } },
     { 15, 15, 15,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m15n15k15_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m15n15k15_avx2_r2x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m15n15k15_avx512_r2x6_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m15n15k15_neon_r4x1_p1) },
       { "cpu_c_m15n15k15_generic_r4x1", "cpu_c_m15n15k15_avx2_r2x3_p4", "cpu_c_m15n15k15_avx512_r2x6_p4", "cpu_c_m15n15k15_neon_r4x1_p1" } },
@@ -826,8 +826,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m17n17k17_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m17n17k17_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m17n17k17_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m17n17k17_neon_r5x1_p1) },
       { "cpu_c_m17n17k17_generic_r5x1", "cpu_c_m17n17k17_avx2_r3x2_p1", "cpu_c_m17n17k17_avx512_r3x3_p2", "cpu_c_m17n17k17_neon_r5x1_p1" } },
     { 18, 18, 18,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m18n18k18_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m18n18k18_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m18n18k18_avx512_r3x2_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m18n18k18_neon_r3x2_p1) },
-      { "cpu_c_m18n18k18_generic_r3x2", "cpu_c_m18n18k18_avx2_r3x2_p4", "cpu_c_m18n18k18_avx512_r3x2_p4", "cpu_c_m18n18k18_neon_r3x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m18n18k18_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m18n18k18_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m18n18k18_avx512_r3x2_p4), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m18n18k18_neon_r3x2_p1) },
+      { "cpu_c_m18n18k18_generic_r3x2", "cpu_c_m18n18k18_avx2_r3x2_p2", "cpu_c_m18n18k18_avx512_r3x2_p4", "cpu_c_m18n18k18_neon_r3x2_p1" } },
     { 19, 19, 19,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m19n19k19_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m19n19k19_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m19n19k19_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m19n19k19_neon_r5x1_p1) },
       { "cpu_c_m19n19k19_generic_r5x1", "cpu_c_m19n19k19_avx2_r3x2_p1", "cpu_c_m19n19k19_avx512_r3x3_p2", "cpu_c_m19n19k19_neon_r5x1_p1" } },
@@ -835,11 +835,11 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m20n20k20_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m20n20k20_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m20n20k20_avx512_r3x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m20n20k20_neon_r2x2_p1) },
       { "cpu_c_m20n20k20_generic_r2x2", "cpu_c_m20n20k20_avx2_r3x2_p1", "cpu_c_m20n20k20_avx512_r3x2_p1", "cpu_c_m20n20k20_neon_r2x2_p1" } },
     { 21, 21, 21,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m21n21k21_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m21n21k21_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m21n21k21_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m21n21k21_neon_r6x1_p1) },
-      { "cpu_c_m21n21k21_generic_r3x2", "cpu_c_m21n21k21_avx2_r3x2_p1", "cpu_c_m21n21k21_avx512_r3x3_p1", "cpu_c_m21n21k21_neon_r6x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m21n21k21_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m21n21k21_avx2_r2x3_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m21n21k21_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m21n21k21_neon_r6x1_p1) },
+      { "cpu_c_m21n21k21_generic_r3x2", "cpu_c_m21n21k21_avx2_r2x3_p4", "cpu_c_m21n21k21_avx512_r3x3_p1", "cpu_c_m21n21k21_neon_r6x1_p1" } },
     { 22, 22, 22,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m22n22k22_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m22n22k22_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m22n22k22_avx512_r3x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m22n22k22_neon_r3x2_p1) },
-      { "cpu_c_m22n22k22_generic_r3x2", "cpu_c_m22n22k22_avx2_r3x2_p4", "cpu_c_m22n22k22_avx512_r3x2_p1", "cpu_c_m22n22k22_neon_r3x2_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m22n22k22_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m22n22k22_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m22n22k22_avx512_r3x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m22n22k22_neon_r3x2_p1) },
+      { "cpu_c_m22n22k22_generic_r3x2", "cpu_c_m22n22k22_avx2_r3x2_p2", "cpu_c_m22n22k22_avx512_r3x2_p1", "cpu_c_m22n22k22_neon_r3x2_p1" } },
     { 23, 23, 23,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m23n23k23_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m23n23k23_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m23n23k23_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m23n23k23_neon_r4x1_p1) },
       { "cpu_c_m23n23k23_generic_r4x1", "cpu_c_m23n23k23_avx2_r3x2_p1", "cpu_c_m23n23k23_avx512_r3x3_p1", "cpu_c_m23n23k23_neon_r4x1_p1" } },
@@ -847,11 +847,11 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m24n24k24_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m24n24k24_avx512_r3x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m24n24k24_neon_r2x2_p1) },
       { "cpu_c_m24n24k24_generic_r2x2", "cpu_c_m24n24k24_avx2_r3x2_p2", "cpu_c_m24n24k24_avx512_r3x3_p1", "cpu_c_m24n24k24_neon_r2x2_p1" } },
     { 25, 25, 25,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m25n25k25_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m25n25k25_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m25n25k25_neon_r7x1_p1) },
-      { "cpu_c_m25n25k25_generic_r5x1", "cpu_c_m25n25k25_avx2_r3x2", "cpu_c_m25n25k25_avx512_r4x2_p2", "cpu_c_m25n25k25_neon_r7x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m25n25k25_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m25n25k25_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m25n25k25_neon_r7x1_p1) },
+      { "cpu_c_m25n25k25_generic_r5x1", "cpu_c_m25n25k25_avx2_r3x2_p4", "cpu_c_m25n25k25_avx512_r4x2_p2", "cpu_c_m25n25k25_neon_r7x1_p1" } },
     { 26, 26, 26,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m26n26k26_generic_r2x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m26n26k26_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m26n26k26_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m26n26k26_neon_r7x1_p1) },
-      { "cpu_c_m26n26k26_generic_r2x3", "cpu_c_m26n26k26_avx2_r3x2_p1", "cpu_c_m26n26k26_avx512_r4x2_p2", "cpu_c_m26n26k26_neon_r7x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m26n26k26_generic_r2x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m26n26k26_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m26n26k26_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m26n26k26_neon_r7x1_p1) },
+      { "cpu_c_m26n26k26_generic_r2x3", "cpu_c_m26n26k26_avx2_r3x2_p2", "cpu_c_m26n26k26_avx512_r4x2_p2", "cpu_c_m26n26k26_neon_r7x1_p1" } },
     { 27, 27, 27,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m27n27k27_generic_r2x3), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m27n27k27_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m27n27k27_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m27n27k27_neon_r2x3_p1) },
       { "cpu_c_m27n27k27_generic_r2x3", "cpu_c_m27n27k27_avx2_r3x2", "cpu_c_m27n27k27_avx512_r4x2_p2", "cpu_c_m27n27k27_neon_r2x3_p1" } },
@@ -859,8 +859,8 @@ const Entry table_c[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m28n28k28_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m28n28k28_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m28n28k28_avx512_r4x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m28n28k28_neon_r2x2_p1) },
       { "cpu_c_m28n28k28_generic_r2x2", "cpu_c_m28n28k28_avx2_r3x2_p1", "cpu_c_m28n28k28_avx512_r4x2_p1", "cpu_c_m28n28k28_neon_r2x2_p1" } },
     { 29, 29, 29,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m29n29k29_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m29n29k29_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m29n29k29_avx512_r4x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m29n29k29_neon_r5x1_p1) },
-      { "cpu_c_m29n29k29_generic_r5x1", "cpu_c_m29n29k29_avx2_r3x2_p2", "cpu_c_m29n29k29_avx512_r4x3_p2", "cpu_c_m29n29k29_neon_r5x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m29n29k29_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m29n29k29_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m29n29k29_avx512_r4x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m29n29k29_neon_r5x1_p1) },
+      { "cpu_c_m29n29k29_generic_r5x1", "cpu_c_m29n29k29_avx2_r3x2_p1", "cpu_c_m29n29k29_avx512_r4x3_p2", "cpu_c_m29n29k29_neon_r5x1_p1" } },
     { 30, 30, 30,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_c_m30n30k30_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_c_m30n30k30_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_c_m30n30k30_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_c_m30n30k30_neon_r3x2_p1) },
       { "cpu_c_m30n30k30_generic_r3x2", "cpu_c_m30n30k30_avx2_r3x2_p1", "cpu_c_m30n30k30_avx512_r4x3_p1", "cpu_c_m30n30k30_neon_r3x2_p1" } },
@@ -904,20 +904,20 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m10n10k10_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m10n10k10_avx2_r3x2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m10n10k10_avx512_r3x2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m10n10k10_neon_r2x2_p1) },
       { "cpu_z_m10n10k10_generic_r2x2", "cpu_z_m10n10k10_avx2_r3x2", "cpu_z_m10n10k10_avx512_r3x2", "cpu_z_m10n10k10_neon_r2x2_p1" } },
     { 11, 11, 11,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m11n11k11_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m11n11k11_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m11n11k11_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m11n11k11_neon_r6x1_p1) },
-      { "cpu_z_m11n11k11_generic_r3x2", "cpu_z_m11n11k11_avx2_r3x2_p2", "cpu_z_m11n11k11_avx512_r3x3_p2", "cpu_z_m11n11k11_neon_r6x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m11n11k11_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m11n11k11_avx2_r2x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m11n11k11_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m11n11k11_neon_r6x1_p1) },
+      { "cpu_z_m11n11k11_generic_r3x2", "cpu_z_m11n11k11_avx2_r2x3_p2", "cpu_z_m11n11k11_avx512_r3x3_p2", "cpu_z_m11n11k11_neon_r6x1_p1" } },
     { 12, 12, 12,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m12n12k12_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m12n12k12_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m12n12k12_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m12n12k12_neon_r2x2_p1) },
       { "cpu_z_m12n12k12_generic_r2x2", "cpu_z_m12n12k12_avx2_r3x2_p2", "cpu_z_m12n12k12_avx512_r3x3_p2", "cpu_z_m12n12k12_neon_r2x2_p1" } },
     { 13, 13, 13,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m13n13k13_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m13n13k13_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m13n13k13_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m13n13k13_neon_r7x1_p1) },
-      { "cpu_z_m13n13k13_generic_r5x1", "cpu_z_m13n13k13_avx2_r3x2_p2", "cpu_z_m13n13k13_avx512_r4x2_p2", "cpu_z_m13n13k13_neon_r7x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m13n13k13_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m13n13k13_avx2_r2x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m13n13k13_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m13n13k13_neon_r7x1_p1) },
+      { "cpu_z_m13n13k13_generic_r5x1", "cpu_z_m13n13k13_avx2_r2x3_p2", "cpu_z_m13n13k13_avx512_r4x2_p2", "cpu_z_m13n13k13_neon_r7x1_p1" } },
     { 14, 14, 14,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m14n14k14_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m14n14k14_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m14n14k14_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m14n14k14_neon_r2x2_p1) },
       { "cpu_z_m14n14k14_generic_r2x2", "cpu_z_m14n14k14_avx2_r3x2_p2", "cpu_z_m14n14k14_avx512_r4x2_p2", "cpu_z_m14n14k14_neon_r2x2_p1" } },
     { 15, 15, 15,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m15n15k15_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m15n15k15_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m15n15k15_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m15n15k15_neon_r5x1_p1) },
-      { "cpu_z_m15n15k15_generic_r5x1", "cpu_z_m15n15k15_avx2_r3x2_p2", "cpu_z_m15n15k15_avx512_r4x3_p1", "cpu_z_m15n15k15_neon_r5x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m15n15k15_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m15n15k15_avx2_r2x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m15n15k15_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m15n15k15_neon_r5x1_p1) },
+      { "cpu_z_m15n15k15_generic_r5x1", "cpu_z_m15n15k15_avx2_r2x3_p1", "cpu_z_m15n15k15_avx512_r4x3_p1", "cpu_z_m15n15k15_neon_r5x1_p1" } },
     { 16, 16, 16,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m16n16k16_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m16n16k16_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m16n16k16_avx512_r4x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m16n16k16_neon_r2x2_p1) },
       { "cpu_z_m16n16k16_generic_r2x2", "cpu_z_m16n16k16_avx2_r3x2_p4", "cpu_z_m16n16k16_avx512_r4x2_p1", "cpu_z_m16n16k16_neon_r2x2_p1" } },
@@ -928,44 +928,44 @@ const Entry table_z[] = {
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m18n18k18_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m18n18k18_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m18n18k18_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m18n18k18_neon_r2x2_p1) },
       { "cpu_z_m18n18k18_generic_r2x2", "cpu_z_m18n18k18_avx2_r3x2_p2", "cpu_z_m18n18k18_avx512_r5x2_p1", "cpu_z_m18n18k18_neon_r2x2_p1" } },
     { 19, 19, 19,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m19n19k19_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m19n19k19_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m19n19k19_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m19n19k19_neon_r5x1_p1) },
-      { "cpu_z_m19n19k19_generic_r5x1", "cpu_z_m19n19k19_avx2_r3x2_p4", "cpu_z_m19n19k19_avx512_r5x2_p1", "cpu_z_m19n19k19_neon_r5x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m19n19k19_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m19n19k19_avx2_r2x3_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m19n19k19_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m19n19k19_neon_r5x1_p1) },
+      { "cpu_z_m19n19k19_generic_r5x1", "cpu_z_m19n19k19_avx2_r2x3_p1", "cpu_z_m19n19k19_avx512_r5x2_p1", "cpu_z_m19n19k19_neon_r5x1_p1" } },
     { 20, 20, 20,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m20n20k20_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m20n20k20_avx2_r2x3_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m20n20k20_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m20n20k20_neon_r2x2_p1) },
       { "cpu_z_m20n20k20_generic_r2x2", "cpu_z_m20n20k20_avx2_r2x3_p2", "cpu_z_m20n20k20_avx512_r5x2_p1", "cpu_z_m20n20k20_neon_r2x2_p1" } },
     { 21, 21, 21,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m21n21k21_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m21n21k21_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m21n21k21_avx512_r6x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m21n21k21_neon_r3x3_p1) },
-      { "cpu_z_m21n21k21_generic_r3x2", "cpu_z_m21n21k21_avx2_r3x2_p2", "cpu_z_m21n21k21_avx512_r6x2_p1", "cpu_z_m21n21k21_neon_r3x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m21n21k21_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m21n21k21_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m21n21k21_avx512_r6x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m21n21k21_neon_r3x3_p1) },
+      { "cpu_z_m21n21k21_generic_r3x2", "cpu_z_m21n21k21_avx2_r3x2_p1", "cpu_z_m21n21k21_avx512_r6x2_p1", "cpu_z_m21n21k21_neon_r3x3_p1" } },
     { 22, 22, 22,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m22n22k22_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m22n22k22_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m22n22k22_avx512_r6x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m22n22k22_neon_r2x2_p1) },
       { "cpu_z_m22n22k22_generic_r2x2", "cpu_z_m22n22k22_avx2_r3x2_p4", "cpu_z_m22n22k22_avx512_r6x2_p1", "cpu_z_m22n22k22_neon_r2x2_p1" } },
     { 23, 23, 23,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m23n23k23_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m23n23k23_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m23n23k23_avx512_r6x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m23n23k23_neon_r6x1_p1) },
-      { "cpu_z_m23n23k23_generic_r3x2", "cpu_z_m23n23k23_avx2_r3x2_p4", "cpu_z_m23n23k23_avx512_r6x2_p1", "cpu_z_m23n23k23_neon_r6x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m23n23k23_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m23n23k23_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m23n23k23_avx512_r6x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m23n23k23_neon_r6x1_p1) },
+      { "cpu_z_m23n23k23_generic_r3x2", "cpu_z_m23n23k23_avx2_r3x2_p1", "cpu_z_m23n23k23_avx512_r6x2_p1", "cpu_z_m23n23k23_neon_r6x1_p1" } },
     { 24, 24, 24,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m24n24k24_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m24n24k24_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m24n24k24_avx512_r3x3_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m24n24k24_neon_r2x2_p1) },
       { "cpu_z_m24n24k24_generic_r2x2", "cpu_z_m24n24k24_avx2_r3x2_p1", "cpu_z_m24n24k24_avx512_r3x3_p2", "cpu_z_m24n24k24_neon_r2x2_p1" } },
     { 25, 25, 25,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m25n25k25_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m25n25k25_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m25n25k25_neon_r5x1_p1) },
-      { "cpu_z_m25n25k25_generic_r5x1", "cpu_z_m25n25k25_avx2_r3x2_p1", "cpu_z_m25n25k25_avx512_r4x3_p1", "cpu_z_m25n25k25_neon_r5x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m25n25k25_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m25n25k25_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m25n25k25_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m25n25k25_neon_r5x1_p1) },
+      { "cpu_z_m25n25k25_generic_r5x1", "cpu_z_m25n25k25_avx2_r3x2_p4", "cpu_z_m25n25k25_avx512_r4x3_p1", "cpu_z_m25n25k25_neon_r5x1_p1" } },
     { 26, 26, 26,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m26n26k26_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m26n26k26_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m26n26k26_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m26n26k26_neon_r2x2_p1) },
       { "cpu_z_m26n26k26_generic_r2x2", "cpu_z_m26n26k26_avx2_r3x2_p2", "cpu_z_m26n26k26_avx512_r4x3_p1", "cpu_z_m26n26k26_neon_r2x2_p1" } },
     { 27, 27, 27,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m27n27k27_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m27n27k27_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m27n27k27_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m27n27k27_neon_r3x3_p1) },
-      { "cpu_z_m27n27k27_generic_r3x2", "cpu_z_m27n27k27_avx2_r3x2_p4", "cpu_z_m27n27k27_avx512_r4x3_p1", "cpu_z_m27n27k27_neon_r3x3_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m27n27k27_generic_r3x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m27n27k27_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m27n27k27_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m27n27k27_neon_r3x3_p1) },
+      { "cpu_z_m27n27k27_generic_r3x2", "cpu_z_m27n27k27_avx2_r3x2_p1", "cpu_z_m27n27k27_avx512_r4x3_p1", "cpu_z_m27n27k27_neon_r3x3_p1" } },
     { 28, 28, 28,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m28n28k28_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m28n28k28_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m28n28k28_avx512_r5x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m28n28k28_neon_r2x2_p1) },
       { "cpu_z_m28n28k28_generic_r2x2", "cpu_z_m28n28k28_avx2_r3x2_p1", "cpu_z_m28n28k28_avx512_r5x2_p2", "cpu_z_m28n28k28_neon_r2x2_p1" } },
     { 29, 29, 29,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m29n29k29_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m29n29k29_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m29n29k29_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m29n29k29_neon_r5x1_p1) },
-      { "cpu_z_m29n29k29_generic_r5x1", "cpu_z_m29n29k29_avx2_r3x2_p2", "cpu_z_m29n29k29_avx512_r4x2_p2", "cpu_z_m29n29k29_neon_r5x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m29n29k29_generic_r5x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m29n29k29_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m29n29k29_avx512_r4x2_p2), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m29n29k29_neon_r5x1_p1) },
+      { "cpu_z_m29n29k29_generic_r5x1", "cpu_z_m29n29k29_avx2_r3x2_p1", "cpu_z_m29n29k29_avx512_r4x2_p2", "cpu_z_m29n29k29_neon_r5x1_p1" } },
     { 30, 30, 30,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m30n30k30_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m30n30k30_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m30n30k30_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m30n30k30_neon_r2x2_p1) },
       { "cpu_z_m30n30k30_generic_r2x2", "cpu_z_m30n30k30_avx2_r3x2_p2", "cpu_z_m30n30k30_avx512_r5x2_p1", "cpu_z_m30n30k30_neon_r2x2_p1" } },
     { 31, 31, 31,
-      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m31n31k31_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m31n31k31_avx2_r3x2_p1), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m31n31k31_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m31n31k31_neon_r8x1_p1) },
-      { "cpu_z_m31n31k31_generic_r4x1", "cpu_z_m31n31k31_avx2_r3x2_p1", "cpu_z_m31n31k31_avx512_r4x3_p1", "cpu_z_m31n31k31_neon_r8x1_p1" } },
+      { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m31n31k31_generic_r4x1), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m31n31k31_avx2_r3x2_p2), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m31n31k31_avx512_r4x3_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m31n31k31_neon_r8x1_p1) },
+      { "cpu_z_m31n31k31_generic_r4x1", "cpu_z_m31n31k31_avx2_r3x2_p2", "cpu_z_m31n31k31_avx512_r4x3_p1", "cpu_z_m31n31k31_neon_r8x1_p1" } },
     { 32, 32, 32,
       { GEMMGEN_CPU_KERNEL_GENERIC(cpu_z_m32n32k32_generic_r2x2), GEMMGEN_CPU_KERNEL_AVX2(cpu_z_m32n32k32_avx2_r3x2_p4), GEMMGEN_CPU_KERNEL_AVX512(cpu_z_m32n32k32_avx512_r5x2_p1), GEMMGEN_CPU_KERNEL_NEON(cpu_z_m32n32k32_neon_r2x2_p1) },
       { "cpu_z_m32n32k32_generic_r2x2", "cpu_z_m32n32k32_avx2_r3x2_p4", "cpu_z_m32n32k32_avx512_r5x2_p1", "cpu_z_m32n32k32_neon_r2x2_p1" } },
@@ -985,11 +985,11 @@ const char* const kernel_names[] = {
     "cpu_c_m12n12k12_avx512_r2x4",
     "cpu_c_m12n12k12_generic_r2x2",
     "cpu_c_m12n12k12_neon_r2x2",
-    "cpu_c_m13n13k13_avx2_r2x3_p4",
+    "cpu_c_m13n13k13_avx2_r2x3",
     "cpu_c_m13n13k13_avx512_r2x5",
     "cpu_c_m13n13k13_generic_r4x1",
     "cpu_c_m13n13k13_neon_r7x1",
-    "cpu_c_m14n14k14_avx2_r2x3_p2",
+    "cpu_c_m14n14k14_avx2_r2x3",
     "cpu_c_m14n14k14_avx512_r2x5",
     "cpu_c_m14n14k14_generic_r2x3",
     "cpu_c_m14n14k14_neon_r4x2_p1",
@@ -1005,7 +1005,7 @@ const char* const kernel_names[] = {
     "cpu_c_m17n17k17_avx512_r3x3_p2",
     "cpu_c_m17n17k17_generic_r5x1",
     "cpu_c_m17n17k17_neon_r5x1_p1",
-    "cpu_c_m18n18k18_avx2_r3x2_p4",
+    "cpu_c_m18n18k18_avx2_r3x2_p2",
     "cpu_c_m18n18k18_avx512_r3x2_p4",
     "cpu_c_m18n18k18_generic_r3x2",
     "cpu_c_m18n18k18_neon_r3x2_p1",
@@ -1021,11 +1021,11 @@ const char* const kernel_names[] = {
     "cpu_c_m20n20k20_avx512_r3x2_p1",
     "cpu_c_m20n20k20_generic_r2x2",
     "cpu_c_m20n20k20_neon_r2x2_p1",
-    "cpu_c_m21n21k21_avx2_r3x2_p1",
+    "cpu_c_m21n21k21_avx2_r2x3_p4",
     "cpu_c_m21n21k21_avx512_r3x3_p1",
     "cpu_c_m21n21k21_generic_r3x2",
     "cpu_c_m21n21k21_neon_r6x1_p1",
-    "cpu_c_m22n22k22_avx2_r3x2_p4",
+    "cpu_c_m22n22k22_avx2_r3x2_p2",
     "cpu_c_m22n22k22_avx512_r3x2_p1",
     "cpu_c_m22n22k22_generic_r3x2",
     "cpu_c_m22n22k22_neon_r3x2_p1",
@@ -1037,11 +1037,11 @@ const char* const kernel_names[] = {
     "cpu_c_m24n24k24_avx512_r3x3_p1",
     "cpu_c_m24n24k24_generic_r2x2",
     "cpu_c_m24n24k24_neon_r2x2_p1",
-    "cpu_c_m25n25k25_avx2_r3x2",
+    "cpu_c_m25n25k25_avx2_r3x2_p4",
     "cpu_c_m25n25k25_avx512_r4x2_p2",
     "cpu_c_m25n25k25_generic_r5x1",
     "cpu_c_m25n25k25_neon_r7x1_p1",
-    "cpu_c_m26n26k26_avx2_r3x2_p1",
+    "cpu_c_m26n26k26_avx2_r3x2_p2",
     "cpu_c_m26n26k26_avx512_r4x2_p2",
     "cpu_c_m26n26k26_generic_r2x3",
     "cpu_c_m26n26k26_neon_r7x1_p1",
@@ -1053,7 +1053,7 @@ const char* const kernel_names[] = {
     "cpu_c_m28n28k28_avx512_r4x2_p1",
     "cpu_c_m28n28k28_generic_r2x2",
     "cpu_c_m28n28k28_neon_r2x2_p1",
-    "cpu_c_m29n29k29_avx2_r3x2_p2",
+    "cpu_c_m29n29k29_avx2_r3x2_p1",
     "cpu_c_m29n29k29_avx512_r4x3_p2",
     "cpu_c_m29n29k29_generic_r5x1",
     "cpu_c_m29n29k29_neon_r5x1_p1",
@@ -1085,7 +1085,7 @@ const char* const kernel_names[] = {
     "cpu_c_m5n5k5_avx512_r1x5_p1",
     "cpu_c_m5n5k5_generic_r3x2",
     "cpu_c_m5n5k5_neon_r3x3",
-    "cpu_c_m6n6k6_avx2_r2x3",
+    "cpu_c_m6n6k6_avx2_r2x3_p1",
     "cpu_c_m6n6k6_avx512_r1x6",
     "cpu_c_m6n6k6_generic_r3x2",
     "cpu_c_m6n6k6_neon_r3x2",
@@ -1101,7 +1101,7 @@ const char* const kernel_names[] = {
     "cpu_c_m9n9k9_avx512_r2x3",
     "cpu_c_m9n9k9_generic_r5x1",
     "cpu_c_m9n9k9_neon_r5x1",
-    "cpu_d_m10n10k10_avx2_r3x3",
+    "cpu_d_m10n10k10_avx2_r3x4",
     "cpu_d_m10n10k10_avx512_r2x5",
     "cpu_d_m10n10k10_generic_r5x2",
     "cpu_d_m10n10k10_neon_r5x2",
@@ -1113,11 +1113,11 @@ const char* const kernel_names[] = {
     "cpu_d_m12n12k12_avx512_r2x7_p4",
     "cpu_d_m12n12k12_generic_r2x4",
     "cpu_d_m12n12k12_neon_r2x4",
-    "cpu_d_m13n13k13_avx2_r4x3_p2",
+    "cpu_d_m13n13k13_avx2_r4x3_p4",
     "cpu_d_m13n13k13_avx512_r2x13_p2",
     "cpu_d_m13n13k13_generic_r4x3",
     "cpu_d_m13n13k13_neon_r4x5",
-    "cpu_d_m14n14k14_avx2_r4x3_p2",
+    "cpu_d_m14n14k14_avx2_r4x3_p4",
     "cpu_d_m14n14k14_avx512_r2x8_p2",
     "cpu_d_m14n14k14_generic_r4x3",
     "cpu_d_m14n14k14_neon_r7x2_p1",
@@ -1129,11 +1129,11 @@ const char* const kernel_names[] = {
     "cpu_d_m16n16k16_avx512_r2x9_p2",
     "cpu_d_m16n16k16_generic_r2x4",
     "cpu_d_m16n16k16_neon_r2x4_p1",
-    "cpu_d_m17n17k17_avx2_r2x6_p2",
+    "cpu_d_m17n17k17_avx2_r3x4_p4",
     "cpu_d_m17n17k17_avx512_r3x4_p4",
     "cpu_d_m17n17k17_generic_r3x3",
     "cpu_d_m17n17k17_neon_r5x3_p1",
-    "cpu_d_m18n18k18_avx2_r2x6_p2",
+    "cpu_d_m18n18k18_avx2_r3x4_p2",
     "cpu_d_m18n18k18_avx512_r3x4_p2",
     "cpu_d_m18n18k18_generic_r3x3",
     "cpu_d_m18n18k18_neon_r3x3_p1",
@@ -1149,7 +1149,7 @@ const char* const kernel_names[] = {
     "cpu_d_m20n20k20_avx512_r3x4_p2",
     "cpu_d_m20n20k20_generic_r2x4",
     "cpu_d_m20n20k20_neon_r2x4_p1",
-    "cpu_d_m21n21k21_avx2_r2x6_p4",
+    "cpu_d_m21n21k21_avx2_r3x4_p2",
     "cpu_d_m21n21k21_avx512_r3x7_p1",
     "cpu_d_m21n21k21_generic_r4x3",
     "cpu_d_m21n21k21_neon_r4x3_p1",
@@ -1165,11 +1165,11 @@ const char* const kernel_names[] = {
     "cpu_d_m24n24k24_avx512_r3x4_p1",
     "cpu_d_m24n24k24_generic_r2x4",
     "cpu_d_m24n24k24_neon_r2x4_p1",
-    "cpu_d_m25n25k25_avx2_r2x6_p2",
+    "cpu_d_m25n25k25_avx2_r4x3_p1",
     "cpu_d_m25n25k25_avx512_r2x7_p2",
     "cpu_d_m25n25k25_generic_r2x5",
     "cpu_d_m25n25k25_neon_r13x1_p1",
-    "cpu_d_m26n26k26_avx2_r2x6_p2",
+    "cpu_d_m26n26k26_avx2_r4x3_p2",
     "cpu_d_m26n26k26_avx512_r2x7_p1",
     "cpu_d_m26n26k26_generic_r5x2",
     "cpu_d_m26n26k26_neon_r7x2_p1",
@@ -1181,7 +1181,7 @@ const char* const kernel_names[] = {
     "cpu_d_m28n28k28_avx512_r2x6_p2",
     "cpu_d_m28n28k28_generic_r2x4",
     "cpu_d_m28n28k28_neon_r2x4_p1",
-    "cpu_d_m29n29k29_avx2_r2x6_p1",
+    "cpu_d_m29n29k29_avx2_r4x3_p2",
     "cpu_d_m29n29k29_avx512_r4x5_p1",
     "cpu_d_m29n29k29_generic_r4x3",
     "cpu_d_m29n29k29_neon_r3x5_p1",
@@ -1189,7 +1189,7 @@ const char* const kernel_names[] = {
     "cpu_d_m2n2k2_avx512_r1x2",
     "cpu_d_m2n2k2_generic_r1x2",
     "cpu_d_m2n2k2_neon_r1x2",
-    "cpu_d_m30n30k30_avx2_r2x6_p2",
+    "cpu_d_m30n30k30_avx2_r4x3_p1",
     "cpu_d_m30n30k30_avx512_r4x6_p1",
     "cpu_d_m30n30k30_generic_r3x3",
     "cpu_d_m30n30k30_neon_r3x3_p1",
@@ -1225,7 +1225,7 @@ const char* const kernel_names[] = {
     "cpu_d_m8n8k8_avx512_r1x8",
     "cpu_d_m8n8k8_generic_r2x4",
     "cpu_d_m8n8k8_neon_r2x4",
-    "cpu_d_m9n9k9_avx2_r3x3_p4",
+    "cpu_d_m9n9k9_avx2_r3x4",
     "cpu_d_m9n9k9_avx512_r2x5",
     "cpu_d_m9n9k9_generic_r5x2",
     "cpu_d_m9n9k9_neon_r3x5",
@@ -1237,7 +1237,7 @@ const char* const kernel_names[] = {
     "cpu_s_m11n11k11_avx512_r1x11_p1",
     "cpu_s_m11n11k11_generic_r3x4",
     "cpu_s_m11n11k11_neon_r3x4",
-    "cpu_s_m12n12k12_avx2_r2x6_p4",
+    "cpu_s_m12n12k12_avx2_r2x6",
     "cpu_s_m12n12k12_avx512_r1x12_p4",
     "cpu_s_m12n12k12_generic_r3x3",
     "cpu_s_m12n12k12_neon_r3x3",
@@ -1257,11 +1257,11 @@ const char* const kernel_names[] = {
     "cpu_s_m16n16k16_avx512_r1x9_p4",
     "cpu_s_m16n16k16_generic_r2x4",
     "cpu_s_m16n16k16_neon_r2x4",
-    "cpu_s_m17n17k17_avx2_r3x3_p4",
+    "cpu_s_m17n17k17_avx2_r3x4_p2",
     "cpu_s_m17n17k17_avx512_r2x6_p4",
     "cpu_s_m17n17k17_generic_r5x2",
     "cpu_s_m17n17k17_neon_r5x3",
-    "cpu_s_m18n18k18_avx2_r3x3_p4",
+    "cpu_s_m18n18k18_avx2_r3x4_p2",
     "cpu_s_m18n18k18_avx512_r2x7_p2",
     "cpu_s_m18n18k18_generic_r5x2",
     "cpu_s_m18n18k18_neon_r5x2",
@@ -1273,7 +1273,7 @@ const char* const kernel_names[] = {
     "cpu_s_m1n1k1_avx512_r1x1",
     "cpu_s_m1n1k1_generic_r1x1",
     "cpu_s_m1n1k1_neon_r1x1",
-    "cpu_s_m20n20k20_avx2_r3x4_p2",
+    "cpu_s_m20n20k20_avx2_r3x4_p4",
     "cpu_s_m20n20k20_avx512_r2x7_p4",
     "cpu_s_m20n20k20_generic_r3x4",
     "cpu_s_m20n20k20_neon_r3x4_p1",
@@ -1293,15 +1293,15 @@ const char* const kernel_names[] = {
     "cpu_s_m24n24k24_avx512_r2x6_p1",
     "cpu_s_m24n24k24_generic_r2x4",
     "cpu_s_m24n24k24_neon_r2x4_p1",
-    "cpu_s_m25n25k25_avx2_r2x5_p2",
+    "cpu_s_m25n25k25_avx2_r4x3_p2",
     "cpu_s_m25n25k25_avx512_r2x9_p2",
     "cpu_s_m25n25k25_generic_r4x3",
     "cpu_s_m25n25k25_neon_r4x5_p1",
-    "cpu_s_m26n26k26_avx2_r4x3_p1",
+    "cpu_s_m26n26k26_avx2_r4x3_p2",
     "cpu_s_m26n26k26_avx512_r2x7_p2",
     "cpu_s_m26n26k26_generic_r4x3",
     "cpu_s_m26n26k26_neon_r7x2_p1",
-    "cpu_s_m27n27k27_avx2_r4x3_p1",
+    "cpu_s_m27n27k27_avx2_r2x6_p1",
     "cpu_s_m27n27k27_avx512_r2x9_p2",
     "cpu_s_m27n27k27_generic_r4x3",
     "cpu_s_m27n27k27_neon_r4x3_p1",
@@ -1353,7 +1353,7 @@ const char* const kernel_names[] = {
     "cpu_s_m8n8k8_avx512_r1x8",
     "cpu_s_m8n8k8_generic_r2x4",
     "cpu_s_m8n8k8_neon_r2x4",
-    "cpu_s_m9n9k9_avx2_r2x6",
+    "cpu_s_m9n9k9_avx2_r2x5",
     "cpu_s_m9n9k9_avx512_r1x9_p4",
     "cpu_s_m9n9k9_generic_r3x3",
     "cpu_s_m9n9k9_neon_r3x3",
@@ -1361,7 +1361,7 @@ const char* const kernel_names[] = {
     "cpu_z_m10n10k10_avx512_r3x2",
     "cpu_z_m10n10k10_generic_r2x2",
     "cpu_z_m10n10k10_neon_r2x2_p1",
-    "cpu_z_m11n11k11_avx2_r3x2_p2",
+    "cpu_z_m11n11k11_avx2_r2x3_p2",
     "cpu_z_m11n11k11_avx512_r3x3_p2",
     "cpu_z_m11n11k11_generic_r3x2",
     "cpu_z_m11n11k11_neon_r6x1_p1",
@@ -1369,7 +1369,7 @@ const char* const kernel_names[] = {
     "cpu_z_m12n12k12_avx512_r3x3_p2",
     "cpu_z_m12n12k12_generic_r2x2",
     "cpu_z_m12n12k12_neon_r2x2_p1",
-    "cpu_z_m13n13k13_avx2_r3x2_p2",
+    "cpu_z_m13n13k13_avx2_r2x3_p2",
     "cpu_z_m13n13k13_avx512_r4x2_p2",
     "cpu_z_m13n13k13_generic_r5x1",
     "cpu_z_m13n13k13_neon_r7x1_p1",
@@ -1377,7 +1377,7 @@ const char* const kernel_names[] = {
     "cpu_z_m14n14k14_avx512_r4x2_p2",
     "cpu_z_m14n14k14_generic_r2x2",
     "cpu_z_m14n14k14_neon_r2x2_p1",
-    "cpu_z_m15n15k15_avx2_r3x2_p2",
+    "cpu_z_m15n15k15_avx2_r2x3_p1",
     "cpu_z_m15n15k15_avx512_r4x3_p1",
     "cpu_z_m15n15k15_generic_r5x1",
     "cpu_z_m15n15k15_neon_r5x1_p1",
@@ -1393,7 +1393,7 @@ const char* const kernel_names[] = {
     "cpu_z_m18n18k18_avx512_r5x2_p1",
     "cpu_z_m18n18k18_generic_r2x2",
     "cpu_z_m18n18k18_neon_r2x2_p1",
-    "cpu_z_m19n19k19_avx2_r3x2_p4",
+    "cpu_z_m19n19k19_avx2_r2x3_p1",
     "cpu_z_m19n19k19_avx512_r5x2_p1",
     "cpu_z_m19n19k19_generic_r5x1",
     "cpu_z_m19n19k19_neon_r5x1_p1",
@@ -1405,7 +1405,7 @@ const char* const kernel_names[] = {
     "cpu_z_m20n20k20_avx512_r5x2_p1",
     "cpu_z_m20n20k20_generic_r2x2",
     "cpu_z_m20n20k20_neon_r2x2_p1",
-    "cpu_z_m21n21k21_avx2_r3x2_p2",
+    "cpu_z_m21n21k21_avx2_r3x2_p1",
     "cpu_z_m21n21k21_avx512_r6x2_p1",
     "cpu_z_m21n21k21_generic_r3x2",
     "cpu_z_m21n21k21_neon_r3x3_p1",
@@ -1413,7 +1413,7 @@ const char* const kernel_names[] = {
     "cpu_z_m22n22k22_avx512_r6x2_p1",
     "cpu_z_m22n22k22_generic_r2x2",
     "cpu_z_m22n22k22_neon_r2x2_p1",
-    "cpu_z_m23n23k23_avx2_r3x2_p4",
+    "cpu_z_m23n23k23_avx2_r3x2_p1",
     "cpu_z_m23n23k23_avx512_r6x2_p1",
     "cpu_z_m23n23k23_generic_r3x2",
     "cpu_z_m23n23k23_neon_r6x1_p1",
@@ -1421,7 +1421,7 @@ const char* const kernel_names[] = {
     "cpu_z_m24n24k24_avx512_r3x3_p2",
     "cpu_z_m24n24k24_generic_r2x2",
     "cpu_z_m24n24k24_neon_r2x2_p1",
-    "cpu_z_m25n25k25_avx2_r3x2_p1",
+    "cpu_z_m25n25k25_avx2_r3x2_p4",
     "cpu_z_m25n25k25_avx512_r4x3_p1",
     "cpu_z_m25n25k25_generic_r5x1",
     "cpu_z_m25n25k25_neon_r5x1_p1",
@@ -1429,7 +1429,7 @@ const char* const kernel_names[] = {
     "cpu_z_m26n26k26_avx512_r4x3_p1",
     "cpu_z_m26n26k26_generic_r2x2",
     "cpu_z_m26n26k26_neon_r2x2_p1",
-    "cpu_z_m27n27k27_avx2_r3x2_p4",
+    "cpu_z_m27n27k27_avx2_r3x2_p1",
     "cpu_z_m27n27k27_avx512_r4x3_p1",
     "cpu_z_m27n27k27_generic_r3x2",
     "cpu_z_m27n27k27_neon_r3x3_p1",
@@ -1437,7 +1437,7 @@ const char* const kernel_names[] = {
     "cpu_z_m28n28k28_avx512_r5x2_p2",
     "cpu_z_m28n28k28_generic_r2x2",
     "cpu_z_m28n28k28_neon_r2x2_p1",
-    "cpu_z_m29n29k29_avx2_r3x2_p2",
+    "cpu_z_m29n29k29_avx2_r3x2_p1",
     "cpu_z_m29n29k29_avx512_r4x2_p2",
     "cpu_z_m29n29k29_generic_r5x1",
     "cpu_z_m29n29k29_neon_r5x1_p1",
@@ -1449,7 +1449,7 @@ const char* const kernel_names[] = {
     "cpu_z_m30n30k30_avx512_r5x2_p1",
     "cpu_z_m30n30k30_generic_r2x2",
     "cpu_z_m30n30k30_neon_r2x2_p1",
-    "cpu_z_m31n31k31_avx2_r3x2_p1",
+    "cpu_z_m31n31k31_avx2_r3x2_p2",
     "cpu_z_m31n31k31_avx512_r4x3_p1",
     "cpu_z_m31n31k31_generic_r4x1",
     "cpu_z_m31n31k31_neon_r8x1_p1",
