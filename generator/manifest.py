@@ -206,9 +206,7 @@ def build_manifest(selection: Selection) -> Manifest:
                 spec, source = None, "heuristic"
                 if row is not None:
                     try:
-                        spec = small.SmallSpec(precision, m, n, k, row["dim_m"], row["dim_n"],
-                                               row["tba"], row.get("hoist", False),
-                                               row.get("stages", 0)).validate(arch)
+                        spec = small.SmallSpec.from_row(row, precision, (m, n, k)).validate(arch)
                         source = _tuned_label(row, row["arch"], arch)
                     except SpecError as err:
                         notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")

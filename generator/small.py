@@ -76,6 +76,14 @@ class SmallSpec(Spec):
         spec.validate()
         return spec
 
+    @classmethod
+    def from_row(cls, row: dict, precision: str | None = None, shape: tuple[int, int, int] | None = None) -> "SmallSpec":
+        """The tuple a tuning-table row (or results line) names, every knob included (a row from
+        before a knob existed has its default).  Not validated: callers validate for their arch."""
+        m, n, k = shape or (row["m"], row["n"], row["k"])
+        return cls(precision or row["precision"], m, n, k, row["dim_m"], row["dim_n"], row["tba"],
+                   row.get("hoist", False), row.get("stages", 0))
+
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.m, self.n, self.k)
@@ -242,8 +250,7 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
     out = []
     for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
         for hoist in (False, True):
-            spec = SmallSpec(row["precision"], row["m"], row["n"], row["k"], row["dim_m"], row["dim_n"],
-                             tba, hoist, row.get("stages", 0))
+            spec = replace(SmallSpec.from_row(row), tba=tba, hoist=hoist)
             if spec.is_valid(arch):
                 out.append(spec)
     if max(row["m"], row["n"]) >= RING_MIN_SIZE[row["precision"]]:

@@ -179,9 +179,7 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
     out = {}
     for r in rows:
         if r["precision"] in wmma.PRECISIONS_WMMA and r["m"] == r["n"] == r["k"]:
-            out[(r["precision"], r["m"])] = small.SmallSpec(r["precision"], r["m"], r["n"], r["k"],
-                                                           r["dim_m"], r["dim_n"], r["tba"],
-                                                           r.get("hoist", False), r.get("stages", 0))
+            out[(r["precision"], r["m"])] = small.SmallSpec.from_row(r)
     for prec in wmma.PRECISIONS_WMMA:
         for size in range(1, small.MAX_SIZE + 1):
             out.setdefault((prec, size), small.heuristic(prec, size, size, size))
