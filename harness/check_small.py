@@ -65,6 +65,9 @@ class Case:
     offset: int = 0       # elements before A's and B's first matrix in their GPU buffers: an odd
                           # offset starts a packed batch between 16-byte boundaries
     c_offset: int = 0     # the same for C (the wmma cp.async ring copies C too only when aligned)
+    shuffle: bool = False  # pointer arrays: entry i takes the matrices of a random permutation's
+                           # i-th index (A, B and C alike), so neighbours in the array are not
+                           # neighbours in memory
 
 
 def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -171,6 +174,8 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     else:
         elem = PRECISIONS[p].element_bytes
         idx = np.arange(case.batch, dtype=np.uint64)
+        if case.shuffle:
+            idx = rng.permutation(idx)
         pa, pb, pc = (cp.asarray(np.uint64(buf.data.ptr) + idx * np.uint64(stride * elem))
                       for buf, stride in ((d_a, pr.sa), (d_b, pr.sb), (d_c, pr.sc)))
         args = (case.m, case.n, case.k, case.alpha, pa.data.ptr, pr.lda, pb.data.ptr, pr.ldb, case.beta,
@@ -210,6 +215,20 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
                 yield Case(prec, m, n, k, ta, tb, "strided", 3001, "ring-long", alpha, beta, pad=0)
                 ta, tb = pairs[int(rng.integers(len(pairs)))]
                 yield Case(prec, m, n, k, ta, tb, "strided", 2999, "ring-long-beta0-nan", alpha, 0.0, pad=0)
+                # Pointer arrays to contiguous matrices take the ring too, each matrix copied on its
+                # own: every transpose pair, matrices on and between 16-byte boundaries, in memory
+                # order and shuffled, several groups per block.
+                for i, (ta, tb) in enumerate(pairs):
+                    alpha, beta = _scalars(rng, prec)
+                    yield Case(prec, m, n, k, ta, tb, "array", int(rng.integers(1, 130)), "ring-array",
+                               alpha, beta, pad=0, offset=i % 2, shuffle=i % 3 == 1)
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, "array", 3001, "ring-array-long", alpha, beta, pad=0,
+                           offset=1, shuffle=True)
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                yield Case(prec, m, n, k, ta, tb, "array", 2999, "ring-array-long-beta0-nan", alpha, 0.0,
+                           pad=0, shuffle=True)
             for ta, tb in pairs:
                 for interface in ("strided", "array"):
                     if not thorough and (ta, tb) != pairs[-1] and interface == "array":

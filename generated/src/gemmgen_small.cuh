@@ -391,23 +391,110 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // byte.  Widening each landed group once into an fp32 copy instead of at every read (fewer
 // conversions, one more pass and barrier) measured slower at 43 of 46 fp16 sizes (h N = 13:
 // 0.68 -> 0.62 of the floor), so the multiply converts what it reads.
-template <typename S, int M, int N, int K, int TBA>
+// Where one group's operands sit in a ring stage.  Strided: the group's stored A (then B) is one packed
+// range of the batch, copied as it is, so GEMM g's A starts at A_SLOT·g with A_SLOT = M·K.
+// Pointer arrays: every matrix has its own address, so each is copied into a slot of its own as the
+// 16-byte chunks that cover it, from the boundary at or below its first element (cp.async copies whole
+// aligned chunks; the last one is cut at the matrix's end, and the bytes before the first element lie
+// in the same allocation, which starts on a boundary).  A slot has room for one more chunk than the
+// matrix's size where it may start between boundaries; where in the slot the matrix begins is kept in
+// `offsets`.
+template <typename S, int M, int N, int K, int TBA, bool ARRAY>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);
-    static constexpr int A_ELEMS = TBA * M * K;        // one group's stored A, packed
-    static constexpr int B_ELEMS = TBA * K * N;
+    static constexpr int chunks_covering(int elems)
+    {
+        return ((elems + (VEC > 1 ? VEC - 1 : 0)) + VEC - 1) / VEC;
+    }
+    static constexpr int A_CHUNKS = chunks_covering(M * K);   // per matrix (pointer arrays)
+    static constexpr int B_CHUNKS = chunks_covering(K * N);
+    static constexpr int A_SLOT = ARRAY ? A_CHUNKS * VEC : M * K;
+    static constexpr int B_SLOT = ARRAY ? B_CHUNKS * VEC : K * N;
+    static constexpr int A_ELEMS = TBA * A_SLOT;       // one group's A
+    static constexpr int B_ELEMS = TBA * B_SLOT;
     static constexpr bool WHOLE_CHUNKS = A_ELEMS % VEC == 0 && B_ELEMS % VEC == 0;
     static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
+    static constexpr int BYTES_PER_STAGE = STAGE_ELEMS * (int)sizeof(S);
 };
 
+// Copy CHUNKS 16-byte chunks (VEC elements each) from src to dst with the block's threads; only the
+// first `left` elements come from src, the rest are zero (cp.async reads nothing past them).
+template <int THREADS, int CHUNKS, typename S>
+__device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
+{
+    constexpr int VEC = 16 / (int)sizeof(S);
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int v = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= CHUNKS || v < CHUNKS) {
+            const int valid = min(max(left - v * VEC, 0), VEC);
+            copy_async<16>(dst + v * VEC, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
+        }
+    }
+}
+
+// Pointer arrays: the A and B addresses of one group, read from the arrays by the first 2·TBA threads
+// (`fetch`, issued before the ring's wait so the loads are in flight during it) and handed to every
+// thread through shared memory (`publish`, before the barrier that precedes the copy).  Holding them
+// in the registers of the threads that copy each chunk instead took up to a dozen 64-bit registers
+// at c N = 27 and made ptxas spill.
+template <typename S, int THREADS, int TBA>
+struct GroupAddresses {
+    static constexpr int ITERATIONS = (2 * TBA + THREADS - 1) / THREADS;
+    const S* held[ITERATIONS];
+
+    __device__ __forceinline__ void fetch(const BatchPointers<S>& ptrs, long long first, int gemms)
+    {
+#pragma unroll
+        for (int it = 0; it < ITERATIONS; ++it) {
+            const int i = threadIdx.x + it * THREADS, g = i % TBA;
+            held[it] = i < 2 * TBA && g < gemms ? (i < TBA ? ptrs.A_array : ptrs.B_array)[first + g] : nullptr;
+        }
+    }
+
+    __device__ __forceinline__ void publish(const S* (&dst)[2][TBA]) const
+    {
+#pragma unroll
+        for (int it = 0; it < ITERATIONS; ++it) {
+            const int i = threadIdx.x + it * THREADS;
+            if (i < 2 * TBA)
+                dst[i / TBA][i % TBA] = held[it];
+        }
+    }
+};
+
+// Copy each of the group's matrices (ELEMS elements at bases[g], nullptr past the batch) into its slot
+// of CHUNKS 16-byte chunks at dst, and record in offsets[g] where in the slot it begins.
+template <int THREADS, int TBA, int CHUNKS, int ELEMS, typename S>
+__device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bases)[TBA], int (&offsets)[TBA])
+{
+#pragma unroll
+    for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int v = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS) {
+            const int g = v / CHUNKS, w = v % CHUNKS;
+            const unsigned long long address = reinterpret_cast<unsigned long long>(bases[g]);
+            const int lead = (int)(address & 15);
+            if (address) {
+                const char* start = reinterpret_cast<const char*>(address - lead);
+                const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
+                copy_async<16>(reinterpret_cast<char*>(dst) + (g * CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0),
+                               valid);
+            }
+            if (w == 0)   // past the batch 0: a valid place whose contents are not used
+                offsets[g] = lead / (int)sizeof(S);
+        }
+    }
+}
+
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          typename Scalar>
+          bool ARRAY, typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
 small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch)
 {
 #if __CUDA_ARCH__ >= 800
     using R = typename ComputeOf<S>::type;
-    using L = RingLayout<S, M, N, K, TBA>;
+    using L = RingLayout<S, M, N, K, TBA, ARRAY>;
     static_assert(L::WHOLE_CHUNKS, "the spec allows only these");
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
@@ -420,26 +507,38 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     S* ring = reinterpret_cast<S*>(ring_chunks);
 
     const long long groups = ((long long)batch + TBA - 1) / TBA;
-    // Chunk v of a group's A (or B) holds elements [v·VEC, v·VEC + VEC); past the end of the batch
-    // cp.async fills zeros (the last group may be short).
-    const auto copy_operand = [&](S* dst, const S* src, int chunks, int left) {
-#pragma unroll
-        for (int it = 0; it < (chunks + THREADS - 1) / THREADS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if ((it + 1) * THREADS <= chunks || v < chunks) {
-                const int valid = min(max(left - v * L::VEC, 0), L::VEC);
-                copy_async<16>(dst + v * L::VEC, valid > 0 ? src + v * L::VEC : src, valid * (int)sizeof(S));
-            }
-        }
+    const auto gemms_of = [&](long long group) { return (int)min((long long)TBA, batch - group * TBA); };
+    // Pointer arrays: the addresses of the group being copied (per ring stage, so a stage's are not
+    // overwritten while a slower thread still copies from them) and where each matrix begins in its slot.
+    constexpr int AS = ARRAY ? STAGES : 1, AT = ARRAY ? TBA : 1;
+    __shared__ const S* addresses[AS][2][AT];
+    __shared__ int offsets[AS][2][AT];
+    GroupAddresses<S, THREADS, AT> next;
+    const auto fetch_addresses = [&](long long group) {
+        if (ARRAY && group < groups)
+            next.fetch(ptrs, group * TBA, gemms_of(group));
     };
-    // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.
+    // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.  The
+    // last group may be short: strided, cp.async fills zeros past the batch's end.  Pointer arrays:
+    // publish_addresses(group, stage) came before the barrier that precedes this call.
+    const auto publish_addresses = [&](long long group, int stage) {
+        if (ARRAY && group < groups)
+            next.publish(addresses[ARRAY ? stage : 0]);
+    };
     const auto copy_group = [&](long long group, int stage) {
         if (group < groups) {
             S* dst = ring + stage * L::STAGE_ELEMS;
-            const long long first = group * TBA;
-            const int gemms = (int)min((long long)TBA, batch - first);
-            copy_operand(dst, ptrs.A + first * M * K, L::A_ELEMS / L::VEC, gemms * M * K);
-            copy_operand(dst + L::A_ELEMS, ptrs.B + first * K * N, L::B_ELEMS / L::VEC, gemms * K * N);
+            const int st = ARRAY ? stage : 0;
+            if (ARRAY) {
+                copy_matrices_async<THREADS, AT, L::A_CHUNKS, M * K>(dst, addresses[st][0], offsets[st][0]);
+                copy_matrices_async<THREADS, AT, L::B_CHUNKS, K * N>(dst + L::A_ELEMS, addresses[st][1],
+                                                                    offsets[st][1]);
+            } else {
+                const long long first = group * TBA;
+                const int gemms = gemms_of(group);
+                copy_range_async<THREADS, L::A_ELEMS / L::VEC>(dst, ptrs.A + first * M * K, gemms * M * K);
+                copy_range_async<THREADS, L::B_ELEMS / L::VEC>(dst + L::A_ELEMS, ptrs.B + first * K * N, gemms * K * N);
+            }
         }
         async_commit();
     };
@@ -449,22 +548,34 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const bool read_c = !is_zero(beta);
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
+    for (int s = 0; s < STAGES - 1; ++s) {
+        fetch_addresses(blockIdx.x + (long long)s * gridDim.x);
+        publish_addresses(blockIdx.x + (long long)s * gridDim.x, s);
+        if (ARRAY)
+            __syncthreads();
         copy_group(blockIdx.x + (long long)s * gridDim.x, s);
+    }
     int stage = 0;
     for (long long group = blockIdx.x; group < groups; group += gridDim.x) {
         const long long entry = group * TBA + g;
         const bool active = entry < batch;
+        const long long ahead = group + (long long)(STAGES - 1) * gridDim.x;
         S* C = active ? ptrs.output(entry) : nullptr;
         R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
-        read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // in flight during the wait
+        fetch_addresses(ahead);                                                    // these loads and C's
+        read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // are in flight during the wait
         async_wait<STAGES - 2>();
+        publish_addresses(ahead, (stage + STAGES - 1) % STAGES);
         // After this barrier every thread is done with the previous group, so its stage takes the
         // group STAGES - 1 ahead.
         __syncthreads();
-        copy_group(group + (long long)(STAGES - 1) * gridDim.x, (stage + STAGES - 1) % STAGES);
-        const S* a_s = ring + stage * L::STAGE_ELEMS + g * M * K;
-        const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * K * N;
+        copy_group(ahead, (stage + STAGES - 1) % STAGES);
+        const S* a_s = ring + stage * L::STAGE_ELEMS + g * L::A_SLOT;
+        const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * L::B_SLOT;
+        if (ARRAY) {
+            a_s += offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0];
+            b_s += offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0];
+        }
         multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, TA == 'C', B_ROW, B_COL, TB == 'C'>(acc, a_s, b_s, tx, ty);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
@@ -473,27 +584,41 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 #endif
 }
 
-// The ring kernel where it applies (sm_80+, strided packed operands on 16-byte boundaries, alpha ≠ 0,
-// the ring fits the device's shared memory): returns 0 or GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+// Launch the ring kernel for one interface where it fits the device; 1 where it does not.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          typename Scalar>
-int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
-                      Scalar beta, int batch, cudaStream_t stream)
+          bool ARRAY, typename Scalar>
+int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
+                       cudaStream_t stream)
 {
-    using L = RingLayout<S, M, N, K, TBA>;
     constexpr int THREADS = TBA * DIM_M * DIM_N;
-    constexpr int BYTES = STAGES * L::STAGE_ELEMS * (int)sizeof(S);
-    const DeviceInfo dev = device_info();
-    if (dev.cc < 80 || BYTES > dev.smem_per_block || ptrs.A_array || is_zero(alpha) ||
-        lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N) || ptrs.stride_a != M * K ||
-        ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
+    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, ARRAY>::BYTES_PER_STAGE;
+    if (BYTES > device_info().smem_per_block)
         return 1;
-    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, Scalar>;
+    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, Scalar>;
     const unsigned grid = persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
+// strided batches also packed, stride = matrix size, on 16-byte boundaries): returns 0 or
+// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
+                      Scalar beta, int batch, cudaStream_t stream)
+{
+    if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
+        return 1;
+    if (ptrs.A_array)
+        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, true>(ptrs, ldc, alpha, beta,
+                                                                                      batch, stream);
+    if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
+        return 1;
+    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
+                                                                                   stream);
 }
 
 // stages = 0: no ring kernel is instantiated at all.
