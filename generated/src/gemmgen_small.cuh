@@ -433,63 +433,89 @@ __device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
     }
 }
 
-// Pointer arrays: the A and B addresses of one group, read from the arrays by the first 2·TBA threads
-// (`fetch`, issued before the ring's wait so the loads are in flight during it) and handed to every
-// thread through shared memory (`publish`, before the barrier that precedes the copy).  Holding them
-// in the registers of the threads that copy each chunk instead took up to a dozen 64-bit registers
-// at c N = 27 and made ptxas spill.
-template <typename S, int THREADS, int TBA>
-struct GroupAddresses {
-    static constexpr int ITERATIONS = (2 * TBA + THREADS - 1) / THREADS;
-    const S* held[ITERATIONS];
+// threadIdx.x read afresh (volatile): what the pointer-array copies derive from it is recomputed at
+// each copy instead of being hoisted out of the ring's main loop and kept in registers across the
+// multiply (the array kernel's register pressure: see small_ring_kernel's launch bounds).
+__device__ __forceinline__ int fresh_thread_index()
+{
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
 
-    __device__ __forceinline__ void fetch(const BatchPointers<S>& ptrs, long long first, int gemms)
-    {
+// Pointer arrays: the A and B addresses of GEMMs [first, first + gemms) (up to TBA; the rest null) into
+// dst[0] and dst[1], by the first 2·TBA threads: with cp.async (ASYNC) they land with the cp.async group
+// they are committed in, otherwise they are plain loads and stores.
+template <bool ASYNC, int THREADS, int TBA, typename S>
+__device__ __forceinline__ void copy_addresses(const S* (&dst)[2][TBA], const BatchPointers<S>& ptrs, long long first,
+                                               int gemms)
+{
+    const int thread = fresh_thread_index();
 #pragma unroll
-        for (int it = 0; it < ITERATIONS; ++it) {
-            const int i = threadIdx.x + it * THREADS, g = i % TBA;
-            held[it] = i < 2 * TBA && g < gemms ? (i < TBA ? ptrs.A_array : ptrs.B_array)[first + g] : nullptr;
+    for (int it = 0; it < (2 * TBA + THREADS - 1) / THREADS; ++it) {
+        const int i = thread + it * THREADS, g = i % TBA;
+        if (i < 2 * TBA) {
+            const S* const* array = i < TBA ? ptrs.A_array : ptrs.B_array;
+            if (ASYNC)
+                copy_async<8>(&dst[i / TBA][g], g < gemms ? array + first + g : array, g < gemms ? 8 : 0);
+            else
+                dst[i / TBA][g] = g < gemms ? array[first + g] : nullptr;
         }
     }
+}
 
-    __device__ __forceinline__ void publish(const S* (&dst)[2][TBA]) const
-    {
-#pragma unroll
-        for (int it = 0; it < ITERATIONS; ++it) {
-            const int i = threadIdx.x + it * THREADS;
-            if (i < 2 * TBA)
-                dst[i / TBA][i % TBA] = held[it];
-        }
+// Copy chunk w of matrix g (ELEMS elements at `base`, nullptr past the batch) into its slot of CHUNKS
+// 16-byte chunks at dst; chunk 0 also records in offsets[g] where in the slot the matrix begins.
+template <int CHUNKS, int ELEMS, typename S, int TBA>
+__device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, int w, int (&offsets)[TBA])
+{
+    const unsigned long long address = reinterpret_cast<unsigned long long>(base);
+    const int lead = (int)(address & 15);
+    if (address) {
+        const char* start = reinterpret_cast<const char*>(address - lead);
+        const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
+        copy_async<16>(reinterpret_cast<char*>(dst) + (g * CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0), valid);
     }
-};
+    if (w == 0)   // past the batch 0: a valid place whose contents are not used
+        offsets[g] = lead / (int)sizeof(S);
+}
 
-// Copy each of the group's matrices (ELEMS elements at bases[g], nullptr past the batch) into its slot
-// of CHUNKS 16-byte chunks at dst, and record in offsets[g] where in the slot it begins.
+// Copy each of the group's matrices (at bases[g]) into its slot at dst.  Matrices of at least half a
+// block of chunks are copied one after another, thread t taking chunks t, t + THREADS, ...: the
+// block's flattened chunk list would give each thread a different (matrix, chunk) pair per step, all
+// of them loop invariants that ptxas keeps in registers.
 template <int THREADS, int TBA, int CHUNKS, int ELEMS, typename S>
 __device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bases)[TBA], int (&offsets)[TBA])
 {
+    const int thread = fresh_thread_index();
+    if (2 * CHUNKS >= THREADS) {
+#pragma unroll
+        for (int g = 0; g < TBA; ++g) {
+            const S* base = bases[g];
+#pragma unroll
+            for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+                const int w = thread + it * THREADS;
+                if ((it + 1) * THREADS <= CHUNKS || w < CHUNKS)
+                    copy_matrix_chunk<CHUNKS, ELEMS>(dst, base, g, w, offsets);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
-        const int v = threadIdx.x + it * THREADS;
-        if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS) {
-            const int g = v / CHUNKS, w = v % CHUNKS;
-            const unsigned long long address = reinterpret_cast<unsigned long long>(bases[g]);
-            const int lead = (int)(address & 15);
-            if (address) {
-                const char* start = reinterpret_cast<const char*>(address - lead);
-                const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
-                copy_async<16>(reinterpret_cast<char*>(dst) + (g * CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0),
-                               valid);
-            }
-            if (w == 0)   // past the batch 0: a valid place whose contents are not used
-                offsets[g] = lead / (int)sizeof(S);
-        }
+        const int v = thread + it * THREADS;
+        if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS)
+            copy_matrix_chunk<CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
     }
 }
 
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
           bool ARRAY, typename Scalar>
-__global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
+// Pointer arrays: ptxas's own register target (it aims at a round number of resident blocks) made
+// several array kernels spill 4-8 bytes (c N = 26, 28, 30, z N = 21), whichever way the copies were
+// written; a minimum of one block per SM lets it take the registers it needs (it then takes more:
+// s N = 28 57 -> 91, fewer resident blocks).  A minimum of 0 leaves the strided kernel as it was.
+__global__ void __launch_bounds__(TBA * DIM_M * DIM_N, ARRAY ? 1 : 0)
 small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch)
 {
 #if __CUDA_ARCH__ >= 800
@@ -508,23 +534,16 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 
     const long long groups = ((long long)batch + TBA - 1) / TBA;
     const auto gemms_of = [&](long long group) { return (int)min((long long)TBA, batch - group * TBA); };
-    // Pointer arrays: the addresses of the group being copied (per ring stage, so a stage's are not
-    // overwritten while a slower thread still copies from them) and where each matrix begins in its slot.
+    // Pointer arrays: the addresses of the group each stage is filled with next and where each of its
+    // matrices begins in its slot.  A group's addresses are copied with cp.async STAGES - 1 iterations
+    // before the group itself, in the commit of another group's operands, so the ring's wait covers
+    // them (read with plain loads a group ahead they showed their latency whenever the wait found the
+    // copy already landed; held in registers across the multiply they made ptxas spill).
     constexpr int AS = ARRAY ? STAGES : 1, AT = ARRAY ? TBA : 1;
     __shared__ const S* addresses[AS][2][AT];
     __shared__ int offsets[AS][2][AT];
-    GroupAddresses<S, THREADS, AT> next;
-    const auto fetch_addresses = [&](long long group) {
-        if (ARRAY && group < groups)
-            next.fetch(ptrs, group * TBA, gemms_of(group));
-    };
     // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.  The
-    // last group may be short: strided, cp.async fills zeros past the batch's end.  Pointer arrays:
-    // publish_addresses(group, stage) came before the barrier that precedes this call.
-    const auto publish_addresses = [&](long long group, int stage) {
-        if (ARRAY && group < groups)
-            next.publish(addresses[ARRAY ? stage : 0]);
-    };
+    // last group may be short: strided, cp.async fills zeros past the batch's end.
     const auto copy_group = [&](long long group, int stage) {
         if (group < groups) {
             S* dst = ring + stage * L::STAGE_ELEMS;
@@ -533,6 +552,14 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
                 copy_matrices_async<THREADS, AT, L::A_CHUNKS, M * K>(dst, addresses[st][0], offsets[st][0]);
                 copy_matrices_async<THREADS, AT, L::B_CHUNKS, K * N>(dst + L::A_ELEMS, addresses[st][1],
                                                                     offsets[st][1]);
+                // The addresses of the group copied STAGES - 1 iterations from now, into the stage it
+                // will fill.
+                if (threadIdx.x < 2 * AT) {
+                    const long long later = group + (long long)(STAGES - 1) * gridDim.x;
+                    if (later < groups)
+                        copy_addresses<true, THREADS>(addresses[(stage + STAGES - 1) % STAGES], ptrs, later * TBA,
+                                                      gemms_of(later));
+                }
             } else {
                 const long long first = group * TBA;
                 const int gemms = gemms_of(group);
@@ -543,14 +570,22 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
         async_commit();
     };
 
-    const int g = threadIdx.x / THREADS_PER_GEMM;
+    const int g = TBA == 1 ? 0 : threadIdx.x / THREADS_PER_GEMM;   // (a constant where it can be: one register less)
     const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
     const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const bool read_c = !is_zero(beta);
+    if (ARRAY) {   // the addresses of the groups copied before the loop, with plain loads
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            const long long group = blockIdx.x + (long long)s * gridDim.x;
+            if (group < groups)
+                copy_addresses<false, THREADS>(addresses[ARRAY ? s : 0], ptrs, group * TBA, gemms_of(group));
+        }
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        fetch_addresses(blockIdx.x + (long long)s * gridDim.x);
-        publish_addresses(blockIdx.x + (long long)s * gridDim.x, s);
+        // Pointer arrays: stage s's addresses are stored, and the previous copy is done reading the
+        // addresses that this one's cp.async of later addresses overwrites.
         if (ARRAY)
             __syncthreads();
         copy_group(blockIdx.x + (long long)s * gridDim.x, s);
@@ -562,10 +597,8 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
         const long long ahead = group + (long long)(STAGES - 1) * gridDim.x;
         S* C = active ? ptrs.output(entry) : nullptr;
         R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
-        fetch_addresses(ahead);                                                    // these loads and C's
-        read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // are in flight during the wait
+        read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // in flight during the wait
         async_wait<STAGES - 2>();
-        publish_addresses(ahead, (stage + STAGES - 1) % STAGES);
         // After this barrier every thread is done with the previous group, so its stage takes the
         // group STAGES - 1 ahead.
         __syncthreads();
