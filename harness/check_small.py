@@ -215,9 +215,9 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
                 yield Case(prec, m, n, k, ta, tb, "strided", 3001, "ring-long", alpha, beta, pad=0)
                 ta, tb = pairs[int(rng.integers(len(pairs)))]
                 yield Case(prec, m, n, k, ta, tb, "strided", 2999, "ring-long-beta0-nan", alpha, 0.0, pad=0)
-                # Pointer arrays to contiguous matrices of the ring shapes (the path a ring kernel
-                # for pointer arrays takes): every transpose pair, matrices on and between 16-byte
-                # boundaries, in memory order and shuffled, batches of several groups per block.
+                # Pointer arrays to contiguous matrices take the ring too, each matrix copied on its
+                # own: every transpose pair, matrices on and between 16-byte boundaries, in memory
+                # order and shuffled, several groups per block.
                 for i, (ta, tb) in enumerate(pairs):
                     alpha, beta = _scalars(rng, prec)
                     yield Case(prec, m, n, k, ta, tb, "array", int(rng.integers(1, 130)), "ring-array",

@@ -391,23 +391,136 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // byte.  Widening each landed group once into an fp32 copy instead of at every read (fewer
 // conversions, one more pass and barrier) measured slower at 43 of 46 fp16 sizes (h N = 13:
 // 0.68 -> 0.62 of the floor), so the multiply converts what it reads.
-template <typename S, int M, int N, int K, int TBA>
+// Where one group's operands sit in a ring stage.  Strided: the group's stored A (then B) is one packed
+// range of the batch, copied as it is, so GEMM g's A starts at A_SLOT·g with A_SLOT = M·K.
+// Pointer arrays: every matrix has its own address, so each is copied into a slot of its own as the
+// 16-byte chunks that cover it, from the boundary at or below its first element (cp.async copies whole
+// aligned chunks; the last one is cut at the matrix's end, and the bytes before the first element lie
+// in the same allocation, which starts on a boundary).  A slot has room for one more chunk than the
+// matrix's size where it may start between boundaries; where in the slot the matrix begins is kept in
+// `offsets`.
+template <typename S, int M, int N, int K, int TBA, bool ARRAY>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);
-    static constexpr int A_ELEMS = TBA * M * K;        // one group's stored A, packed
-    static constexpr int B_ELEMS = TBA * K * N;
+    static constexpr int chunks_covering(int elems)
+    {
+        return ((elems + (VEC > 1 ? VEC - 1 : 0)) + VEC - 1) / VEC;
+    }
+    static constexpr int A_CHUNKS = chunks_covering(M * K);   // per matrix (pointer arrays)
+    static constexpr int B_CHUNKS = chunks_covering(K * N);
+    static constexpr int A_SLOT = ARRAY ? A_CHUNKS * VEC : M * K;
+    static constexpr int B_SLOT = ARRAY ? B_CHUNKS * VEC : K * N;
+    static constexpr int A_ELEMS = TBA * A_SLOT;       // one group's A
+    static constexpr int B_ELEMS = TBA * B_SLOT;
     static constexpr bool WHOLE_CHUNKS = A_ELEMS % VEC == 0 && B_ELEMS % VEC == 0;
     static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
+    static constexpr int BYTES_PER_STAGE = STAGE_ELEMS * (int)sizeof(S);
 };
 
+// Copy CHUNKS 16-byte chunks (VEC elements each) from src to dst with the block's threads; only the
+// first `left` elements come from src, the rest are zero (cp.async reads nothing past them).
+template <int THREADS, int CHUNKS, typename S>
+__device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
+{
+    constexpr int VEC = 16 / (int)sizeof(S);
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int v = threadIdx.x + it * THREADS;
+        if ((it + 1) * THREADS <= CHUNKS || v < CHUNKS) {
+            const int valid = min(max(left - v * VEC, 0), VEC);
+            copy_async<16>(dst + v * VEC, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
+        }
+    }
+}
+
+// threadIdx.x read afresh (volatile): what the pointer-array copies derive from it is recomputed at
+// each copy instead of being hoisted out of the ring's main loop and kept in registers across the
+// multiply (the array kernel's register pressure: see small_ring_kernel's launch bounds).
+__device__ __forceinline__ int fresh_thread_index()
+{
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
+// Pointer arrays: the A and B addresses of GEMMs [first, first + gemms) (up to TBA; the rest null) into
+// dst[0] and dst[1], by the first 2·TBA threads: with cp.async (ASYNC) they land with the cp.async group
+// they are committed in, otherwise they are plain loads and stores.
+template <bool ASYNC, int THREADS, int TBA, typename S>
+__device__ __forceinline__ void copy_addresses(const S* (&dst)[2][TBA], const BatchPointers<S>& ptrs, long long first,
+                                               int gemms)
+{
+    const int thread = fresh_thread_index();
+#pragma unroll
+    for (int it = 0; it < (2 * TBA + THREADS - 1) / THREADS; ++it) {
+        const int i = thread + it * THREADS, g = i % TBA;
+        if (i < 2 * TBA) {
+            const S* const* array = i < TBA ? ptrs.A_array : ptrs.B_array;
+            if (ASYNC)
+                copy_async<8>(&dst[i / TBA][g], g < gemms ? array + first + g : array, g < gemms ? 8 : 0);
+            else
+                dst[i / TBA][g] = g < gemms ? array[first + g] : nullptr;
+        }
+    }
+}
+
+// Copy chunk w of matrix g (ELEMS elements at `base`, nullptr past the batch) into its slot of CHUNKS
+// 16-byte chunks at dst; chunk 0 also records in offsets[g] where in the slot the matrix begins.
+template <int CHUNKS, int ELEMS, typename S, int TBA>
+__device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, int w, int (&offsets)[TBA])
+{
+    const unsigned long long address = reinterpret_cast<unsigned long long>(base);
+    const int lead = (int)(address & 15);
+    if (address) {
+        const char* start = reinterpret_cast<const char*>(address - lead);
+        const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
+        copy_async<16>(reinterpret_cast<char*>(dst) + (g * CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0), valid);
+    }
+    if (w == 0)   // past the batch 0: a valid place whose contents are not used
+        offsets[g] = lead / (int)sizeof(S);
+}
+
+// Copy each of the group's matrices (at bases[g]) into its slot at dst.  Matrices of at least half a
+// block of chunks are copied one after another, thread t taking chunks t, t + THREADS, ...: the
+// block's flattened chunk list would give each thread a different (matrix, chunk) pair per step, all
+// of them loop invariants that ptxas keeps in registers.
+template <int THREADS, int TBA, int CHUNKS, int ELEMS, typename S>
+__device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bases)[TBA], int (&offsets)[TBA])
+{
+    const int thread = fresh_thread_index();
+    if (2 * CHUNKS >= THREADS) {
+#pragma unroll
+        for (int g = 0; g < TBA; ++g) {
+            const S* base = bases[g];
+#pragma unroll
+            for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+                const int w = thread + it * THREADS;
+                if ((it + 1) * THREADS <= CHUNKS || w < CHUNKS)
+                    copy_matrix_chunk<CHUNKS, ELEMS>(dst, base, g, w, offsets);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int v = thread + it * THREADS;
+        if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS)
+            copy_matrix_chunk<CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
+    }
+}
+
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          typename Scalar>
-__global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
+          bool ARRAY, typename Scalar>
+// Pointer arrays: ptxas's own register target (it aims at a round number of resident blocks) made
+// several array kernels spill 4-8 bytes (c N = 26, 28, 30, z N = 21), whichever way the copies were
+// written; a minimum of one block per SM lets it take the registers it needs (it then takes more:
+// s N = 28 57 -> 91, fewer resident blocks).  A minimum of 0 leaves the strided kernel as it was.
+__global__ void __launch_bounds__(TBA * DIM_M * DIM_N, ARRAY ? 1 : 0)
 small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch)
 {
 #if __CUDA_ARCH__ >= 800
     using R = typename ComputeOf<S>::type;
-    using L = RingLayout<S, M, N, K, TBA>;
+    using L = RingLayout<S, M, N, K, TBA, ARRAY>;
     static_assert(L::WHOLE_CHUNKS, "the spec allows only these");
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
@@ -420,41 +533,68 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     S* ring = reinterpret_cast<S*>(ring_chunks);
 
     const long long groups = ((long long)batch + TBA - 1) / TBA;
-    // Chunk v of a group's A (or B) holds elements [v·VEC, v·VEC + VEC); past the end of the batch
-    // cp.async fills zeros (the last group may be short).
-    const auto copy_operand = [&](S* dst, const S* src, int chunks, int left) {
-#pragma unroll
-        for (int it = 0; it < (chunks + THREADS - 1) / THREADS; ++it) {
-            const int v = threadIdx.x + it * THREADS;
-            if ((it + 1) * THREADS <= chunks || v < chunks) {
-                const int valid = min(max(left - v * L::VEC, 0), L::VEC);
-                copy_async<16>(dst + v * L::VEC, valid > 0 ? src + v * L::VEC : src, valid * (int)sizeof(S));
-            }
-        }
-    };
-    // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.
+    const auto gemms_of = [&](long long group) { return (int)min((long long)TBA, batch - group * TBA); };
+    // Pointer arrays: the addresses of the group each stage is filled with next and where each of its
+    // matrices begins in its slot.  A group's addresses are copied with cp.async STAGES - 1 iterations
+    // before the group itself, in the commit of another group's operands, so the ring's wait covers
+    // them (read with plain loads a group ahead they showed their latency whenever the wait found the
+    // copy already landed; held in registers across the multiply they made ptxas spill).
+    constexpr int AS = ARRAY ? STAGES : 1, AT = ARRAY ? TBA : 1;
+    __shared__ const S* addresses[AS][2][AT];
+    __shared__ int offsets[AS][2][AT];
+    // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.  The
+    // last group may be short: strided, cp.async fills zeros past the batch's end.
     const auto copy_group = [&](long long group, int stage) {
         if (group < groups) {
             S* dst = ring + stage * L::STAGE_ELEMS;
-            const long long first = group * TBA;
-            const int gemms = (int)min((long long)TBA, batch - first);
-            copy_operand(dst, ptrs.A + first * M * K, L::A_ELEMS / L::VEC, gemms * M * K);
-            copy_operand(dst + L::A_ELEMS, ptrs.B + first * K * N, L::B_ELEMS / L::VEC, gemms * K * N);
+            const int st = ARRAY ? stage : 0;
+            if (ARRAY) {
+                copy_matrices_async<THREADS, AT, L::A_CHUNKS, M * K>(dst, addresses[st][0], offsets[st][0]);
+                copy_matrices_async<THREADS, AT, L::B_CHUNKS, K * N>(dst + L::A_ELEMS, addresses[st][1],
+                                                                    offsets[st][1]);
+                // The addresses of the group copied STAGES - 1 iterations from now, into the stage it
+                // will fill.
+                if (threadIdx.x < 2 * AT) {
+                    const long long later = group + (long long)(STAGES - 1) * gridDim.x;
+                    if (later < groups)
+                        copy_addresses<true, THREADS>(addresses[(stage + STAGES - 1) % STAGES], ptrs, later * TBA,
+                                                      gemms_of(later));
+                }
+            } else {
+                const long long first = group * TBA;
+                const int gemms = gemms_of(group);
+                copy_range_async<THREADS, L::A_ELEMS / L::VEC>(dst, ptrs.A + first * M * K, gemms * M * K);
+                copy_range_async<THREADS, L::B_ELEMS / L::VEC>(dst + L::A_ELEMS, ptrs.B + first * K * N, gemms * K * N);
+            }
         }
         async_commit();
     };
 
-    const int g = threadIdx.x / THREADS_PER_GEMM;
+    const int g = TBA == 1 ? 0 : threadIdx.x / THREADS_PER_GEMM;   // (a constant where it can be: one register less)
     const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
     const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const bool read_c = !is_zero(beta);
+    if (ARRAY) {   // the addresses of the groups copied before the loop, with plain loads
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
+        for (int s = 0; s < STAGES - 1; ++s) {
+            const long long group = blockIdx.x + (long long)s * gridDim.x;
+            if (group < groups)
+                copy_addresses<false, THREADS>(addresses[ARRAY ? s : 0], ptrs, group * TBA, gemms_of(group));
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        // Pointer arrays: stage s's addresses are stored, and the previous copy is done reading the
+        // addresses that this one's cp.async of later addresses overwrites.
+        if (ARRAY)
+            __syncthreads();
         copy_group(blockIdx.x + (long long)s * gridDim.x, s);
+    }
     int stage = 0;
     for (long long group = blockIdx.x; group < groups; group += gridDim.x) {
         const long long entry = group * TBA + g;
         const bool active = entry < batch;
+        const long long ahead = group + (long long)(STAGES - 1) * gridDim.x;
         S* C = active ? ptrs.output(entry) : nullptr;
         R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
         read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);   // in flight during the wait
@@ -462,9 +602,13 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
         // After this barrier every thread is done with the previous group, so its stage takes the
         // group STAGES - 1 ahead.
         __syncthreads();
-        copy_group(group + (long long)(STAGES - 1) * gridDim.x, (stage + STAGES - 1) % STAGES);
-        const S* a_s = ring + stage * L::STAGE_ELEMS + g * M * K;
-        const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * K * N;
+        copy_group(ahead, (stage + STAGES - 1) % STAGES);
+        const S* a_s = ring + stage * L::STAGE_ELEMS + g * L::A_SLOT;
+        const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * L::B_SLOT;
+        if (ARRAY) {
+            a_s += offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0];
+            b_s += offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0];
+        }
         multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, TA == 'C', B_ROW, B_COL, TB == 'C'>(acc, a_s, b_s, tx, ty);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
@@ -473,27 +617,41 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 #endif
 }
 
-// The ring kernel where it applies (sm_80+, strided packed operands on 16-byte boundaries, alpha ≠ 0,
-// the ring fits the device's shared memory): returns 0 or GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+// Launch the ring kernel for one interface where it fits the device; 1 where it does not.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          typename Scalar>
-int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
-                      Scalar beta, int batch, cudaStream_t stream)
+          bool ARRAY, typename Scalar>
+int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
+                       cudaStream_t stream)
 {
-    using L = RingLayout<S, M, N, K, TBA>;
     constexpr int THREADS = TBA * DIM_M * DIM_N;
-    constexpr int BYTES = STAGES * L::STAGE_ELEMS * (int)sizeof(S);
-    const DeviceInfo dev = device_info();
-    if (dev.cc < 80 || BYTES > dev.smem_per_block || ptrs.A_array || is_zero(alpha) ||
-        lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N) || ptrs.stride_a != M * K ||
-        ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
+    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, ARRAY>::BYTES_PER_STAGE;
+    if (BYTES > device_info().smem_per_block)
         return 1;
-    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, Scalar>;
+    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, Scalar>;
     const unsigned grid = persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
+// strided batches also packed, stride = matrix size, on 16-byte boundaries): returns 0 or
+// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
+                      Scalar beta, int batch, cudaStream_t stream)
+{
+    if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
+        return 1;
+    if (ptrs.A_array)
+        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, true>(ptrs, ldc, alpha, beta,
+                                                                                      batch, stream);
+    if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
+        return 1;
+    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
+                                                                                   stream);
 }
 
 // stages = 0: no ring kernel is instantiated at all.

@@ -4,7 +4,8 @@
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 25×25, op(B) 25×25
 //   9×7 threads per GEMM, each owning 3×4 elements of C;
 //   4 GEMM(s) per block of 252 threads, 40064 bytes of shared memory;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 3-stage cp.async ring of 120000 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 3-stage cp.async ring (120000 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,8 @@
 //   6×4 threads per GEMM, each owning 2×3 elements of C;
 //   16 GEMM(s) per block of 384 threads, 15744 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 3-stage cp.async ring of 23232 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 3-stage cp.async ring (23232 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

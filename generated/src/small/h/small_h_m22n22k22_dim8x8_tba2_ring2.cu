@@ -4,7 +4,8 @@
 //   fp16 storage, fp32 accumulation: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
 //   2 GEMM(s) per block of 128 threads, 7952 bytes of shared memory;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 2-stage cp.async ring of 7744 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 2-stage cp.async ring (7744 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,8 @@
 //   1×1 threads per GEMM, each owning 1×1 elements of C;
 //   256 GEMM(s) per block of 256 threads, 8192 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 3-stage cp.async ring of 6144 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 3-stage cp.async ring (6144 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,8 @@
 //   9×7 threads per GEMM, each owning 3×4 elements of C;
 //   4 GEMM(s) per block of 252 threads, 23392 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 3-stage cp.async ring of 69984 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 3-stage cp.async ring (69984 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

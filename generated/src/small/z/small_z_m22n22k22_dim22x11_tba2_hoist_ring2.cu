@@ -5,7 +5,8 @@
 //   22×11 threads per GEMM, each owning 1×2 elements of C;
 //   2 GEMM(s) per block of 484 threads, 31712 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+, packed operands on 16-byte boundaries: persistent blocks, a 2-stage cp.async ring of 61952 bytes
+//   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
+//   blocks, a 2-stage cp.async ring (61952 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 
