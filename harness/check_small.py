@@ -201,7 +201,9 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
     ((precision, m, n, k) whose kernel has a cp.async ring, which runs on packed operands on
     16-byte boundaries and applies op() when reading shared memory): every transpose pair packed,
     a batch long enough that every block takes several groups (β ≠ 0, and β = 0 over NaN), and
-    a batch that leaves the last group short."""
+    a batch that leaves the last group short; and the same shapes through pointer arrays (the ring
+    kernel for pointer arrays): every transpose pair, matrices on and between 16-byte boundaries,
+    arrays in memory order and shuffled, long batches."""
     for prec, shapes in shapes_by_precision.items():
         pairs = PRECISIONS[prec].trans_pairs
         for (m, n, k) in shapes:
