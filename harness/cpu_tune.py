@@ -144,7 +144,7 @@ def _measure(specs: list, isa: str, device: str, build_dir: Path, results: Path,
     driver.write_text(_DRIVER % {"isa": isa, "decls": decls, "rows": rows})
     exe = build_dir / "tune_driver"
     objs = [build_dir / "obj_root" / "obj" / cpu.source_path(s).replace(".cpp", ".o") for s in ok]
-    cmd = [cpu_build.NATIVE.cxx, *cpu_build.BASE_FLAGS, f"-I{build_dir / 'src' / 'cpu'}", str(driver), "-o", str(exe),
+    cmd = [cpu_build.NATIVE.cxx, *cpu_build.compile_flags(), f"-I{build_dir / 'src' / 'cpu'}", str(driver), "-o", str(exe),
            *map(str, objs)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
