@@ -3,6 +3,7 @@ into a shared library the harness loads with ctypes.  ptxas's resource report is
 kernel; spills and local memory are failures."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -110,27 +111,44 @@ def gencode_flags(archs: Iterable[str], paths: tuple[int, ...] = ()) -> list[str
     return flags
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_version(nvcc: Path) -> str:
+    """`nvcc --version`: part of every object's cache key, so a new toolkit rebuilds everything."""
+    proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, env=nvcc_environment(nvcc))
+    return proc.stdout.strip()
+
+
+def object_key(compiler: str, flags: list[str], source: Path, include_dirs: list[Path],
+               members: tuple[Path, ...] = ()) -> str:
+    """The cache key of one object: the compiler's version, the flags, the source (and a unity
+    source's members, in order: the unit itself only #includes them by absolute path) and every
+    header it may include, by name and content.  No path enters it, so a build folder carried to
+    another checkout or machine with the same toolkit is reused there."""
+    digest = hashlib.sha256(compiler.encode())
+    for part in members or (source,):
+        digest.update(part.name.encode())
+        digest.update(part.read_bytes())
+    for inc in include_dirs:   # every header a source may include (.h and .cuh)
+        for header in sorted(p for p in inc.iterdir() if p.suffix in (".h", ".cuh", ".hpp")):
+            digest.update(header.name.encode())
+            digest.update(header.read_bytes())
+    digest.update(" ".join(flags).encode())
+    return digest.hexdigest()
+
+
 def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path], archs: tuple[str, ...],
                    extra: tuple[str, ...] = (), members: tuple[Path, ...] = ()) -> str:
     """Compile one source; returns ptxas's report.  Skips the work when the object is up to date
-    for this exact source text and flag set.  `members`: the sources a unity source includes
-    (their text decides the flags and the cache key)."""
+    (object_key).  `members`: the sources a unity source includes (their text decides the flags
+    and the cache key)."""
     texts = [p.read_text() for p in (members or (source,))]
     paths = tuple(sorted({cc for t in texts for cc in code_paths(t)}))
     flags = ["-O3", "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths), *extra]
+    key = object_key(compiler_version(nvcc), flags, source, include_dirs, members)
     for inc in include_dirs:
         flags += ["-I", str(inc)]
-    digest = hashlib.sha256()
-    digest.update(source.read_bytes())
-    for text in texts if members else ():
-        digest.update(text.encode())
-    for inc in include_dirs:   # every header a source may include (.h and .cuh)
-        for header in sorted(p for p in inc.iterdir() if p.suffix in (".h", ".cuh", ".hpp")):
-            digest.update(header.read_bytes())
-    digest.update(" ".join(flags).encode())
     stamp = obj.with_suffix(".sha256")
     report = obj.with_suffix(".ptxas.txt")
-    key = digest.hexdigest()
     if obj.exists() and stamp.exists() and stamp.read_text() == key and report.exists():
         return report.read_text()
     obj.parent.mkdir(parents=True, exist_ok=True)

@@ -61,3 +61,31 @@ def test_unity_units_group_chunk_and_keep_loners(tmp_path):
     before = {u: u.stat().st_mtime_ns for u in grouped}
     unity_units(sources, group, tmp_path / "units", 2, ".cu")
     assert {u: u.stat().st_mtime_ns for u in grouped} == before
+
+
+def test_object_cache_key_follows_content_not_location(tmp_path):
+    """A build folder carried to another checkout (or to the GPU machine) is reused when nothing
+    but the paths differ; a header, a member or the toolkit changing rebuilds."""
+    from harness.build import object_key
+
+    def checkout(root: Path, header: str = "// h\n") -> tuple[Path, list[Path], tuple[Path, ...]]:
+        (root / "include").mkdir(parents=True)
+        (root / "include" / "gemmgen.h").write_text(header)
+        members = []
+        for name in ("a.cu", "b.cu"):
+            (root / name).write_text(f"// {name}\n")
+            members.append(root / name)
+        unit = root / "unit.cu"
+        unit.write_text("".join(f'#include "{m}"\n' for m in members))   # absolute paths
+        return unit, [root / "include"], tuple(members)
+
+    flags = ["-O3", "-gencode", "arch=compute_75,code=[sm_75]"]
+    one = checkout(tmp_path / "one")
+    key = object_key("nvcc 13.0", flags, one[0], one[1], one[2])
+    two = checkout(tmp_path / "two")
+    assert object_key("nvcc 13.0", flags, two[0], two[1], two[2]) == key
+    assert object_key("nvcc 12.8", flags, one[0], one[1], one[2]) != key
+    assert object_key("nvcc 13.0", flags[:1], one[0], one[1], one[2]) != key
+    assert object_key("nvcc 13.0", flags, one[0], one[1], one[2][::-1]) != key
+    three = checkout(tmp_path / "three", header="// h changed\n")
+    assert object_key("nvcc 13.0", flags, three[0], three[1], three[2]) != key
