@@ -153,13 +153,16 @@ def tune():
 @click.option("--around-table", is_flag=True,
               help="Only the present table's tuples with tba halved, kept and doubled, each with both "
                    "stagings, all measured again in this run (a short re-tune after a new knob).")
+@click.option("--arrays", is_flag=True,
+              help="Time the pointer-array interface of the present table's tuples without a ring, with "
+                   "and without a ring for pointer arrays alone (array_stages), all in this run.")
 @click.option("--table-only", is_flag=True,
               help="Measure nothing: compile the results' winners with every transpose for the default "
                    "architectures (nvcc, no GPU), refuse those with local memory, write the table.")
 @click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
-               table_only, table_arch, jobs):
+               arrays, table_only, table_arch, jobs):
     """Sweep tba, the N̂ blocking and the staging of the small family."""
     from harness import tune_small as tuner
 
@@ -171,7 +174,9 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
                                      "gemmgen tune small --table-only")
         return
     selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
-    sys.exit(tuner.run_tune(selection, results, build_dir, megabytes, write_table, jobs, around_table))
+    if arrays and around_table:
+        raise click.UsageError("--arrays and --around-table are separate runs")
+    sys.exit(tuner.run_tune(selection, results, build_dir, megabytes, write_table, jobs, around_table, arrays))
 
 
 @tune.command("wmma")

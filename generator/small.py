@@ -25,7 +25,7 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?$")
 RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
 # Where the tuner tries the ring (the knob itself is valid at every size and precision).  fp16
 # from N = 1: its staged kernels stayed at 0.60-0.80 of the floor up to N = 16 (staging unpacks,
@@ -54,6 +54,13 @@ class SmallSpec(Spec):
     # (templates/small/gemmgen_small.cuh.j2 says why).  0 = no ring.  The buffers keep the operands
     # as stored (fp16 too) and op() and the widening to the compute type are applied on reading them.
     stages: int = 0
+    # sm_80+, pointer arrays to contiguous matrices, on a tuple without a ring (stages = 0): the
+    # ring kernel for pointer arrays with this many stages (each matrix copied on its own, any
+    # alignment), where the staged kernel would read the array, wait at a barrier, then load.  0 =
+    # the staged kernel.  A tuple with a ring takes it for both interfaces.  Its own knob because
+    # each array ring adds kernels to every sm_80/sm_90 build (and to CI's); `tune small
+    # --arrays` sets it where it pays.
+    array_stages: int = 0
 
     family = "small"
 
@@ -62,17 +69,18 @@ class SmallSpec(Spec):
     def name(self) -> str:
         return (f"small_{self.precision}_m{self.m}n{self.n}k{self.k}"
                 f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else "")
-                + (f"_ring{self.stages}" if self.stages else ""))
+                + (f"_ring{self.stages}" if self.stages else "")
+                + (f"_aring{self.array_stages}" if self.array_stages else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>])")
-        prec, m, n, k, dim_m, dim_n, tba, hoist, stages = match.groups()
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>])")
+        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages = match.groups()
         spec = cls(prec, int(m), int(n), int(k), int(dim_m), int(dim_n), int(tba), hoist=hoist is not None,
-                   stages=int(stages) if stages else 0)
+                   stages=int(stages) if stages else 0, array_stages=int(array_stages) if array_stages else 0)
         spec.validate()
         return spec
 
@@ -82,7 +90,7 @@ class SmallSpec(Spec):
         before a knob existed has its default).  Not validated: callers validate for their arch."""
         m, n, k = shape or (row["m"], row["n"], row["k"])
         return cls(precision or row["precision"], m, n, k, row["dim_m"], row["dim_n"], row["tba"],
-                   row.get("hoist", False), row.get("stages", 0))
+                   row.get("hoist", False), row.get("stages", 0), row.get("array_stages", 0))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -167,6 +175,11 @@ class SmallSpec(Spec):
             require(all(chunked), "ring chunks",
                     f"A's and B's blocks ({self.ring_operand_bytes[0]} and {self.ring_operand_bytes[1]} bytes for "
                     f"tba={self.tba}) must both be whole 16-byte chunks for cp.async")
+        require(self.array_stages == 0 or self.array_stages in RING_STAGES, "array ring stages",
+                f"array_stages={self.array_stages!r} must be 0 (staged kernel) or one of {RING_STAGES}")
+        require(not (self.array_stages and self.stages), "array ring stages",
+                f"a tuple with a ring (stages={self.stages}) takes it for pointer arrays too; "
+                "array_stages is for tuples without one")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)

@@ -198,8 +198,9 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
                   thorough: bool = True, ring_shapes: frozenset = frozenset()) -> Iterator[Case]:
     """Every precision × shape × transpose pair × interface with random data, plus per shape a
     bit-exact integer case, beta = 0 over NaN, alpha = 0, and the k = 0 path.  `ring_shapes`
-    ((precision, m, n, k) whose kernel has a cp.async ring, which runs on packed operands on
-    16-byte boundaries and applies op() when reading shared memory): every transpose pair packed,
+    ((precision, m, n, k) whose kernel has a cp.async ring, for both interfaces or for pointer
+    arrays alone, which runs on packed operands and applies op() when reading shared memory):
+    every transpose pair packed,
     a batch long enough that every block takes several groups (β ≠ 0, and β = 0 over NaN), and
     a batch that leaves the last group short; and the same shapes through pointer arrays (the ring
     kernel for pointer arrays): every transpose pair, matrices on and between 16-byte boundaries,

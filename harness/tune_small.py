@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -61,14 +62,23 @@ def _launcher(lib, spec: small.SmallSpec):
     return f
 
 
-def correct(f, spec: small.SmallSpec) -> tuple[bool, float]:
-    """One NN launch on a small packed batch (not a multiple of tba) against NumPy."""
+def _array_launcher(lib, spec: small.SmallSpec):
+    f = getattr(lib, f"{spec.name}_array")
+    s = _SCALAR[PRECISIONS[spec.precision].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+    return f
+
+
+def correct(f, spec: small.SmallSpec, arrays: bool = False) -> tuple[bool, float]:
+    """One NN launch on a small packed batch (not a multiple of tba) against NumPy; `arrays`: f
+    is the variant's pointer-array launcher, given pointers to the same matrices."""
     import cupy as cp
 
     work = Workload(spec.precision, spec.m, spec.n, spec.k, 37)
     host = {name: ref.from_storage(spec.precision, cp.asnumpy(getattr(work, name)).reshape(
         (-1, 2) if spec.precision == "hc" else (-1,))) for name in "ABC"}
-    work.ours(f, 1.0, 0.5)(0)
+    (work.ours_array(f, 1.0, 0.5, takes_shape=False) if arrays else work.ours(f, 1.0, 0.5))(0)
     cp.cuda.runtime.deviceSynchronize()
     got = ref.from_storage(spec.precision, cp.asnumpy(work.C).reshape((-1, 2) if spec.precision == "hc" else (-1,)))
     m, n, k, b = spec.m, spec.n, spec.k, 37
@@ -81,9 +91,15 @@ def correct(f, spec: small.SmallSpec) -> tuple[bool, float]:
     return err <= ref.error_bound(spec.precision, k), err
 
 
-def sweep(selection: Selection, arch: str, around_table: bool) -> list[small.SmallSpec]:
-    """The candidates of a run: the full sweep of every selected shape, or (around_table) the
-    neighbourhood of each selected shape's row in the present table."""
+def sweep(selection: Selection, arch: str, around_table: bool, arrays: bool = False) -> list[small.SmallSpec]:
+    """The candidates of a run: the full sweep of every selected shape, (around_table) the
+    neighbourhood of each selected shape's row in the present table, or (arrays) each row without a
+    ring with every pointer-array ring depth, 0 included."""
+    if arrays:
+        rows = [r for r in load_table(arch).get("small", []) if not r.get("stages")
+                and r["precision"] in selection.precisions and (r["m"], r["n"], r["k"]) in selection.all_shapes]
+        return [spec for r in rows for depth in (0, *small.RING_STAGES)
+                for spec in (replace(small.SmallSpec.from_row(r), array_stages=depth),) if spec.is_valid(arch)]
     if not around_table:
         return [spec for p in selection.precisions for shape in selection.all_shapes
                 for spec in small.sweep_candidates(p, *shape, arch=arch)]
@@ -93,16 +109,18 @@ def sweep(selection: Selection, arch: str, around_table: bool) -> list[small.Sma
 
 
 def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabytes: int,
-             write_table: bool, jobs: int, around_table: bool = False) -> int:
+             write_table: bool, jobs: int, around_table: bool = False, arrays: bool = False) -> int:
+    """arrays: time the pointer-array interface (results marked "interface": "array") of the
+    table's tuples without a ring, with and without a ring for arrays alone (array_stages)."""
     if not gpu_available():
         click.echo("error: no GPU present; gemmgen tune measures on the GPU it runs on", err=True)
         return 2
     arch, device = device_arch()
     previous = {(r["name"], r["device"]) for r in load_results(results_path)}
-    candidates = sweep(selection, arch, around_table)
-    # A full sweep skips what this device measured before (it resumes); a neighbourhood run
-    # measures its few candidates again so that they are compared within one run.
-    todo = candidates if around_table else [s for s in candidates if (s.name, device) not in previous]
+    candidates = sweep(selection, arch, around_table, arrays)
+    # A full sweep skips what this device measured before (it resumes); a neighbourhood or arrays
+    # run measures its few candidates again so that they are compared within one run.
+    todo = candidates if around_table or arrays else [s for s in candidates if (s.name, device) not in previous]
     click.echo(f"{device} ({arch}): {len(candidates)} candidates, {len(todo)} not yet measured")
     command = "gemmgen tune small"
     root = build_dir / arch
@@ -117,7 +135,7 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         sources.append(path)
-    base = {"arch": arch, "device": device}
+    base = {"arch": arch, "device": device, **({"interface": "array"} if arrays else {})}
     built = None
     if sources:
         with click.progressbar(length=len(sources), label="nvcc sweep", show_pos=True) as bar:
@@ -150,13 +168,14 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
                                                  "reason": "ptxas reported stack or spills"})
                     continue
                 try:
-                    f = _launcher(lib, spec)
-                    ok, err = correct(f, spec)
+                    f = (_array_launcher if arrays else _launcher)(lib, spec)
+                    ok, err = correct(f, spec, arrays)
                     if not ok:
                         append_result(results_path, {**row, "status": "wrong-answer",
                                                      "reason": f"relative error {err:.3g}"})
                         continue
-                    ms = median_time_ms(work.ours(f, 1.0, 0.0), launches_per_graph=5, repeats=7)
+                    launch = work.ours_array(f, 1.0, 0.0, takes_shape=False) if arrays else work.ours(f, 1.0, 0.0)
+                    ms = median_time_ms(launch, launches_per_graph=5, repeats=7)
                 except Exception as exc:
                     append_result(results_path, {**row, "status": "launch-failed", "reason": str(exc)[:300]})
                     continue
@@ -188,14 +207,13 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
     the number of refusals recorded."""
     refused = 0
     while True:
-        winners = best_variants(results_path, device, arch)
+        winners = table_specs(results_path, device, arch)
         root = build_dir / "verify"
         for rel, text in support_files("gemmgen tune small (verify)", archs, ()).items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         sources = []
-        for row in winners.values():
-            spec = small.SmallSpec.parse(row["name"])
+        for _, spec in winners.values():
             path = root / kernel_source_path(spec)
             path.parent.mkdir(parents=True, exist_ok=True)
             text = kernel_source(spec, "gemmgen tune small (verify)")
@@ -210,37 +228,64 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
             return refused
         for name, r in sorted(spilling.items()):
             spec = small.SmallSpec.parse(name)
+            # a tuple with a pointer-array ring is refused as an array variant: its strided winner stays
+            interface = {"interface": "array"} if spec.array_stages else {}
             append_result(results_path, {
-                "arch": arch, "device": device, **_spec_fields(spec), "status": "local-memory",
+                "arch": arch, "device": device, **interface, **_spec_fields(spec), "status": "local-memory",
                 "reason": f"all-transposes build: {r.arch} {r.function[:60]} stack {r.stack_bytes} B, "
                           f"spills {r.spill_stores}/{r.spill_loads} B"})
             refused += 1
 
 
-def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dict]:
-    """Per precision and shape, the fastest variant measured correct on this device and never
-    refused (a refusal, e.g. by verify_winners, stands whatever was measured before or after).
-    A variant measured more than once counts with its latest time: a re-measurement happened in
-    a run that compared it with its neighbours."""
-    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch]
+def _fastest(rows: list[dict], key) -> dict[tuple, dict]:
+    """Per key(row), the fastest variant measured correct and never refused (a refusal, e.g. by
+    verify_winners, stands whatever was measured before or after).  A variant measured more than
+    once counts with its latest time: a re-measurement happened in a run that compared it with its
+    neighbours."""
     refused = {r["name"] for r in rows if r["status"] != "ok"}
     latest = {r["name"]: r for r in rows if r["status"] == "ok" and r["name"] not in refused}
     best: dict[tuple, dict] = {}
     for r in latest.values():
-        key = (r["precision"], r["m"], r["n"], r["k"])
-        if key not in best or r["time_us"] < best[key]["time_us"]:
-            best[key] = r
+        k = key(r)
+        if k not in best or r["time_us"] < best[k]["time_us"]:
+            best[k] = r
     return best
+
+
+def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dict]:
+    """Per precision and shape, the fastest variant on strided batches (the sweep's measure)."""
+    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch
+            and r.get("interface", "strided") == "strided"]
+    return _fastest(rows, lambda r: (r["precision"], r["m"], r["n"], r["k"]))
+
+
+def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple[dict, small.SmallSpec]]:
+    """Per precision and shape, the strided winner's row and the tuple the table names: the winner
+    with the pointer-array ring depth (array_stages) that was fastest on pointer arrays in the
+    latest `--arrays` run that measured this very tuple (0 where none did)."""
+    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch
+            and r.get("interface") == "array"]
+    # keyed by the tuple without its array ring: the strided winner's own name
+    arrays = _fastest(rows, lambda r: replace(small.SmallSpec.parse(r["name"]), array_stages=0).name)
+    out = {}
+    for key, row in best_variants(results_path, device, arch).items():
+        spec = small.SmallSpec.from_row(row, shape=key[1:])
+        if row["name"] in arrays:
+            spec = replace(spec, array_stages=small.SmallSpec.parse(arrays[row["name"]]["name"]).array_stages)
+        out[key] = (row, spec)
+    return out
 
 
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
-            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages}
+            "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages,
+            "array_stages": spec.array_stages}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
-    """The fastest correct variant per precision and shape, from every result of this device."""
-    best = best_variants(results_path, device, arch)
+    """The fastest correct variant per precision and shape, from every result of this device, with
+    its pointer-array ring depth (table_specs)."""
+    best = table_specs(results_path, device, arch)
     counts: dict[tuple, int] = defaultdict(int)
     for r in load_results(results_path):
         if r.get("device") == device and r.get("arch") == arch:
@@ -250,9 +295,10 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
     table["small"] = [
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
-         "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0), "time_us": round(r["time_us"], 3),
+         "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0),
+         **({"array_stages": spec.array_stages} if spec.array_stages else {}), "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
-        for key, r in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))
+        for key, (r, spec) in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))
     ]
     return save_table(arch, table)

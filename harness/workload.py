@@ -102,9 +102,10 @@ class Workload:
                 raise RuntimeError(f"{function.__name__} returned {rc}")
         return self._rotating(launch)
 
-    def ours_array(self, function, alpha=1.0, beta=0.0):
-        """A launch(stream_ptr) closure for the pointer-array entry point gemmgen_?gemm_batched,
-        with pointers to the same packed matrices."""
+    def ours_array(self, function, alpha=1.0, beta=0.0, takes_shape=True):
+        """A launch(stream_ptr) closure for the pointer-array entry point gemmgen_?gemm_batched
+        (or, takes_shape False, a fixed-shape launcher `<kernel>_array`), with pointers to the same
+        packed matrices."""
         import cupy as cp
 
         from .api import scalar
@@ -118,7 +119,8 @@ class Workload:
         pa, pb, pc = (x.data.ptr for x in self._arrays)
 
         def launch(stream_ptr: int) -> None:
-            rc = function(b"N", b"N", m, n, k, a, pa, m, pb, k, b, pc, m, self.batch, stream_ptr)
+            shape = (m, n, k) if takes_shape else ()
+            rc = function(b"N", b"N", *shape, a, pa, m, pb, k, b, pc, m, self.batch, stream_ptr)
             if rc != 0:
                 raise RuntimeError(f"{function.__name__} returned {rc}")
         return launch

@@ -45,6 +45,8 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("d", 4, 4, 4, 4, 4, 1, False, 5), "ring stages"),
     (("h", 9, 9, 9, 3, 3, 4, False, 2), "ring chunks"),        # 4 GEMMs of 81 halves: 648 bytes
     (("s", 29, 29, 29, 10, 10, 1, False, 2), "ring chunks"),   # 3364-byte blocks: not whole 16 B chunks
+    (("d", 13, 13, 13, 4, 4, 4, False, 0, 4), "array ring stages"),
+    (("s", 8, 8, 8, 4, 4, 4, False, 2, 2), "array ring stages"),   # the ring serves pointer arrays already
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -124,6 +126,18 @@ def test_ring_round_trips_and_sizes_its_buffers():
     assert spec.ring_bytes == 2 * 2 * 2 * 25 * 25 * 16
     assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2_ring3").stages == 3
     assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2").stages == 0
+
+def test_pointer_array_ring_round_trips_and_needs_no_whole_chunks():
+    # d N = 13 with tba 4: 5408-byte blocks, not whole 16-byte chunks, so no strided ring; pointer
+    # arrays copy each matrix on its own and may take one.
+    spec = SmallSpec("d", 13, 13, 13, 4, 4, 4, True, 0, 2).validate()
+    assert spec.name == "small_d_m13n13k13_dim4x4_tba4_hoist_aring2"
+    assert SmallSpec.parse(spec.name) == spec
+    row = {"precision": "d", "m": 13, "n": 13, "k": 13, "dim_m": 4, "dim_n": 4, "tba": 4, "hoist": True,
+           "stages": 0, "array_stages": 2}
+    assert SmallSpec.from_row(row) == spec
+    assert SmallSpec.parse("small_d_m13n13k13_dim4x4_tba4_hoist").array_stages == 0
+
 
 def test_ring_must_fit_the_target_architecture_but_not_every_one():
     spec = SmallSpec("z", 25, 25, 25, 13, 13, 2, False, 3)     # 120,000 bytes of ring

@@ -40,3 +40,33 @@ def test_other_devices_do_not_count(tmp_path):
             {**_row("small_s_m19n19k19_dim5x7_tba8", time_us=1.0, tba=8), "device": "A100"}]
     best = best_variants(_write(tmp_path, rows), "H100", "sm_90")
     assert best[("s", 19, 19, 19)]["name"] == "small_s_m19n19k19_dim5x7_tba4"
+
+
+def test_pointer_array_ring_depth_rides_on_the_strided_winner(tmp_path):
+    from harness.tune_small import table_specs
+
+    base = "small_s_m19n19k19_dim5x7_tba4"
+    rows = [
+        _row(base, time_us=8.0),
+        _row("small_s_m19n19k19_dim5x7_tba8", time_us=9.0, tba=8),
+        # `--arrays` results: the winner's pointer-array interface without and with a ring
+        {**_row(base, time_us=20.0), "interface": "array"},
+        {**_row(base + "_aring2", time_us=12.0), "interface": "array"},
+        {**_row(base + "_aring3", time_us=11.0), "interface": "array"},
+        # refused later (local memory with another transpose): the next depth wins
+        {**_row(base + "_aring3", status="local-memory"), "interface": "array"},
+        # array results never decide the strided winner, however fast
+        {**_row("small_s_m19n19k19_dim5x7_tba8_aring2", time_us=1.0, tba=8), "interface": "array"},
+    ]
+    path = _write(tmp_path, rows)
+    assert best_variants(path, "H100", "sm_90")[("s", 19, 19, 19)]["name"] == base
+    row, spec = table_specs(path, "H100", "sm_90")[("s", 19, 19, 19)]
+    assert row["name"] == base and spec.name == base + "_aring2"
+
+
+def test_without_array_results_the_table_keeps_the_staged_array_path(tmp_path):
+    from harness.tune_small import table_specs
+
+    path = _write(tmp_path, [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0)])
+    _, spec = table_specs(path, "H100", "sm_90")[("s", 19, 19, 19)]
+    assert spec.array_stages == 0

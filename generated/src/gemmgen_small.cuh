@@ -635,10 +635,31 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
-// The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
-// strided batches also packed, stride = matrix size, on 16-byte boundaries): returns 0 or
-// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+// Strided batches: the ring kernel where the operands are packed on 16-byte boundaries and the
+// tuple's ring is for strided batches too (stages > 0); 1 otherwise.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_strided_ring(std::true_type, const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
+                        cudaStream_t stream)
+{
+    if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
+        return 1;
+    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
+                                                                                   stream);
+}
+
+// A ring for pointer arrays only (array_stages): no strided ring kernel is instantiated.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+          typename Scalar>
+int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, Scalar, int, cudaStream_t)
+{
+    return 1;
+}
+
+// The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
+// pointer arrays always, strided batches where launch_strided_ring takes them): returns 0 or
+// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
           typename Scalar>
 int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
                       Scalar beta, int batch, cudaStream_t stream)
@@ -648,28 +669,28 @@ int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int
     if (ptrs.A_array)
         return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, true>(ptrs, ldc, alpha, beta,
                                                                                       batch, stream);
-    if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
-        return 1;
-    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
-                                                                                   stream);
+    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES>(
+        std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, stream);
 }
 
-// stages = 0: no ring kernel is instantiated at all.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+// No ring for either interface: no ring kernel is instantiated at all.
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
           typename Scalar>
 int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, cudaStream_t)
 {
     return 1;
 }
 
-// Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.
+// Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  STAGES: the ring of both interfaces;
+// ARRAY_STAGES (only where STAGES = 0): a ring for pointer arrays alone.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
-          int STAGES, typename Scalar>
+          int STAGES, int ARRAY_STAGES, typename Scalar>
 int launch_small(const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
                  cudaStream_t stream)
 {
-    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES>(
-        std::integral_constant<bool, (STAGES > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+    constexpr int RING = STAGES > 1 ? STAGES : ARRAY_STAGES;
+    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), (STAGES > 1)>(
+        std::integral_constant<bool, (RING > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     if (ring != 1)
         return ring;
     const unsigned blocks = (unsigned)(((long long)batch + TBA - 1) / TBA);

@@ -20,7 +20,7 @@ using Scalar = float;
 constexpr int M = 4, N = 4, K = 4;
 constexpr int DIM_M = 2, DIM_N = 2, TBA = 64;
 constexpr bool HOIST = true;
-constexpr int STAGES = 2;
+constexpr int STAGES = 2, ARRAY_STAGES = 0;
 
 int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int lda, int ldb, int ldc,
            Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
@@ -30,16 +30,16 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     const char tb = gemmgen::normalize_trans(transb, COMPLEX);
     switch (gemmgen::trans_code(ta, tb)) {
     case gemmgen::trans_code('N', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling

@@ -17,7 +17,7 @@ using Scalar = cuFloatComplex;
 constexpr int M = 18, N = 18, K = 18;
 constexpr int DIM_M = 6, DIM_N = 5, TBA = 1;
 constexpr bool HOIST = true;
-constexpr int STAGES = 0;
+constexpr int STAGES = 0, ARRAY_STAGES = 0;
 
 int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int lda, int ldb, int ldc,
            Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
@@ -27,31 +27,31 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     const char tb = gemmgen::normalize_trans(transb, COMPLEX);
     switch (gemmgen::trans_code(ta, tb)) {
     case gemmgen::trans_code('N', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('C', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'C', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('C', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'C', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('C', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'C', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
             ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
