@@ -137,13 +137,14 @@ def object_key(compiler: str, flags: list[str], source: Path, include_dirs: list
 
 
 def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path], archs: tuple[str, ...],
-                   extra: tuple[str, ...] = (), members: tuple[Path, ...] = ()) -> str:
+                   extra: tuple[str, ...] = (), members: tuple[Path, ...] = (), host_optimization: str = "-O3") -> str:
     """Compile one source; returns ptxas's report.  Skips the work when the object is up to date
     (object_key).  `members`: the sources a unity source includes (their text decides the flags
-    and the cache key)."""
+    and the cache key).  host_optimization: nvcc's -O, which applies to the host code only (the
+    device code is compiled at full optimization either way)."""
     texts = [p.read_text() for p in (members or (source,))]
     paths = tuple(sorted({cc for t in texts for cc in code_paths(t)}))
-    flags = ["-O3", "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths), *extra]
+    flags = [host_optimization, "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths), *extra]
     key = object_key(compiler_version(nvcc), flags, source, include_dirs, members)
     for inc in include_dirs:
         flags += ["-I", str(inc)]
@@ -164,7 +165,7 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,
-                  library_name: str = "libgemmgen.so", unity: int = 0) -> BuildResult:
+                  library_name: str = "libgemmgen.so", unity: int = 0, host_optimization: str = "-O3") -> BuildResult:
     """Compile every .cu of an emitted set (or `sources`) and link them into one shared library.
     With tolerate_failures a source that does not compile is recorded and left out (the tuner's
     sweep goes on); otherwise it raises BuildError.  unity > 0 compiles the per-variant sources in
@@ -206,7 +207,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     built: list[Path] = []
     done = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes, archs, (), units[u])
+        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes, archs, (), units[u],
+                               host_optimization)
                    for u in order]
         for unit, fut in zip(order, futures):
             rel = name(unit)

@@ -33,5 +33,6 @@ def default_set_build():
     from harness.build import UNITY_SOURCES, build_library
 
     archs = tuple(json.loads((ROOT / "generated" / "manifest.json").read_text())["archs"])
+    # Host code at -O0: it only serves the argument-check tests, and it is 5 % of CI's longest step.
     return build_library(ROOT / "generated", ROOT / "build" / ("test_" + "_".join(archs)), archs,
-                         unity=UNITY_SOURCES)
+                         unity=UNITY_SOURCES, host_optimization="-O0")
