@@ -237,6 +237,9 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
             refused += 1
 
 
+ARRAY_RING_MIN_GAIN = 1.10  # a pointer-array ring must be this much faster than the staged path
+
+
 def _fastest(rows: list[dict], key) -> dict[tuple, dict]:
     """Per key(row), the fastest variant measured correct and never refused (a refusal, e.g. by
     verify_winners, stands whatever was measured before or after).  A variant measured more than
@@ -262,16 +265,23 @@ def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dic
 def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple[dict, small.SmallSpec]]:
     """Per precision and shape, the strided winner's row and the tuple the table names: the winner
     with the pointer-array ring depth (array_stages) that was fastest on pointer arrays in the
-    latest `--arrays` run that measured this very tuple (0 where none did)."""
+    latest `--arrays` run that measured this very tuple, where it beats the same tuple's staged
+    pointer-array path by ARRAY_RING_MIN_GAIN (0 where none did)."""
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch
             and r.get("interface") == "array"]
     # keyed by the tuple without its array ring: the strided winner's own name
     arrays = _fastest(rows, lambda r: replace(small.SmallSpec.parse(r["name"]), array_stages=0).name)
+    staged = _fastest([r for r in rows if not small.SmallSpec.parse(r["name"]).array_stages], lambda r: r["name"])
     out = {}
     for key, row in best_variants(results_path, device, arch).items():
         spec = small.SmallSpec.from_row(row, shape=key[1:])
-        if row["name"] in arrays:
-            spec = replace(spec, array_stages=small.SmallSpec.parse(arrays[row["name"]]["name"]).array_stages)
+        ring = arrays.get(row["name"])
+        plain = staged.get(row["name"])
+        # A ring is adopted only when it clearly pays: each one adds a kernel per transpose pair
+        # and ring architecture to the default set (compile time, CI's budget), and a gain of a
+        # few per cent is within the run-to-run spread of pointer-array timings.
+        if ring and (plain is None or ring["time_us"] * ARRAY_RING_MIN_GAIN <= plain["time_us"]):
+            spec = replace(spec, array_stages=small.SmallSpec.parse(ring["name"]).array_stages)
         out[key] = (row, spec)
     return out
 

@@ -64,6 +64,21 @@ def test_pointer_array_ring_depth_rides_on_the_strided_winner(tmp_path):
     assert row["name"] == base and spec.name == base + "_aring2"
 
 
+def test_a_pointer_array_ring_must_beat_the_staged_path_by_the_minimum_gain(tmp_path):
+    from harness.tune_small import ARRAY_RING_MIN_GAIN, table_specs
+
+    base = "small_s_m19n19k19_dim5x7_tba4"
+    staged_us = 10.0
+    rows = [_row(base, time_us=8.0), {**_row(base, time_us=staged_us), "interface": "array"},
+            # faster, but by less than the minimum gain
+            {**_row(base + "_aring2", time_us=staged_us / ARRAY_RING_MIN_GAIN * 1.01), "interface": "array"}]
+    _, spec = table_specs(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]
+    assert spec.array_stages == 0
+    rows[-1] = {**_row(base + "_aring2", time_us=staged_us / ARRAY_RING_MIN_GAIN * 0.99), "interface": "array"}
+    _, spec = table_specs(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]
+    assert spec.array_stages == 2
+
+
 def test_without_array_results_the_table_keeps_the_staged_array_path(tmp_path):
     from harness.tune_small import table_specs
 

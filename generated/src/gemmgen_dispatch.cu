@@ -14,33 +14,33 @@ extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_strided(char, char, cuFloatCo
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m12n12k12_dim4x6_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m12n12k12_dim4x6_tba8_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m12n12k12_dim4x6_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m12n12k12_dim4x6_tba8_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m15n15k15_dim4x4_tba2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m15n15k15_dim4x4_tba2_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m15n15k15_dim4x4_tba2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m15n15k15_dim4x4_tba2_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -58,17 +58,17 @@ extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided(char, char, c
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -90,9 +90,9 @@ extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided(char, char, c
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -102,9 +102,9 @@ extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided(char, char, c
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -122,9 +122,9 @@ extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_strided(char, char, cuFloatCompl
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim2x3_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m6n6k6_dim2x3_tba4_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m6n6k6_dim2x3_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m6n6k6_dim2x3_tba4_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m7n7k7_dim4x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -142,41 +142,41 @@ extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_strided(char, char, double, c
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m12n12k12_dim6x4_tba4_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m12n12k12_dim6x4_tba4_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m15n15k15_dim4x4_tba2_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m15n15k15_dim4x4_tba2_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m16n16k16_dim4x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m16n16k16_dim4x4_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m17n17k17_dim6x6_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m19n19k19_dim5x5_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m1n1k1_dim1x1_tba128_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -186,41 +186,41 @@ extern "C" int small_d_m20n20k20_dim10x10_tba1_hoist_strided(char, char, double,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m20n20k20_dim10x10_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m21n21k21_dim11x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim8x6_tba2_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim8x6_tba2_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m23n23k23_dim8x8_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m24n24k24_dim8x12_tba1_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m24n24k24_dim8x12_tba1_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim9x13_tba1_hoist_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim9x13_tba1_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m28n28k28_dim14x14_tba1_ring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m28n28k28_dim14x14_tba1_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_aring3_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m29n29k29_dim8x10_tba2_hoist_aring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -234,9 +234,9 @@ extern "C" int small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided(char, char, d
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim16x11_tba2_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_aring3_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_aring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -310,13 +310,13 @@ extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, floa
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -326,49 +326,49 @@ extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, co
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m26n26k26_dim7x9_tba2_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m26n26k26_dim7x9_tba2_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m29n29k29_dim15x10_tba1_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m29n29k29_dim15x10_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m29n29k29_dim15x10_tba1_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m31n31k31_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m31n31k31_dim11x11_tba1_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m31n31k31_dim11x11_tba1_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m31n31k31_dim11x11_tba1_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -426,9 +426,9 @@ extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_strided(char, char, cuFloatC
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -458,9 +458,9 @@ extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatC
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -494,9 +494,9 @@ extern "C" int small_hc_m32n32k32_dim8x8_tba2_strided(char, char, cuFloatComplex
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m32n32k32_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -542,25 +542,25 @@ extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -578,13 +578,13 @@ extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_strided(char, char, float, co
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m24n24k24_dim8x6_tba2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m24n24k24_dim8x6_tba2_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m24n24k24_dim8x6_tba2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m24n24k24_dim8x6_tba2_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -602,9 +602,9 @@ extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, f
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -646,9 +646,9 @@ extern "C" int small_s_m8n8k8_dim4x4_tba4_strided(char, char, float, const float
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m8n8k8_dim4x4_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_z_m10n10k10_dim10x5_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -662,9 +662,9 @@ extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_strided(char, char, cuDouble
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m14n14k14_dim14x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -977,7 +977,7 @@ const SmallEntry<__half, float> small_h[] = {
     {1, 1, 16, 75, "wmmatiny_h_m1n1k16_w4", wmmatiny_h_m1n1k16_w4_strided, wmmatiny_h_m1n1k16_w4_array, 0},
     {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0},
     {2, 2, 16, 75, "wmmatiny_h_m2n2k16_w1", wmmatiny_h_m2n2k16_w1_strided, wmmatiny_h_m2n2k16_w1_array, 0},
-    {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist", small_h_m3n3k3_dim1x1_tba32_hoist_strided, small_h_m3n3k3_dim1x1_tba32_hoist_array, 0},
+    {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist_aring3", small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
     {3, 3, 16, 75, "wmmatiny_h_m3n3k16_w2", wmmatiny_h_m3n3k16_w2_strided, wmmatiny_h_m3n3k16_w2_array, 0},
     {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0},
     {4, 4, 16, 75, "wmmatiny_h_m4n4k16_w1", wmmatiny_h_m4n4k16_w1_strided, wmmatiny_h_m4n4k16_w1_array, 0},
@@ -1001,18 +1001,18 @@ const SmallEntry<__half, float> small_h[] = {
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist_ring2", small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided, small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim6x6_tba4_hoist_ring2", small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided, small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array, 0},
     {19, 19, 19, 75, "small_h_m19n19k19_dim5x7_tba8_hoist_ring2", small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided, small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array, 0},
-    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist", small_h_m20n20k20_dim5x5_tba1_hoist_strided, small_h_m20n20k20_dim5x5_tba1_hoist_array, 0},
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist", small_h_m21n21k21_dim7x7_tba8_hoist_strided, small_h_m21n21k21_dim7x7_tba8_hoist_array, 0},
+    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist_aring2", small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided, small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist_aring3", small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided, small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array, 0},
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2_ring2", small_h_m22n22k22_dim8x8_tba2_ring2_strided, small_h_m22n22k22_dim8x8_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist", small_h_m24n24k24_dim8x8_tba2_hoist_strided, small_h_m24n24k24_dim8x8_tba2_hoist_array, 0},
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
-    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
-    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist", small_h_m27n27k27_dim7x7_tba8_hoist_strided, small_h_m27n27k27_dim7x7_tba8_hoist_array, 1},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_aring2", small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided, small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array, 0},
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_aring2", small_h_m25n25k25_dim7x7_tba8_hoist_aring2_strided, small_h_m25n25k25_dim7x7_tba8_hoist_aring2_array, 1},
+    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2_aring2", small_h_m26n26k26_dim7x9_tba2_aring2_strided, small_h_m26n26k26_dim7x9_tba2_aring2_array, 1},
+    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist_aring2", small_h_m27n27k27_dim7x7_tba8_hoist_aring2_strided, small_h_m27n27k27_dim7x7_tba8_hoist_aring2_array, 1},
     {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1_hoist", small_h_m28n28k28_dim7x7_tba1_hoist_strided, small_h_m28n28k28_dim7x7_tba1_hoist_array, 1},
-    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
-    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist", small_h_m30n30k30_dim8x10_tba2_hoist_strided, small_h_m30n30k30_dim8x10_tba2_hoist_array, 1},
-    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
+    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1_aring2", small_h_m29n29k29_dim15x10_tba1_aring2_strided, small_h_m29n29k29_dim15x10_tba1_aring2_array, 1},
+    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist_aring2", small_h_m30n30k30_dim8x10_tba2_hoist_aring2_strided, small_h_m30n30k30_dim8x10_tba2_hoist_aring2_array, 1},
+    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1_aring2", small_h_m31n31k31_dim11x11_tba1_aring2_strided, small_h_m31n31k31_dim11x11_tba1_aring2_array, 1},
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba2_hoist", small_h_m32n32k32_dim8x8_tba2_hoist_strided, small_h_m32n32k32_dim8x8_tba2_hoist_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
@@ -1065,7 +1065,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {1, 1, 16, 75, "wmmatiny_hc_m1n1k16_w2", wmmatiny_hc_m1n1k16_w2_strided, wmmatiny_hc_m1n1k16_w2_array, 0},
     {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0},
     {2, 2, 16, 75, "wmmatiny_hc_m2n2k16_w1", wmmatiny_hc_m2n2k16_w1_strided, wmmatiny_hc_m2n2k16_w1_array, 0},
-    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist", small_hc_m3n3k3_dim1x1_tba32_hoist_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_array, 0},
+    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3", small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
     {3, 3, 16, 75, "wmmatiny_hc_m3n3k16_w2", wmmatiny_hc_m3n3k16_w2_strided, wmmatiny_hc_m3n3k16_w2_array, 0},
     {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
     {4, 4, 16, 75, "wmmatiny_hc_m4n4k16_w1", wmmatiny_hc_m4n4k16_w1_strided, wmmatiny_hc_m4n4k16_w1_array, 0},
@@ -1086,14 +1086,14 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {15, 15, 15, 75, "small_hc_m15n15k15_dim4x4_tba8_ring2", small_hc_m15n15k15_dim4x4_tba8_ring2_strided, small_hc_m15n15k15_dim4x4_tba8_ring2_array, 0},
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
-    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist", small_hc_m18n18k18_dim6x5_tba1_hoist_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_array, 0},
+    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2", small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array, 0},
     {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4_hoist", small_hc_m19n19k19_dim7x10_tba4_hoist_strided, small_hc_m19n19k19_dim7x10_tba4_hoist_array, 0},
     {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2", small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided, small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2", small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array, 1},
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 0},
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x8_tba4_ring2", small_hc_m23n23k23_dim8x8_tba4_ring2_strided, small_hc_m23n23k23_dim8x8_tba4_ring2_array, 1},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
-    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
+    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist_aring2", small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_array, 1},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
     {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
     {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2_hoist", small_hc_m28n28k28_dim14x14_tba2_hoist_strided, small_hc_m28n28k28_dim14x14_tba2_hoist_array, 1},
@@ -1158,27 +1158,27 @@ const SmallEntry<float, float> small_s[] = {
     {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba8_hoist", small_s_m6n6k6_dim2x2_tba8_hoist_strided, small_s_m6n6k6_dim2x2_tba8_hoist_array, 0},
     {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0},
     {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0},
-    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist", small_s_m9n9k9_dim5x3_tba4_hoist_strided, small_s_m9n9k9_dim5x3_tba4_hoist_array, 0},
+    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist_aring2", small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided, small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array, 0},
     {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0},
     {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4_hoist", small_s_m11n11k11_dim4x4_tba4_hoist_strided, small_s_m11n11k11_dim4x4_tba4_hoist_array, 0},
     {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0},
     {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0},
     {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0},
-    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist", small_s_m15n15k15_dim8x8_tba4_hoist_strided, small_s_m15n15k15_dim8x8_tba4_hoist_array, 0},
+    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist_aring2", small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided, small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array, 0},
     {16, 16, 16, 75, "small_s_m16n16k16_dim8x16_tba2_ring2", small_s_m16n16k16_dim8x16_tba2_ring2_strided, small_s_m16n16k16_dim8x16_tba2_ring2_array, 0},
-    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist", small_s_m17n17k17_dim6x6_tba4_hoist_strided, small_s_m17n17k17_dim6x6_tba4_hoist_array, 0},
+    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist_aring2", small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided, small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array, 0},
     {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0},
-    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist", small_s_m19n19k19_dim5x7_tba4_hoist_strided, small_s_m19n19k19_dim5x7_tba4_hoist_array, 0},
+    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist_aring2", small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided, small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array, 0},
     {20, 20, 20, 75, "small_s_m20n20k20_dim10x10_tba1_hoist_ring2", small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided, small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_s_m21n21k21_dim7x7_tba4_hoist_ring2", small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array, 0},
     {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0},
-    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist", small_s_m23n23k23_dim8x6_tba4_hoist_strided, small_s_m23n23k23_dim8x6_tba4_hoist_array, 0},
-    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2", small_s_m24n24k24_dim8x6_tba2_strided, small_s_m24n24k24_dim8x6_tba2_array, 0},
+    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist_aring2", small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided, small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array, 0},
+    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2_aring2", small_s_m24n24k24_dim8x6_tba2_aring2_strided, small_s_m24n24k24_dim8x6_tba2_aring2_array, 0},
     {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
     {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
     {28, 28, 28, 75, "small_s_m28n28k28_dim14x14_tba2_hoist_ring2", small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
-    {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist", small_s_m29n29k29_dim8x10_tba4_hoist_strided, small_s_m29n29k29_dim8x10_tba4_hoist_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0},
     {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0},
@@ -1200,28 +1200,28 @@ const SmallEntry<double, double> small_d[] = {
     {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba16", small_d_m8n8k8_dim4x4_tba16_strided, small_d_m8n8k8_dim4x4_tba16_array, 0},
     {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2_hoist", small_d_m9n9k9_dim9x5_tba2_hoist_strided, small_d_m9n9k9_dim9x5_tba2_hoist_array, 0},
     {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2_hoist", small_d_m10n10k10_dim5x5_tba2_hoist_strided, small_d_m10n10k10_dim5x5_tba2_hoist_array, 0},
-    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist", small_d_m11n11k11_dim4x4_tba2_hoist_strided, small_d_m11n11k11_dim4x4_tba2_hoist_array, 0},
+    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist_aring2", small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
     {12, 12, 12, 75, "small_d_m12n12k12_dim6x4_tba4", small_d_m12n12k12_dim6x4_tba4_strided, small_d_m12n12k12_dim6x4_tba4_array, 0},
-    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist", small_d_m13n13k13_dim4x4_tba4_hoist_strided, small_d_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist_aring2", small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
     {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0},
-    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2", small_d_m15n15k15_dim4x4_tba2_strided, small_d_m15n15k15_dim4x4_tba2_array, 0},
+    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2_aring2", small_d_m15n15k15_dim4x4_tba2_aring2_strided, small_d_m15n15k15_dim4x4_tba2_aring2_array, 0},
     {16, 16, 16, 75, "small_d_m16n16k16_dim4x4_tba2_hoist", small_d_m16n16k16_dim4x4_tba2_hoist_strided, small_d_m16n16k16_dim4x4_tba2_hoist_array, 0},
-    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2_hoist", small_d_m17n17k17_dim6x6_tba2_hoist_strided, small_d_m17n17k17_dim6x6_tba2_hoist_array, 0},
+    {17, 17, 17, 75, "small_d_m17n17k17_dim6x6_tba2_hoist_aring2", small_d_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_d_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0},
     {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0},
-    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2_hoist", small_d_m19n19k19_dim5x5_tba2_hoist_strided, small_d_m19n19k19_dim5x5_tba2_hoist_array, 0},
+    {19, 19, 19, 75, "small_d_m19n19k19_dim5x5_tba2_hoist_aring2", small_d_m19n19k19_dim5x5_tba2_hoist_aring2_strided, small_d_m19n19k19_dim5x5_tba2_hoist_aring2_array, 0},
     {20, 20, 20, 75, "small_d_m20n20k20_dim10x10_tba1_hoist", small_d_m20n20k20_dim10x10_tba1_hoist_strided, small_d_m20n20k20_dim10x10_tba1_hoist_array, 0},
-    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2_hoist", small_d_m21n21k21_dim11x7_tba2_hoist_strided, small_d_m21n21k21_dim11x7_tba2_hoist_array, 0},
+    {21, 21, 21, 75, "small_d_m21n21k21_dim11x7_tba2_hoist_aring2", small_d_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_d_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0},
     {22, 22, 22, 75, "small_d_m22n22k22_dim8x6_tba2_ring2", small_d_m22n22k22_dim8x6_tba2_ring2_strided, small_d_m22n22k22_dim8x6_tba2_ring2_array, 0},
-    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2_hoist", small_d_m23n23k23_dim8x8_tba2_hoist_strided, small_d_m23n23k23_dim8x8_tba2_hoist_array, 0},
+    {23, 23, 23, 75, "small_d_m23n23k23_dim8x8_tba2_hoist_aring2", small_d_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_d_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0},
     {24, 24, 24, 75, "small_d_m24n24k24_dim8x12_tba1", small_d_m24n24k24_dim8x12_tba1_strided, small_d_m24n24k24_dim8x12_tba1_array, 0},
-    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist", small_d_m25n25k25_dim9x7_tba2_hoist_strided, small_d_m25n25k25_dim9x7_tba2_hoist_array, 0},
+    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0},
     {26, 26, 26, 75, "small_d_m26n26k26_dim9x13_tba1_hoist_ring2", small_d_m26n26k26_dim9x13_tba1_hoist_ring2_strided, small_d_m26n26k26_dim9x13_tba1_hoist_ring2_array, 0},
-    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist", small_d_m27n27k27_dim14x9_tba2_hoist_strided, small_d_m27n27k27_dim14x9_tba2_hoist_array, 0},
+    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0},
     {28, 28, 28, 75, "small_d_m28n28k28_dim14x14_tba1_ring2", small_d_m28n28k28_dim14x14_tba1_ring2_strided, small_d_m28n28k28_dim14x14_tba1_ring2_array, 0},
-    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2_hoist", small_d_m29n29k29_dim8x10_tba2_hoist_strided, small_d_m29n29k29_dim8x10_tba2_hoist_array, 0},
+    {29, 29, 29, 75, "small_d_m29n29k29_dim8x10_tba2_hoist_aring3", small_d_m29n29k29_dim8x10_tba2_hoist_aring3_strided, small_d_m29n29k29_dim8x10_tba2_hoist_aring3_array, 0},
     {30, 30, 30, 75, "small_d_m30n30k30_dim10x10_tba1_hoist", small_d_m30n30k30_dim10x10_tba1_hoist_strided, small_d_m30n30k30_dim10x10_tba1_hoist_array, 0},
     {31, 31, 31, 75, "small_d_m31n31k31_dim16x11_tba2_hoist_ring2", small_d_m31n31k31_dim16x11_tba2_hoist_ring2_strided, small_d_m31n31k31_dim16x11_tba2_hoist_ring2_array, 0},
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1", small_d_m32n32k32_dim8x8_tba1_strided, small_d_m32n32k32_dim8x8_tba1_array, 0},
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_aring3", small_d_m32n32k32_dim8x8_tba1_aring3_strided, small_d_m32n32k32_dim8x8_tba1_aring3_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1235,32 +1235,32 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16_hoist", small_c_m3n3k3_dim3x2_tba16_hoist_strided, small_c_m3n3k3_dim3x2_tba16_hoist_array, 0},
     {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0},
     {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0},
-    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4", small_c_m6n6k6_dim2x3_tba4_strided, small_c_m6n6k6_dim2x3_tba4_array, 0},
+    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4_aring2", small_c_m6n6k6_dim2x3_tba4_aring2_strided, small_c_m6n6k6_dim2x3_tba4_aring2_array, 0},
     {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2_hoist", small_c_m7n7k7_dim4x7_tba2_hoist_strided, small_c_m7n7k7_dim4x7_tba2_hoist_array, 0},
     {8, 8, 8, 75, "small_c_m8n8k8_dim8x4_tba4", small_c_m8n8k8_dim8x4_tba4_strided, small_c_m8n8k8_dim8x4_tba4_array, 0},
     {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2_hoist", small_c_m9n9k9_dim9x5_tba2_hoist_strided, small_c_m9n9k9_dim9x5_tba2_hoist_array, 0},
     {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4_hoist", small_c_m10n10k10_dim5x5_tba4_hoist_strided, small_c_m10n10k10_dim5x5_tba4_hoist_array, 0},
-    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist", small_c_m11n11k11_dim4x4_tba2_hoist_strided, small_c_m11n11k11_dim4x4_tba2_hoist_array, 0},
-    {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8", small_c_m12n12k12_dim4x6_tba8_strided, small_c_m12n12k12_dim4x6_tba8_array, 0},
-    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist", small_c_m13n13k13_dim4x4_tba4_hoist_strided, small_c_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist_aring2", small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
+    {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8_aring2", small_c_m12n12k12_dim4x6_tba8_aring2_strided, small_c_m12n12k12_dim4x6_tba8_aring2_array, 0},
+    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist_aring2", small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
     {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0},
-    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2", small_c_m15n15k15_dim4x4_tba2_strided, small_c_m15n15k15_dim4x4_tba2_array, 0},
+    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2_aring2", small_c_m15n15k15_dim4x4_tba2_aring2_strided, small_c_m15n15k15_dim4x4_tba2_aring2_array, 0},
     {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0},
-    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist", small_c_m17n17k17_dim6x6_tba2_hoist_strided, small_c_m17n17k17_dim6x6_tba2_hoist_array, 0},
+    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist_aring2", small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0},
     {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0},
     {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2_ring2", small_c_m19n19k19_dim10x19_tba2_ring2_strided, small_c_m19n19k19_dim10x19_tba2_ring2_array, 0},
     {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0},
-    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist", small_c_m21n21k21_dim11x7_tba2_hoist_strided, small_c_m21n21k21_dim11x7_tba2_hoist_array, 0},
+    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist_aring2", small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0},
     {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
-    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist", small_c_m23n23k23_dim8x8_tba2_hoist_strided, small_c_m23n23k23_dim8x8_tba2_hoist_array, 0},
+    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist_aring2", small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0},
     {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
     {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba4_ring3", small_c_m25n25k25_dim9x7_tba4_ring3_strided, small_c_m25n25k25_dim9x7_tba4_ring3_array, 0},
     {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
     {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba1_hoist_ring2", small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array, 0},
-    {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist", small_c_m29n29k29_dim10x8_tba2_hoist_strided, small_c_m29n29k29_dim10x8_tba2_hoist_array, 0},
+    {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0},
     {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
-    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist", small_c_m31n31k31_dim8x8_tba2_hoist_strided, small_c_m31n31k31_dim8x8_tba2_hoist_array, 0},
+    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0},
     {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba2_hoist_ring2", small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
@@ -1282,7 +1282,7 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1_hoist", small_z_m10n10k10_dim10x5_tba1_hoist_strided, small_z_m10n10k10_dim10x5_tba1_hoist_array, 0},
     {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba2_hoist", small_z_m11n11k11_dim6x11_tba2_hoist_strided, small_z_m11n11k11_dim6x11_tba2_hoist_array, 0},
     {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2_hoist", small_z_m12n12k12_dim12x6_tba2_hoist_strided, small_z_m12n12k12_dim12x6_tba2_hoist_array, 0},
-    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist", small_z_m13n13k13_dim7x13_tba1_hoist_strided, small_z_m13n13k13_dim7x13_tba1_hoist_array, 0},
+    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist_aring2", small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided, small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array, 0},
     {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0},
     {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0},
     {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1", small_z_m16n16k16_dim16x8_tba1_strided, small_z_m16n16k16_dim16x8_tba1_array, 0},
@@ -1311,62 +1311,62 @@ const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
 
 const char* const kernel_names[] = {
     "small_c_m10n10k10_dim5x5_tba4_hoist",
-    "small_c_m11n11k11_dim4x4_tba2_hoist",
-    "small_c_m12n12k12_dim4x6_tba8",
-    "small_c_m13n13k13_dim4x4_tba4_hoist",
+    "small_c_m11n11k11_dim4x4_tba2_hoist_aring2",
+    "small_c_m12n12k12_dim4x6_tba8_aring2",
+    "small_c_m13n13k13_dim4x4_tba4_hoist_aring2",
     "small_c_m14n14k14_dim7x7_tba2_hoist",
-    "small_c_m15n15k15_dim4x4_tba2",
+    "small_c_m15n15k15_dim4x4_tba2_aring2",
     "small_c_m16n16k16_dim8x8_tba2_hoist",
-    "small_c_m17n17k17_dim6x6_tba2_hoist",
+    "small_c_m17n17k17_dim6x6_tba2_hoist_aring2",
     "small_c_m18n18k18_dim6x9_tba2_hoist",
     "small_c_m19n19k19_dim10x19_tba2_ring2",
     "small_c_m1n1k1_dim1x1_tba128_hoist",
     "small_c_m20n20k20_dim10x20_tba2_hoist_ring2",
-    "small_c_m21n21k21_dim11x7_tba2_hoist",
+    "small_c_m21n21k21_dim11x7_tba2_hoist_aring2",
     "small_c_m22n22k22_dim8x11_tba2_ring2",
-    "small_c_m23n23k23_dim8x8_tba2_hoist",
+    "small_c_m23n23k23_dim8x8_tba2_hoist_aring2",
     "small_c_m24n24k24_dim8x12_tba1_hoist",
     "small_c_m25n25k25_dim9x7_tba4_ring3",
     "small_c_m26n26k26_dim13x9_tba2_hoist_ring2",
     "small_c_m27n27k27_dim9x7_tba4_hoist_ring3",
     "small_c_m28n28k28_dim14x14_tba1_hoist_ring2",
-    "small_c_m29n29k29_dim10x8_tba2_hoist",
+    "small_c_m29n29k29_dim10x8_tba2_hoist_aring2",
     "small_c_m2n2k2_dim2x1_tba32",
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
-    "small_c_m31n31k31_dim8x8_tba2_hoist",
+    "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
     "small_c_m32n32k32_dim16x16_tba2_hoist_ring2",
     "small_c_m3n3k3_dim3x2_tba16_hoist",
     "small_c_m4n4k4_dim2x4_tba8",
     "small_c_m5n5k5_dim5x3_tba4_hoist",
-    "small_c_m6n6k6_dim2x3_tba4",
+    "small_c_m6n6k6_dim2x3_tba4_aring2",
     "small_c_m7n7k7_dim4x7_tba2_hoist",
     "small_c_m8n8k8_dim8x4_tba4",
     "small_c_m9n9k9_dim9x5_tba2_hoist",
     "small_d_m10n10k10_dim5x5_tba2_hoist",
-    "small_d_m11n11k11_dim4x4_tba2_hoist",
+    "small_d_m11n11k11_dim4x4_tba2_hoist_aring2",
     "small_d_m12n12k12_dim6x4_tba4",
-    "small_d_m13n13k13_dim4x4_tba4_hoist",
+    "small_d_m13n13k13_dim4x4_tba4_hoist_aring2",
     "small_d_m14n14k14_dim7x7_tba2_hoist",
-    "small_d_m15n15k15_dim4x4_tba2",
+    "small_d_m15n15k15_dim4x4_tba2_aring2",
     "small_d_m16n16k16_dim4x4_tba2_hoist",
-    "small_d_m17n17k17_dim6x6_tba2_hoist",
+    "small_d_m17n17k17_dim6x6_tba2_hoist_aring2",
     "small_d_m18n18k18_dim6x9_tba1_hoist",
-    "small_d_m19n19k19_dim5x5_tba2_hoist",
+    "small_d_m19n19k19_dim5x5_tba2_hoist_aring2",
     "small_d_m1n1k1_dim1x1_tba128_hoist",
     "small_d_m20n20k20_dim10x10_tba1_hoist",
-    "small_d_m21n21k21_dim11x7_tba2_hoist",
+    "small_d_m21n21k21_dim11x7_tba2_hoist_aring2",
     "small_d_m22n22k22_dim8x6_tba2_ring2",
-    "small_d_m23n23k23_dim8x8_tba2_hoist",
+    "small_d_m23n23k23_dim8x8_tba2_hoist_aring2",
     "small_d_m24n24k24_dim8x12_tba1",
-    "small_d_m25n25k25_dim9x7_tba2_hoist",
+    "small_d_m25n25k25_dim9x7_tba2_hoist_aring2",
     "small_d_m26n26k26_dim9x13_tba1_hoist_ring2",
-    "small_d_m27n27k27_dim14x9_tba2_hoist",
+    "small_d_m27n27k27_dim14x9_tba2_hoist_aring2",
     "small_d_m28n28k28_dim14x14_tba1_ring2",
-    "small_d_m29n29k29_dim8x10_tba2_hoist",
+    "small_d_m29n29k29_dim8x10_tba2_hoist_aring3",
     "small_d_m2n2k2_dim2x1_tba64",
     "small_d_m30n30k30_dim10x10_tba1_hoist",
     "small_d_m31n31k31_dim16x11_tba2_hoist_ring2",
-    "small_d_m32n32k32_dim8x8_tba1",
+    "small_d_m32n32k32_dim8x8_tba1_aring3",
     "small_d_m3n3k3_dim2x1_tba16_hoist",
     "small_d_m4n4k4_dim2x4_tba8",
     "small_d_m5n5k5_dim5x3_tba4_hoist",
@@ -1385,21 +1385,21 @@ const char* const kernel_names[] = {
     "small_h_m18n18k18_dim6x6_tba4_hoist_ring2",
     "small_h_m19n19k19_dim5x7_tba8_hoist_ring2",
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
-    "small_h_m20n20k20_dim5x5_tba1_hoist",
-    "small_h_m21n21k21_dim7x7_tba8_hoist",
+    "small_h_m20n20k20_dim5x5_tba1_hoist_aring2",
+    "small_h_m21n21k21_dim7x7_tba8_hoist_aring3",
     "small_h_m22n22k22_dim8x8_tba2_ring2",
     "small_h_m23n23k23_dim8x8_tba8_ring2",
-    "small_h_m24n24k24_dim8x8_tba2_hoist",
-    "small_h_m25n25k25_dim7x7_tba8_hoist",
-    "small_h_m26n26k26_dim7x9_tba2",
-    "small_h_m27n27k27_dim7x7_tba8_hoist",
+    "small_h_m24n24k24_dim8x8_tba2_hoist_aring2",
+    "small_h_m25n25k25_dim7x7_tba8_hoist_aring2",
+    "small_h_m26n26k26_dim7x9_tba2_aring2",
+    "small_h_m27n27k27_dim7x7_tba8_hoist_aring2",
     "small_h_m28n28k28_dim7x7_tba1_hoist",
-    "small_h_m29n29k29_dim15x10_tba1",
+    "small_h_m29n29k29_dim15x10_tba1_aring2",
     "small_h_m2n2k2_dim1x1_tba256_ring2",
-    "small_h_m30n30k30_dim8x10_tba2_hoist",
-    "small_h_m31n31k31_dim11x11_tba1",
+    "small_h_m30n30k30_dim8x10_tba2_hoist_aring2",
+    "small_h_m31n31k31_dim11x11_tba1_aring2",
     "small_h_m32n32k32_dim8x8_tba2_hoist",
-    "small_h_m3n3k3_dim1x1_tba32_hoist",
+    "small_h_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_h_m4n4k4_dim2x2_tba64_hoist_ring2",
     "small_h_m5n5k5_dim3x2_tba32_ring2",
     "small_h_m6n6k6_dim3x2_tba16_ring2",
@@ -1414,7 +1414,7 @@ const char* const kernel_names[] = {
     "small_hc_m15n15k15_dim4x4_tba8_ring2",
     "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m17n17k17_dim6x6_tba8_hoist",
-    "small_hc_m18n18k18_dim6x5_tba1_hoist",
+    "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2",
     "small_hc_m19n19k19_dim7x10_tba4_hoist",
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
@@ -1422,7 +1422,7 @@ const char* const kernel_names[] = {
     "small_hc_m22n22k22_dim8x8_tba1_hoist",
     "small_hc_m23n23k23_dim8x8_tba4_ring2",
     "small_hc_m24n24k24_dim8x8_tba2_hoist",
-    "small_hc_m25n25k25_dim7x9_tba4_hoist",
+    "small_hc_m25n25k25_dim7x9_tba4_hoist_aring2",
     "small_hc_m26n26k26_dim7x9_tba1_hoist",
     "small_hc_m27n27k27_dim9x14_tba1",
     "small_hc_m28n28k28_dim14x14_tba2_hoist",
@@ -1431,7 +1431,7 @@ const char* const kernel_names[] = {
     "small_hc_m30n30k30_dim10x15_tba1_hoist",
     "small_hc_m31n31k31_dim16x16_tba1",
     "small_hc_m32n32k32_dim8x8_tba2",
-    "small_hc_m3n3k3_dim1x1_tba32_hoist",
+    "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_hc_m4n4k4_dim2x4_tba32_ring2",
     "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2",
     "small_hc_m6n6k6_dim2x2_tba8_hoist",
@@ -1443,22 +1443,22 @@ const char* const kernel_names[] = {
     "small_s_m12n12k12_dim4x3_tba8",
     "small_s_m13n13k13_dim4x4_tba4_hoist",
     "small_s_m14n14k14_dim4x4_tba2_hoist",
-    "small_s_m15n15k15_dim8x8_tba4_hoist",
+    "small_s_m15n15k15_dim8x8_tba4_hoist_aring2",
     "small_s_m16n16k16_dim8x16_tba2_ring2",
-    "small_s_m17n17k17_dim6x6_tba4_hoist",
+    "small_s_m17n17k17_dim6x6_tba4_hoist_aring2",
     "small_s_m18n18k18_dim6x5_tba1_hoist",
-    "small_s_m19n19k19_dim5x7_tba4_hoist",
+    "small_s_m19n19k19_dim5x7_tba4_hoist_aring2",
     "small_s_m1n1k1_dim1x1_tba128_hoist",
     "small_s_m20n20k20_dim10x10_tba1_hoist_ring2",
     "small_s_m21n21k21_dim7x7_tba4_hoist_ring2",
     "small_s_m22n22k22_dim8x8_tba1_hoist",
-    "small_s_m23n23k23_dim8x6_tba4_hoist",
-    "small_s_m24n24k24_dim8x6_tba2",
+    "small_s_m23n23k23_dim8x6_tba4_hoist_aring2",
+    "small_s_m24n24k24_dim8x6_tba2_aring2",
     "small_s_m25n25k25_dim9x7_tba4_hoist_ring2",
     "small_s_m26n26k26_dim7x9_tba1_hoist",
     "small_s_m27n27k27_dim9x7_tba4_hoist_ring3",
     "small_s_m28n28k28_dim14x14_tba2_hoist_ring2",
-    "small_s_m29n29k29_dim8x10_tba4_hoist",
+    "small_s_m29n29k29_dim8x10_tba4_hoist_aring2",
     "small_s_m2n2k2_dim1x1_tba128_hoist",
     "small_s_m30n30k30_dim10x15_tba2_hoist_ring2",
     "small_s_m31n31k31_dim8x11_tba4_hoist_ring2",
@@ -1469,11 +1469,11 @@ const char* const kernel_names[] = {
     "small_s_m6n6k6_dim2x2_tba8_hoist",
     "small_s_m7n7k7_dim4x4_tba4",
     "small_s_m8n8k8_dim4x4_tba4",
-    "small_s_m9n9k9_dim5x3_tba4_hoist",
+    "small_s_m9n9k9_dim5x3_tba4_hoist_aring2",
     "small_z_m10n10k10_dim10x5_tba1_hoist",
     "small_z_m11n11k11_dim6x11_tba2_hoist",
     "small_z_m12n12k12_dim12x6_tba2_hoist",
-    "small_z_m13n13k13_dim7x13_tba1_hoist",
+    "small_z_m13n13k13_dim7x13_tba1_hoist_aring2",
     "small_z_m14n14k14_dim14x7_tba1_hoist",
     "small_z_m15n15k15_dim8x8_tba1_hoist",
     "small_z_m16n16k16_dim16x8_tba1",
