@@ -25,7 +25,8 @@ def test_one_ptx_per_code_path():
 
 def test_templates_branch_only_where_sources_say_so():
     """Every `__CUDA_ARCH__ >= X` in the templates is the cp.async threshold, and exactly the
-    sources that instantiate a cp.async ring (TSM2, wmma or small with stages) declare that code path, so
+    sources that instantiate a cp.async ring (TSM2, wmma or small with a strided or a
+    pointer-array ring) declare that code path, so
     their sm_80/sm_90 SASS is built from cp.async PTX."""
     thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
@@ -36,7 +37,8 @@ def test_templates_branch_only_where_sources_say_so():
         family = source.parent.parent.name
         ring = ((family == "tsm2" and Tsm2Spec.parse(source.stem).stages > 0)
                 or (family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).stages > 0)
-                or (family == "small" and SmallSpec.parse(source.stem).stages > 0))
+                or (family == "small" and (SmallSpec.parse(source.stem).stages > 0
+                                           or SmallSpec.parse(source.stem).array_stages > 0)))
         assert code_paths(source.read_text()) == ((CP_ASYNC_MIN_CC,) if ring else ()), source.name
 
 
