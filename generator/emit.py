@@ -76,9 +76,19 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     p = PRECISIONS[spec.precision]
     template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
                 "wmmatiny": "wmma/wmma_tiny_variant.cu.j2"}[spec.family]
-    return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC,
-                  trans_pairs=p.trans_pairs if trans_pairs is None else trans_pairs,
-                  banner=banner(command), version=__version__)
+    pairs = p.trans_pairs if trans_pairs is None else trans_pairs
+    # The small family conjugates at run time: one kernel per stored layout pair serves 'T' and 'C'
+    # (a complex variant compiles 4 transpose kernels instead of 9).
+    conjugate_at_run_time = spec.family == "small"
+    if conjugate_at_run_time:
+        pairs = layout_pairs(pairs)
+    return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, trans_pairs=pairs,
+                  conjugate_at_run_time=conjugate_at_run_time, banner=banner(command), version=__version__)
+
+
+def layout_pairs(trans_pairs) -> tuple[tuple[str, str], ...]:
+    """The stored layouts behind transpose pairs ('C' is stored like 'T'), each once, in order."""
+    return tuple(dict.fromkeys((a.replace("C", "T"), b.replace("C", "T")) for a, b in trans_pairs))
 
 
 def plan(manifest: Manifest) -> dict[str, str]:

@@ -453,12 +453,24 @@ class TallSkinnyEntry:
     source: str
 
     @property
+    def ism2_reachable(self) -> tuple[Ism2Spec | None, Ism2Spec | None]:
+        """The ISM2 kernels the dispatch can choose (None for the others): optimization 1 where some
+        k ≤ ism2_max_k (k = 0 never launches a kernel), optimization 2 where also some m reaches
+        opt2_min_m.  Only these are emitted: the tuned table leaves ISM2 unused for 8 of the 96
+        (precision, n) entries and optimization 2 for 62, and compiling them cost CI about a third of
+        the ISM2 build for kernels no call could reach."""
+        opt1 = self.ism2_opt1 if self.ism2_max_k > 0 else None
+        opt2 = self.ism2_opt2 if opt1 is not None and self.opt2_min_m < NEVER else None
+        return opt1, opt2
+
+    @property
     def kernels(self):
-        return (self.tsm2, self.ism2_opt1, self.ism2_opt2)
+        return (self.tsm2,) + tuple(k for k in self.ism2_reachable if k is not None)
 
     def to_json(self) -> dict:
+        opt1, opt2 = self.ism2_reachable
         return {"precision": self.precision, "n": self.n, "from_cc": self.cc, "tsm2": self.tsm2.name,
-                "ism2_opt1": self.ism2_opt1.name, "ism2_opt2": self.ism2_opt2.name,
+                "ism2_opt1": opt1.name if opt1 else None, "ism2_opt2": opt2.name if opt2 else None,
                 "ism2_max_k": self.ism2_max_k,
                 "opt2_min_m": None if self.opt2_min_m >= NEVER else self.opt2_min_m,
                 "tcf": [list(t) for t in self.tcf], "source": self.source}

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from generator import small
+from generator import small, wmma
 from generator.emit import kernel_source, kernel_source_path, support_files
 from generator.arch import DEFAULT_ARCHS
 from generator.manifest import Selection
@@ -266,16 +266,21 @@ def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple
     """Per precision and shape, the strided winner's row and the tuple the table names: the winner
     with the pointer-array ring depth (array_stages) that was fastest on pointer arrays in the
     latest `--arrays` run that measured this very tuple, where it beats the same tuple's staged
-    pointer-array path by ARRAY_RING_MIN_GAIN (0 where none did)."""
+    pointer-array path by ARRAY_RING_MIN_GAIN (0 where none did), and only at shapes the dispatch
+    gives the small family: where the wmma table sends an h/hc shape to a Tensor Core kernel, the
+    small kernel serves direct calls by name alone, and a ring there would only add compile time."""
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch
             and r.get("interface") == "array"]
     # keyed by the tuple without its array ring: the strided winner's own name
     arrays = _fastest(rows, lambda r: replace(small.SmallSpec.parse(r["name"]), array_stages=0).name)
     staged = _fastest([r for r in rows if not small.SmallSpec.parse(r["name"]).array_stages], lambda r: r["name"])
+    wmma_rows = load_table(arch).get("wmma", [])
     out = {}
     for key, row in best_variants(results_path, device, arch).items():
         spec = small.SmallSpec.from_row(row, shape=key[1:])
-        ring = arrays.get(row["name"])
+        choice = wmma.shape_choice(wmma.table_rows(wmma_rows, key[0]), *key[1:])
+        dispatched = choice is None or choice["choice"] == "small"
+        ring = arrays.get(row["name"]) if dispatched else None
         plain = staged.get(row["name"])
         # A ring is adopted only when it clearly pays: each one adds a kernel per transpose pair
         # and ring architecture to the default set (compile time, CI's budget), and a gain of a

@@ -79,11 +79,12 @@ class Workload:
         self.C = fill(self.sets * self.batch * self.m * self.n)
 
     # packed layout: lda = m, ldb = k, ldc = m, strides = matrix sizes
-    def ours(self, function, alpha=1.0, beta=0.0, takes_shape=None):
+    def ours(self, function, alpha=1.0, beta=0.0, takes_shape=None, trans=(b"N", b"N")):
         """A launch(stream_ptr) closure for a launcher `<kernel>_strided` or the public
         gemmgen_?gemm_batched_strided (ctypes function and argument conversion from harness.api).
         Fixed-shape launchers (small, tiny wmma) take no m, n, k; the public entry points and the
-        general wmma launchers do (`takes_shape`, by default told from the name)."""
+        general wmma launchers do (`takes_shape`, by default told from the name).  `trans`: op(A)
+        and op(B) (any pair reads the same packed buffers where m = n = k)."""
         from .api import scalar
 
         m, n, k = self.m, self.n, self.k
@@ -93,10 +94,10 @@ class Workload:
         def launch(i: int, stream_ptr: int) -> None:
             A, B, C = self.offsets(i)
             if public:
-                rc = function(b"N", b"N", m, n, k, a, A, m, m * k, B, k, k * n, b, C, m, m * n,
+                rc = function(*trans, m, n, k, a, A, m, m * k, B, k, k * n, b, C, m, m * n,
                               self.batch, stream_ptr)
             else:
-                rc = function(b"N", b"N", a, A, m, m * k, B, k, k * n, b, C, m, m * n, self.batch,
+                rc = function(*trans, a, A, m, m * k, B, k, k * n, b, C, m, m * n, self.batch,
                               stream_ptr)
             if rc != 0:
                 raise RuntimeError(f"{function.__name__} returned {rc}")

@@ -66,46 +66,77 @@ __host__ __device__ __forceinline__ bool is_zero(double2 a) { return a.x == 0.0 
 
 // ---- storage <-> compute ------------------------------------------------------------------------
 // Read-only loads of A and B go through the non-coherent cache path.
-template <bool CONJ> __device__ __forceinline__ float widen(const __half* p) { return __half2float(__ldg(p)); }
-template <bool CONJ> __device__ __forceinline__ float widen(const float* p) { return __ldg(p); }
-template <bool CONJ> __device__ __forceinline__ double widen(const double* p) { return __ldg(p); }
-template <bool CONJ> __device__ __forceinline__ float2 widen(const __half2* p)
+__device__ __forceinline__ float widen(const __half* p) { return __half2float(__ldg(p)); }
+__device__ __forceinline__ float widen(const float* p) { return __ldg(p); }
+__device__ __forceinline__ double widen(const double* p) { return __ldg(p); }
+__device__ __forceinline__ float2 widen(const __half2* p) { return __half22float2(__ldg(p)); }
+__device__ __forceinline__ float2 widen(const float2* p) { return __ldg(p); }
+__device__ __forceinline__ double2 widen(const double2* p) { return __ldg(p); }
+
+// The same widening for a value already in registers (unpacked from a 16-byte load).
+__device__ __forceinline__ float widen_value(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen_value(float v) { return v; }
+__device__ __forceinline__ double widen_value(double v) { return v; }
+__device__ __forceinline__ float2 widen_value(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 widen_value(float2 v) { return v; }
+__device__ __forceinline__ double2 widen_value(double2 v) { return v; }
+
+// ---- conjugation ('C') --------------------------------------------------------------------------
+// 'T' and 'C' read the same stored layout, so a complex kernel is instantiated per layout pair
+// (N/T × N/T: 4 kernels, not 9) and conjugates on reading where this run-time flag asks (the
+// same for the whole grid, so no divergence).  Real data ignores it.
+struct Conjugate {
+    bool a, b;
+};
+
+// The layout of the stored matrix behind a normalized transpose code.
+__host__ __device__ constexpr char stored_layout(char t) { return t == 'C' ? 'T' : t; }
+
+__device__ __forceinline__ float conjugate_if(float v, bool) { return v; }
+__device__ __forceinline__ double conjugate_if(double v, bool) { return v; }
+__device__ __forceinline__ float2 conjugate_if(float2 v, bool conj)
 {
-    float2 v = __half22float2(__ldg(p));
-    if (CONJ) v.y = -v.y;
+    if (conj) v.y = -v.y;
     return v;
 }
-template <bool CONJ> __device__ __forceinline__ float2 widen(const float2* p)
+__device__ __forceinline__ double2 conjugate_if(double2 v, bool conj)
 {
-    float2 v = __ldg(p);
-    if (CONJ) v.y = -v.y;
-    return v;
-}
-template <bool CONJ> __device__ __forceinline__ double2 widen(const double2* p)
-{
-    double2 v = __ldg(p);
-    if (CONJ) v.y = -v.y;
+    if (conj) v.y = -v.y;
     return v;
 }
 
-// The same widening for a value already in registers (unpacked from a 16-byte load).
-template <bool CONJ> __device__ __forceinline__ float widen_value(__half v) { return __half2float(v); }
-template <bool CONJ> __device__ __forceinline__ float widen_value(float v) { return v; }
-template <bool CONJ> __device__ __forceinline__ double widen_value(double v) { return v; }
-template <bool CONJ> __device__ __forceinline__ float2 widen_value(__half2 v)
+// Where every element read is conjugated or not by a run-time choice (the ring kernel's multiply
+// reads each operand element many times): v with its imaginary part times `sign`, 1 or -1, made
+// by opaque_sign.  A sign the optimizer can see through turns back into a select, and the compiler
+// then keeps both versions of the whole unrolled multiply live: the (T, T) ring kernel of c N = 25
+// took 192 registers instead of 126.  One multiply per element read costs less.
+template <typename R> struct RealOf { using type = R; };
+template <> struct RealOf<float2> { using type = float; };
+template <> struct RealOf<double2> { using type = double; };
+
+__device__ __forceinline__ float opaque_sign(bool negative, float)
 {
-    float2 r = __half22float2(v);
-    if (CONJ) r.y = -r.y;
-    return r;
+    float s = negative ? -1.0f : 1.0f;
+    asm volatile("" : "+f"(s));
+    return s;
 }
-template <bool CONJ> __device__ __forceinline__ float2 widen_value(float2 v)
+__device__ __forceinline__ double opaque_sign(bool negative, double)
 {
-    if (CONJ) v.y = -v.y;
+    double s = negative ? -1.0 : 1.0;
+    asm volatile("" : "+d"(s));
+    return s;
+}
+
+__device__ __forceinline__ float conjugate_by(float v, float) { return v; }
+__device__ __forceinline__ double conjugate_by(double v, double) { return v; }
+__device__ __forceinline__ float2 conjugate_by(float2 v, float sign)
+{
+    v.y *= sign;
     return v;
 }
-template <bool CONJ> __device__ __forceinline__ double2 widen_value(double2 v)
+__device__ __forceinline__ double2 conjugate_by(double2 v, double sign)
 {
-    if (CONJ) v.y = -v.y;
+    v.y *= sign;
     return v;
 }
 

@@ -330,37 +330,37 @@ extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided(char, char, fl
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m26n26k26_dim7x9_tba2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m26n26k26_dim7x9_tba2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m29n29k29_dim15x10_tba1_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m29n29k29_dim15x10_tba1_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m29n29k29_dim15x10_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m31n31k31_dim11x11_tba1_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m31n31k31_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m31n31k31_dim11x11_tba1_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m31n31k31_dim11x11_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -458,9 +458,9 @@ extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatC
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1006,13 +1006,13 @@ const SmallEntry<__half, float> small_h[] = {
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2_ring2", small_h_m22n22k22_dim8x8_tba2_ring2_strided, small_h_m22n22k22_dim8x8_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_aring2", small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided, small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array, 0},
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_aring2", small_h_m25n25k25_dim7x7_tba8_hoist_aring2_strided, small_h_m25n25k25_dim7x7_tba8_hoist_aring2_array, 1},
-    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2_aring2", small_h_m26n26k26_dim7x9_tba2_aring2_strided, small_h_m26n26k26_dim7x9_tba2_aring2_array, 1},
-    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist_aring2", small_h_m27n27k27_dim7x7_tba8_hoist_aring2_strided, small_h_m27n27k27_dim7x7_tba8_hoist_aring2_array, 1},
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
+    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
+    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist", small_h_m27n27k27_dim7x7_tba8_hoist_strided, small_h_m27n27k27_dim7x7_tba8_hoist_array, 1},
     {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1_hoist", small_h_m28n28k28_dim7x7_tba1_hoist_strided, small_h_m28n28k28_dim7x7_tba1_hoist_array, 1},
-    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1_aring2", small_h_m29n29k29_dim15x10_tba1_aring2_strided, small_h_m29n29k29_dim15x10_tba1_aring2_array, 1},
-    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist_aring2", small_h_m30n30k30_dim8x10_tba2_hoist_aring2_strided, small_h_m30n30k30_dim8x10_tba2_hoist_aring2_array, 1},
-    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1_aring2", small_h_m31n31k31_dim11x11_tba1_aring2_strided, small_h_m31n31k31_dim11x11_tba1_aring2_array, 1},
+    {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
+    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist", small_h_m30n30k30_dim8x10_tba2_hoist_strided, small_h_m30n30k30_dim8x10_tba2_hoist_array, 1},
+    {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba2_hoist", small_h_m32n32k32_dim8x8_tba2_hoist_strided, small_h_m32n32k32_dim8x8_tba2_hoist_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
@@ -1093,7 +1093,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 0},
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x8_tba4_ring2", small_hc_m23n23k23_dim8x8_tba4_ring2_strided, small_hc_m23n23k23_dim8x8_tba4_ring2_array, 1},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
-    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist_aring2", small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_aring2_array, 1},
+    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
     {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
     {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2_hoist", small_hc_m28n28k28_dim14x14_tba2_hoist_strided, small_hc_m28n28k28_dim14x14_tba2_hoist_array, 1},
@@ -1390,14 +1390,14 @@ const char* const kernel_names[] = {
     "small_h_m22n22k22_dim8x8_tba2_ring2",
     "small_h_m23n23k23_dim8x8_tba8_ring2",
     "small_h_m24n24k24_dim8x8_tba2_hoist_aring2",
-    "small_h_m25n25k25_dim7x7_tba8_hoist_aring2",
-    "small_h_m26n26k26_dim7x9_tba2_aring2",
-    "small_h_m27n27k27_dim7x7_tba8_hoist_aring2",
+    "small_h_m25n25k25_dim7x7_tba8_hoist",
+    "small_h_m26n26k26_dim7x9_tba2",
+    "small_h_m27n27k27_dim7x7_tba8_hoist",
     "small_h_m28n28k28_dim7x7_tba1_hoist",
-    "small_h_m29n29k29_dim15x10_tba1_aring2",
+    "small_h_m29n29k29_dim15x10_tba1",
     "small_h_m2n2k2_dim1x1_tba256_ring2",
-    "small_h_m30n30k30_dim8x10_tba2_hoist_aring2",
-    "small_h_m31n31k31_dim11x11_tba1_aring2",
+    "small_h_m30n30k30_dim8x10_tba2_hoist",
+    "small_h_m31n31k31_dim11x11_tba1",
     "small_h_m32n32k32_dim8x8_tba2_hoist",
     "small_h_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_h_m4n4k4_dim2x2_tba64_hoist_ring2",
@@ -1422,7 +1422,7 @@ const char* const kernel_names[] = {
     "small_hc_m22n22k22_dim8x8_tba1_hoist",
     "small_hc_m23n23k23_dim8x8_tba4_ring2",
     "small_hc_m24n24k24_dim8x8_tba2_hoist",
-    "small_hc_m25n25k25_dim7x9_tba4_hoist_aring2",
+    "small_hc_m25n25k25_dim7x9_tba4_hoist",
     "small_hc_m26n26k26_dim7x9_tba1_hoist",
     "small_hc_m27n27k27_dim9x14_tba1",
     "small_hc_m28n28k28_dim14x14_tba2_hoist",

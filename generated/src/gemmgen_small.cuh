@@ -12,10 +12,13 @@
 namespace gemmgen {
 
 // Store element (sr, sc) of the stored X of the block's GEMM g where op(X)'s layout wants it:
-// s[g·COLS·LDS + col·LDS + row] with (row, col) = (sr, sc) for OP = 'N' and (sc, sr) otherwise.
+// s[g·COLS·LDS + col·LDS + row] with (row, col) = (sr, sc) for OP = 'N' and (sc, sr) for 'T'.
+// OP is the stored layout ('N' or 'T'; 'C' is 'T' with conj set): the conjugation of op(X) is
+// applied here, once per element on its way into shared memory.
 template <char OP, int COLS, int LDS, typename R>
-__device__ __forceinline__ void store_staged(R* s, int g, int sr, int sc, R value)
+__device__ __forceinline__ void store_staged(R* s, int g, int sr, int sc, R value, bool conj)
 {
+    value = conjugate_if(value, conj);
     if (OP == 'N')
         s[g * COLS * LDS + sc * LDS + sr] = value;
     else
@@ -24,11 +27,13 @@ __device__ __forceinline__ void store_staged(R* s, int g, int sr, int sc, R valu
 
 // Copy op(X) of the block's TBA GEMMs into shared memory.  op(X) is ROWS×COLS and lands at
 // s[g·COLS·LDS + col·LDS + row].  X itself is stored column-major as ROWS×COLS (OP = 'N') or
-// COLS×ROWS ('T', 'C') with leading dimension ld.  Thread t reads stored elements t, t+THREADS,
-// ... of the block's flattened data, so a warp reads consecutive addresses whenever ld equals
-// the stored row count and the batch is packed: the loads coalesce across GEMMs.
+// COLS×ROWS ('T') with leading dimension ld; conj: op(X) conjugates it ('C').  Thread t reads
+// stored elements t, t+THREADS, ... of the block's flattened data, so a warp reads consecutive
+// addresses whenever ld equals the stored row count and the batch is packed: the loads coalesce
+// across GEMMs.
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, Operand X, typename R, typename S>
-__device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch)
+__device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch,
+                                              bool conj)
 {
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
     constexpr int PER_GEMM = ROWS * COLS;
@@ -45,8 +50,8 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
             const long long entry = first + g;
             R v = zero<R>();
             if (entry < batch)
-                v = widen<OP == 'C'>(ptrs.template operand<X>(entry) + sr + (long long)sc * ld);
-            store_staged<OP, COLS, LDS>(s, g, sr, sc, v);
+                v = widen(ptrs.template operand<X>(entry) + sr + (long long)sc * ld);
+            store_staged<OP, COLS, LDS>(s, g, sr, sc, v, conj);
         }
     }
 }
@@ -56,7 +61,7 @@ __device__ __forceinline__ void stage_operand(R* s, const BatchPointers<S>& ptrs
 // lies inside GEMM g (e0 + count ≤ the matrix size); otherwise e0 may run past it into the next
 // GEMMs (a packed block of matrices whose size is not whole vectors).
 template <char OP, int ROWS, int COLS, int LDS, bool WITHIN_GEMM, typename R, typename S>
-__device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw, int count = 16 / sizeof(S))
+__device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw, bool conj, int count = 16 / sizeof(S))
 {
     constexpr int VEC = 16 / sizeof(S);
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
@@ -69,7 +74,7 @@ __device__ __forceinline__ void scatter_vector(R* s, int g, int e0, int4 raw, in
         const int gemm = WITHIN_GEMM ? g : g + e / PER_GEMM;
         const int r = WITHIN_GEMM ? e : e % PER_GEMM;
         if (j < count)
-            store_staged<OP, COLS, LDS>(s, gemm, r % STORED_ROWS, r / STORED_ROWS, widen_value<OP == 'C'>(chunk.elem[j]));
+            store_staged<OP, COLS, LDS>(s, gemm, r % STORED_ROWS, r / STORED_ROWS, widen_value(chunk.elem[j]), conj);
     }
 }
 
@@ -112,12 +117,12 @@ __device__ __forceinline__ void copy_vectors(Load load, Store store)
 // that belong to the batch; the rest (the last block's missing GEMMs) read as zero.  With HOIST
 // the caller passes only blocks whose TBA GEMMs are all in the batch, so no load needs a bound.
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, typename R, typename S>
-__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
+__device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid, bool conj)
 {
     constexpr int VEC = 16 / sizeof(S);
     constexpr int VECTORS = TBA * ROWS * COLS / VEC;
     const int4* vectors = reinterpret_cast<const int4*>(X);
-    const auto store = [&](int v, int4 raw) { scatter_vector<OP, ROWS, COLS, LDS, false, R, S>(s, 0, v * VEC, raw); };
+    const auto store = [&](int v, int4 raw) { scatter_vector<OP, ROWS, COLS, LDS, false, R, S>(s, 0, v * VEC, raw, conj); };
     if (HOIST) {
         copy_vectors<THREADS, VECTORS, true>([&](int v) { return __ldg(vectors + v); }, store);
         return;
@@ -141,7 +146,8 @@ __device__ __forceinline__ void stage_packed(R* s, const S* X, long long valid)
 // thread reads 16 bytes at a time, whole vectors when every matrix is 16-byte aligned and whole
 // vectors long (`whole_chunks`), otherwise each matrix in pieces (see below).
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, typename R, typename S>
-__device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, bool contiguous, int ld)
+__device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bool whole_chunks, bool contiguous, int ld,
+                                                 bool conj)
 {
     constexpr int STORED_ROWS = OP == 'N' ? ROWS : COLS;
     constexpr int PER_GEMM = ROWS * COLS;
@@ -156,7 +162,8 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
                 return bases[g] ? __ldg(reinterpret_cast<const int4*>(bases[g]) + w) : make_int4(0, 0, 0, 0);
             },
             [&](int v, int4 raw) {
-                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / PER_GEMM_CHUNKS, v % PER_GEMM_CHUNKS * VEC, raw);
+                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / PER_GEMM_CHUNKS, v % PER_GEMM_CHUNKS * VEC, raw,
+                                                                conj);
             });
         return;
     }
@@ -192,7 +199,7 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
             },
             [&](int v, int4 raw) {
                 const Piece p = piece(v);
-                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / SLOTS, p.lo, raw, p.count);
+                scatter_vector<OP, ROWS, COLS, LDS, true, R, S>(s, v / SLOTS, p.lo, raw, conj, p.count);
             });
         return;
     }
@@ -204,7 +211,7 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
             const int g = e / PER_GEMM, r = e % PER_GEMM;
             const int sr = r % STORED_ROWS, sc = r / STORED_ROWS;
             store_staged<OP, COLS, LDS>(s, g, sr, sc,
-                                        bases[g] ? widen<OP == 'C'>(bases[g] + sr + (long long)sc * ld) : zero<R>());
+                                        bases[g] ? widen(bases[g] + sr + (long long)sc * ld) : zero<R>(), conj);
         }
     }
 }
@@ -212,7 +219,7 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
 // Stage op(X) with 16-byte loads when the layout allows it (decided once per block, the same for
 // every thread), element by element otherwise.
 template <char OP, int ROWS, int COLS, int LDS, int THREADS, int TBA, bool HOIST, Operand X, typename R, typename S>
-__device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch)
+__device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld, long long first, int batch, bool conj)
 {
     constexpr int PER_GEMM = ROWS * COLS;
     constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (TBA * PER_GEMM * sizeof(S)) % 16 == 0;
@@ -224,9 +231,9 @@ __device__ __forceinline__ void stage(R* s, const BatchPointers<S>& ptrs, int ld
                         && aligned16(base) && (!HOIST || batch - first >= TBA);
     if (CAN_VECTORIZE && packed)
         stage_packed<OP, ROWS, COLS, LDS, THREADS, TBA, HOIST>(s, base + first * PER_GEMM,
-                                                               (batch - first) * PER_GEMM);
+                                                               (batch - first) * PER_GEMM, conj);
     else
-        stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch);
+        stage_operand<OP, ROWS, COLS, LDS, THREADS, TBA, X>(s, ptrs, ld, first, batch, conj);
 }
 
 // The thread's part of one GEMM: the ⌈M/DIM_M⌉×⌈N/DIM_N⌉ elements C(tx + i·DIM_M, ty + j·DIM_N).
@@ -252,10 +259,13 @@ __device__ __forceinline__ void read_old_c(R (&c_in)[TM][TN], const S* C, int ld
 }
 
 // acc = op(A)·op(B) for the thread's elements, from shared memory where op(A)(i, l) is
-// a[i·A_ROW + l·A_COL] and op(B)(l, j) is b[l·B_ROW + j·B_COL] (conjugated on reading when CONJ_*).
-template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, bool CONJ_A, int B_ROW, int B_COL,
-          bool CONJ_B, typename R, typename T, int TM, int TN>
-__device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx, int ty)
+// a[i·A_ROW + l·A_COL] and op(B)(l, j) is b[l·B_ROW + j·B_COL], each imaginary part read times
+// sign_a, sign_b (-1 conjugates: the ring kernel, whose buffers hold the operands as stored; 1 is
+// folded away).
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R,
+          typename T, int TM, int TN>
+__device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx, int ty,
+                                         typename RealOf<R>::type sign_a, typename RealOf<R>::type sign_b)
 {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -268,10 +278,10 @@ __device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T
         // Partial tiles read a clamped (valid) element instead of branching.
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-            a[i] = widen_value<CONJ_A>(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL]);
+            a[i] = conjugate_by(widen_value(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL]), sign_a);
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            b[j] = widen_value<CONJ_B>(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL]);
+            b[j] = conjugate_by(widen_value(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL]), sign_b);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -302,8 +312,10 @@ __device__ __forceinline__ void write_c(S* C, int ldc, int tx, int ty, const R (
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
           typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
-small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch)
+small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
+                  Conjugate requested)
 {
+    const Conjugate conj{TA != 'N' && requested.a, TB != 'N' && requested.b};   // 'N' never is: known here
     using R = typename ComputeOf<S>::type;
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
@@ -350,11 +362,11 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         }
         a_whole = __syncthreads_and(a_whole) && a_dense;
         b_whole = __syncthreads_and(b_whole) && b_dense;
-        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, a_contiguous, lda);
-        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, b_contiguous, ldb);
+        stage_from_bases<TA, M, K, LDS_A, THREADS, TBA, HOIST>(sA, bases[0], a_whole, a_contiguous, lda, conj.a);
+        stage_from_bases<TB, K, N, LDS_B, THREADS, TBA, HOIST>(sB, bases[1], b_whole, b_contiguous, ldb, conj.b);
     } else if (use_ab) {
-        stage<TA, M, K, LDS_A, THREADS, TBA, HOIST, OPERAND_A>(sA, ptrs, lda, first, batch);
-        stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch);
+        stage<TA, M, K, LDS_A, THREADS, TBA, HOIST, OPERAND_A>(sA, ptrs, lda, first, batch, conj.a);
+        stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch, conj.b);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
     R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
@@ -362,8 +374,9 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     if (use_ab) {
         __syncthreads();
         // Staged: op(A)(i, l) at sA[g][l][i], op(B)(l, j) at sB[g][j][l], already conjugated.
-        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, false, 1, LDS_B, false>(acc, sA + g * K * LDS_A, sB + g * N * LDS_B,
-                                                                         tx, ty);
+        using Real = typename RealOf<R>::type;
+        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, 1, LDS_B>(acc, sA + g * K * LDS_A, sB + g * N * LDS_B, tx, ty,
+                                                           Real(1), Real(1));
     } else {
 #pragma unroll
         for (int i = 0; i < TILE_M; ++i)
@@ -516,7 +529,7 @@ template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_
 // written; a minimum of one block per SM lets it take the registers it needs (it then takes more:
 // s N = 28 57 -> 91, fewer resident blocks).  A minimum of 0 leaves the strided kernel as it was.
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N, ARRAY ? 1 : 0)
-small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch)
+small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int batch, Conjugate conj)
 {
 #if __CUDA_ARCH__ >= 800
     using R = typename ComputeOf<S>::type;
@@ -574,6 +587,11 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
     const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const bool read_c = !is_zero(beta);
+    // Conjugation as a multiply by -1 of each imaginary part read (see opaque_sign); an 'N' operand
+    // or real data never is, and a sign of 1 known here costs nothing.
+    using Real = typename RealOf<R>::type;
+    const Real sign_a = IsComplex<S>::value && TA != 'N' ? opaque_sign(conj.a, Real()) : Real(1);
+    const Real sign_b = IsComplex<S>::value && TB != 'N' ? opaque_sign(conj.b, Real()) : Real(1);
     if (ARRAY) {   // the addresses of the groups copied before the loop, with plain loads
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
@@ -609,7 +627,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
             a_s += offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0];
             b_s += offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0];
         }
-        multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, TA == 'C', B_ROW, B_COL, TB == 'C'>(acc, a_s, b_s, tx, ty);
+        multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
         stage = stage + 1 == STAGES ? 0 : stage + 1;
@@ -620,7 +638,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 // Launch the ring kernel for one interface where it fits the device; 1 where it does not.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
           bool ARRAY, typename Scalar>
-int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
+int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch, Conjugate conj,
                        cudaStream_t stream)
 {
     constexpr int THREADS = TBA * DIM_M * DIM_N;
@@ -631,7 +649,7 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
     const unsigned grid = persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
-    kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch);
+    kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch, conj);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
@@ -640,18 +658,18 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
           typename Scalar>
 int launch_strided_ring(std::true_type, const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
-                        cudaStream_t stream)
+                        Conjugate conj, cudaStream_t stream)
 {
     if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
         return 1;
     return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
-                                                                                   stream);
+                                                                                   conj, stream);
 }
 
 // A ring for pointer arrays only (array_stages): no strided ring kernel is instantiated.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
           typename Scalar>
-int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, Scalar, int, cudaStream_t)
+int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, Scalar, int, Conjugate, cudaStream_t)
 {
     return 1;
 }
@@ -662,40 +680,42 @@ int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, S
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
           typename Scalar>
 int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
-                      Scalar beta, int batch, cudaStream_t stream)
+                      Scalar beta, int batch, Conjugate conj, cudaStream_t stream)
 {
     if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
         return 1;
     if (ptrs.A_array)
         return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, true>(ptrs, ldc, alpha, beta,
-                                                                                      batch, stream);
+                                                                                      batch, conj, stream);
     return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES>(
-        std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, stream);
+        std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, conj, stream);
 }
 
 // No ring for either interface: no ring kernel is instantiated at all.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
           typename Scalar>
-int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, cudaStream_t)
+int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, Conjugate,
+                      cudaStream_t)
 {
     return 1;
 }
 
-// Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  STAGES: the ring of both interfaces;
-// ARRAY_STAGES (only where STAGES = 0): a ring for pointer arrays alone.
+// Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  TA, TB: the stored layouts ('N' or
+// 'T'), conj: which of them op() conjugates.  STAGES: the ring of both interfaces; ARRAY_STAGES
+// (only where STAGES = 0): a ring for pointer arrays alone.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
           int STAGES, int ARRAY_STAGES, typename Scalar>
-int launch_small(const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
-                 cudaStream_t stream)
+int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
+                 int batch, cudaStream_t stream)
 {
     constexpr int RING = STAGES > 1 ? STAGES : ARRAY_STAGES;
     const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), (STAGES > 1)>(
-        std::integral_constant<bool, (RING > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+        std::integral_constant<bool, (RING > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, conj, stream);
     if (ring != 1)
         return ring;
     const unsigned blocks = (unsigned)(((long long)batch + TBA - 1) / TBA);
     small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, HOIST>
-        <<<blocks, TBA * DIM_M * DIM_N, 0, stream>>>(ptrs, lda, ldb, ldc, alpha, beta, batch);
+        <<<blocks, TBA * DIM_M * DIM_N, 0, stream>>>(ptrs, lda, ldb, ldc, alpha, beta, batch, conj);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

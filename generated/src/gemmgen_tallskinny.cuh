@@ -48,7 +48,7 @@ __device__ __forceinline__ void fetch_b(R (&nb)[T2], const S* B, int ldb, long l
 #pragma unroll
     for (int c = 0; c < T2; ++c) {
         const bool ok = krow < kend && p + c < N;
-        nb[c] = ok ? mul(alpha, widen<false>(b_at<TB>(B, ldb, krow, p + c))) : zero<R>();
+        nb[c] = ok ? mul(alpha, widen(b_at<TB>(B, ldb, krow, p + c))) : zero<R>();
     }
 }
 
@@ -66,7 +66,7 @@ __device__ __forceinline__ void fetch_a(R (&a)[T3], const S* A, int lda, long lo
 {
 #pragma unroll
     for (int i = 0; i < T3; ++i)
-        a[i] = col + i < kend ? widen<false>(a_at<TA>(A, lda, row, col + i)) : zero<R>();
+        a[i] = col + i < kend ? widen(a_at<TA>(A, lda, row, col + i)) : zero<R>();
 }
 
 // acc[c] += a[i] · sB[i][c]: the rows of the tile are read as 128-bit broadcasts.

@@ -53,79 +53,43 @@ extern "C" int ism2_h_n19_t128x19x8_opt2(char, char, int, int, float, const __ha
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n1_t128x1x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n1_t128x1x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n20_t128x20x8_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n20_t128x20x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n21_t128x21x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n21_t128x21x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n22_t128x22x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n22_t128x22x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n23_t128x23x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n23_t128x23x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n24_t128x24x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n24_t128x24x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n25_t128x25x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n25_t128x25x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n26_t128x26x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n26_t128x26x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n27_t128x27x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n27_t128x27x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n28_t128x28x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n28_t128x28x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n29_t128x29x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n29_t128x29x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n2_t128x2x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n2_t128x2x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n30_t128x30x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n30_t128x30x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n31_t128x31x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n31_t128x31x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n32_t128x32x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n32_t128x32x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n3_t128x3x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n3_t128x3x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n4_t128x4x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n4_t128x4x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n5_t128x5x16_opt1(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n5_t128x5x16_opt2(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n6_t128x6x16_opt1(char, char, int, int, float, const __half*, int,
-    const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int ism2_h_n6_t128x6x16_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n7_t128x7x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -245,79 +209,43 @@ extern "C" int ism2_s_n19_t128x19x16_opt2(char, char, int, int, float, const flo
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n1_t128x1x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n1_t128x1x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n20_t128x20x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n20_t128x20x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n21_t128x21x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n21_t128x21x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n22_t128x22x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n22_t128x22x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n23_t128x23x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n23_t128x23x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n24_t128x24x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n24_t128x24x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n25_t128x25x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n25_t128x25x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n26_t128x26x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n26_t128x26x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n27_t128x27x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n27_t128x27x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n28_t128x28x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n28_t128x28x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n29_t128x29x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n29_t128x29x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n2_t128x2x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n2_t128x2x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n30_t128x30x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n30_t128x30x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n31_t128x31x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n31_t128x31x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n32_t128x32x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n32_t128x32x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n3_t128x3x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n3_t128x3x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n4_t128x4x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n4_t128x4x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n5_t128x5x16_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n5_t128x5x16_opt2(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n6_t128x6x16_opt1(char, char, int, int, float, const float*, int,
-    const float*, int, float, float*, int, int, cudaStream_t);
-extern "C" int ism2_s_n6_t128x6x16_opt2(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n7_t128x7x8_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
@@ -407,109 +335,41 @@ extern "C" int ism2_d_n12_t128x12x8_opt1(char, char, int, int, double, const dou
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n16_t128x16x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n16_t128x16x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n1_t128x1x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n1_t128x1x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n21_t128x21x2_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n22_t128x22x2_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n22_t128x22x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n23_t128x23x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n23_t128x23x2_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n24_t128x24x2_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n24_t128x24x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n25_t128x25x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n25_t128x25x2_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n26_t128x26x2_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n26_t128x26x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n27_t128x27x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n27_t128x27x2_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n28_t128x28x2_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n28_t128x28x2_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n29_t128x29x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n29_t128x29x4_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n2_t128x2x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n2_t128x2x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n30_t128x30x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n30_t128x30x4_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n31_t128x31x4_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n31_t128x31x4_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n32_t128x32x4_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n32_t128x32x4_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n3_t128x3x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n3_t128x3x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n4_t128x4x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n4_t128x4x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n5_t128x5x16_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n5_t128x5x16_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n6_t128x6x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n6_t128x6x16_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n7_t128x7x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -600,7 +460,7 @@ struct TsEntry {
     int cc;                       // serves this compute capability and up (until a higher entry)
     const char* tsm2_name;        // nullptr ends the table
     TsLaunch<S, Scalar> tsm2;
-    const char* ism2_name[2];     // optimization 1, 2
+    const char* ism2_name[2];     // optimization 1, 2 (nullptr where the cut-offs never choose it)
     TsLaunch<S, Scalar> ism2[2];
     int ism2_max_k;               // k <= this: ISM2
     long long opt2_min_m;         // m >= this: ISM2 optimization 2
@@ -610,300 +470,396 @@ struct TsEntry {
 
 const TsEntry<__half, float> ts_h[] = {
     {1, 75, "tsm2_h_n1_t64x1x8_r2_s4", tsm2_h_n1_t64x1x8_r2_s4,
-     {"ism2_h_n1_t128x1x16_opt1", "ism2_h_n1_t128x1x16_opt2"}, {ism2_h_n1_t128x1x16_opt1, ism2_h_n1_t128x1x16_opt2},
+     {"ism2_h_n1_t128x1x16_opt1", nullptr},
+     {ism2_h_n1_t128x1x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_h_n2_t64x2x8_r2_s4", tsm2_h_n2_t64x2x8_r2_s4,
-     {"ism2_h_n2_t128x2x16_opt1", "ism2_h_n2_t128x2x16_opt2"}, {ism2_h_n2_t128x2x16_opt1, ism2_h_n2_t128x2x16_opt2},
+     {"ism2_h_n2_t128x2x16_opt1", nullptr},
+     {ism2_h_n2_t128x2x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_h_n3_t64x3x8_r2_s4", tsm2_h_n3_t64x3x8_r2_s4,
-     {"ism2_h_n3_t128x3x16_opt1", "ism2_h_n3_t128x3x16_opt2"}, {ism2_h_n3_t128x3x16_opt1, ism2_h_n3_t128x3x16_opt2},
+     {"ism2_h_n3_t128x3x16_opt1", nullptr},
+     {ism2_h_n3_t128x3x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_h_n4_t64x4x8_r2_s4", tsm2_h_n4_t64x4x8_r2_s4,
-     {"ism2_h_n4_t128x4x16_opt1", "ism2_h_n4_t128x4x16_opt2"}, {ism2_h_n4_t128x4x16_opt1, ism2_h_n4_t128x4x16_opt2},
+     {"ism2_h_n4_t128x4x16_opt1", nullptr},
+     {ism2_h_n4_t128x4x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_h_n5_t64x5x8_r2_s4", tsm2_h_n5_t64x5x8_r2_s4,
-     {"ism2_h_n5_t128x5x16_opt1", "ism2_h_n5_t128x5x16_opt2"}, {ism2_h_n5_t128x5x16_opt1, ism2_h_n5_t128x5x16_opt2},
+     {"ism2_h_n5_t128x5x16_opt1", nullptr},
+     {ism2_h_n5_t128x5x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_h_n6_t64x6x8_r2_s4", tsm2_h_n6_t64x6x8_r2_s4,
-     {"ism2_h_n6_t128x6x16_opt1", "ism2_h_n6_t128x6x16_opt2"}, {ism2_h_n6_t128x6x16_opt1, ism2_h_n6_t128x6x16_opt2},
+     {"ism2_h_n6_t128x6x16_opt1", nullptr},
+     {ism2_h_n6_t128x6x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_h_n7_t64x7x4_r2_s8", tsm2_h_n7_t64x7x4_r2_s8,
-     {"ism2_h_n7_t256x7x8_opt1", "ism2_h_n7_t128x7x8_opt2"}, {ism2_h_n7_t256x7x8_opt1, ism2_h_n7_t128x7x8_opt2},
+     {"ism2_h_n7_t256x7x8_opt1", "ism2_h_n7_t128x7x8_opt2"},
+     {ism2_h_n7_t256x7x8_opt1, ism2_h_n7_t128x7x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {8, 75, "tsm2_h_n8_t64x8x4_r2_s8", tsm2_h_n8_t64x8x4_r2_s8,
-     {"ism2_h_n8_t256x8x8_opt1", "ism2_h_n8_t128x8x8_opt2"}, {ism2_h_n8_t256x8x8_opt1, ism2_h_n8_t128x8x8_opt2},
+     {"ism2_h_n8_t256x8x8_opt1", "ism2_h_n8_t128x8x8_opt2"},
+     {ism2_h_n8_t256x8x8_opt1, ism2_h_n8_t128x8x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {9, 75, "tsm2_h_n9_t64x9x4_r2_s8", tsm2_h_n9_t64x9x4_r2_s8,
-     {"ism2_h_n9_t256x9x8_opt1", "ism2_h_n9_t128x9x8_opt2"}, {ism2_h_n9_t256x9x8_opt1, ism2_h_n9_t128x9x8_opt2},
+     {"ism2_h_n9_t256x9x8_opt1", "ism2_h_n9_t128x9x8_opt2"},
+     {ism2_h_n9_t256x9x8_opt1, ism2_h_n9_t128x9x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {10, 75, "tsm2_h_n10_t64x10x4_r2_s8", tsm2_h_n10_t64x10x4_r2_s8,
-     {"ism2_h_n10_t256x10x8_opt1", "ism2_h_n10_t128x10x8_opt2"}, {ism2_h_n10_t256x10x8_opt1, ism2_h_n10_t128x10x8_opt2},
+     {"ism2_h_n10_t256x10x8_opt1", "ism2_h_n10_t128x10x8_opt2"},
+     {ism2_h_n10_t256x10x8_opt1, ism2_h_n10_t128x10x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {11, 75, "tsm2_h_n11_t64x11x4_r2_s8", tsm2_h_n11_t64x11x4_r2_s8,
-     {"ism2_h_n11_t256x11x8_opt1", "ism2_h_n11_t128x11x8_opt2"}, {ism2_h_n11_t256x11x8_opt1, ism2_h_n11_t128x11x8_opt2},
+     {"ism2_h_n11_t256x11x8_opt1", "ism2_h_n11_t128x11x8_opt2"},
+     {ism2_h_n11_t256x11x8_opt1, ism2_h_n11_t128x11x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {12, 75, "tsm2_h_n12_t64x12x4_r2_s8", tsm2_h_n12_t64x12x4_r2_s8,
-     {"ism2_h_n12_t256x12x8_opt1", "ism2_h_n12_t128x12x8_opt2"}, {ism2_h_n12_t256x12x8_opt1, ism2_h_n12_t128x12x8_opt2},
+     {"ism2_h_n12_t256x12x8_opt1", "ism2_h_n12_t128x12x8_opt2"},
+     {ism2_h_n12_t256x12x8_opt1, ism2_h_n12_t128x12x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 2, 8}},
     {13, 75, "tsm2_h_n13_t64x13x8_r2_s8", tsm2_h_n13_t64x13x8_r2_s8,
-     {"ism2_h_n13_t128x13x8_opt1", "ism2_h_n13_t128x13x8_opt2"}, {ism2_h_n13_t128x13x8_opt1, ism2_h_n13_t128x13x8_opt2},
+     {"ism2_h_n13_t128x13x8_opt1", "ism2_h_n13_t128x13x8_opt2"},
+     {ism2_h_n13_t128x13x8_opt1, ism2_h_n13_t128x13x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {14, 75, "tsm2_h_n14_t64x14x8_r2_s8", tsm2_h_n14_t64x14x8_r2_s8,
-     {"ism2_h_n14_t128x14x8_opt1", "ism2_h_n14_t128x14x8_opt2"}, {ism2_h_n14_t128x14x8_opt1, ism2_h_n14_t128x14x8_opt2},
+     {"ism2_h_n14_t128x14x8_opt1", "ism2_h_n14_t128x14x8_opt2"},
+     {ism2_h_n14_t128x14x8_opt1, ism2_h_n14_t128x14x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {15, 75, "tsm2_h_n15_t64x15x8_r2_s8", tsm2_h_n15_t64x15x8_r2_s8,
-     {"ism2_h_n15_t128x15x8_opt1", "ism2_h_n15_t128x15x8_opt2"}, {ism2_h_n15_t128x15x8_opt1, ism2_h_n15_t128x15x8_opt2},
+     {"ism2_h_n15_t128x15x8_opt1", "ism2_h_n15_t128x15x8_opt2"},
+     {ism2_h_n15_t128x15x8_opt1, ism2_h_n15_t128x15x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {16, 75, "tsm2_h_n16_t64x16x8_r2_s8", tsm2_h_n16_t64x16x8_r2_s8,
-     {"ism2_h_n16_t128x16x8_opt1", "ism2_h_n16_t128x16x8_opt2"}, {ism2_h_n16_t128x16x8_opt1, ism2_h_n16_t128x16x8_opt2},
+     {"ism2_h_n16_t128x16x8_opt1", "ism2_h_n16_t128x16x8_opt2"},
+     {ism2_h_n16_t128x16x8_opt1, ism2_h_n16_t128x16x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {17, 75, "tsm2_h_n17_t64x17x8_r2_s8", tsm2_h_n17_t64x17x8_r2_s8,
-     {"ism2_h_n17_t128x17x8_opt1", "ism2_h_n17_t128x17x8_opt2"}, {ism2_h_n17_t128x17x8_opt1, ism2_h_n17_t128x17x8_opt2},
+     {"ism2_h_n17_t128x17x8_opt1", "ism2_h_n17_t128x17x8_opt2"},
+     {ism2_h_n17_t128x17x8_opt1, ism2_h_n17_t128x17x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {18, 75, "tsm2_h_n18_t64x18x8_r2_s8", tsm2_h_n18_t64x18x8_r2_s8,
-     {"ism2_h_n18_t128x18x8_opt1", "ism2_h_n18_t128x18x8_opt2"}, {ism2_h_n18_t128x18x8_opt1, ism2_h_n18_t128x18x8_opt2},
+     {"ism2_h_n18_t128x18x8_opt1", "ism2_h_n18_t128x18x8_opt2"},
+     {ism2_h_n18_t128x18x8_opt1, ism2_h_n18_t128x18x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {19, 75, "tsm2_h_n19_t64x19x8_r2_s8", tsm2_h_n19_t64x19x8_r2_s8,
-     {"ism2_h_n19_t128x19x8_opt1", "ism2_h_n19_t128x19x8_opt2"}, {ism2_h_n19_t128x19x8_opt1, ism2_h_n19_t128x19x8_opt2},
+     {"ism2_h_n19_t128x19x8_opt1", "ism2_h_n19_t128x19x8_opt2"},
+     {ism2_h_n19_t128x19x8_opt1, ism2_h_n19_t128x19x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {20, 75, "tsm2_h_n20_t64x20x8_r2_s8", tsm2_h_n20_t64x20x8_r2_s8,
-     {"ism2_h_n20_t128x20x8_opt1", "ism2_h_n20_t128x20x8_opt2"}, {ism2_h_n20_t128x20x8_opt1, ism2_h_n20_t128x20x8_opt2},
+     {"ism2_h_n20_t128x20x8_opt1", "ism2_h_n20_t128x20x8_opt2"},
+     {ism2_h_n20_t128x20x8_opt1, ism2_h_n20_t128x20x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8}},
     {21, 75, "tsm2_h_n21_t64x21x4_r2_s8", tsm2_h_n21_t64x21x4_r2_s8,
-     {"ism2_h_n21_t128x21x16_opt1", "ism2_h_n21_t128x21x16_opt2"}, {ism2_h_n21_t128x21x16_opt1, ism2_h_n21_t128x21x16_opt2},
+     {"ism2_h_n21_t128x21x16_opt1", nullptr},
+     {ism2_h_n21_t128x21x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_h_n22_t64x22x4_r2_s8", tsm2_h_n22_t64x22x4_r2_s8,
-     {"ism2_h_n22_t128x22x16_opt1", "ism2_h_n22_t128x22x16_opt2"}, {ism2_h_n22_t128x22x16_opt1, ism2_h_n22_t128x22x16_opt2},
+     {"ism2_h_n22_t128x22x16_opt1", nullptr},
+     {ism2_h_n22_t128x22x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_h_n23_t64x23x4_r2_s8", tsm2_h_n23_t64x23x4_r2_s8,
-     {"ism2_h_n23_t128x23x16_opt1", "ism2_h_n23_t128x23x16_opt2"}, {ism2_h_n23_t128x23x16_opt1, ism2_h_n23_t128x23x16_opt2},
+     {"ism2_h_n23_t128x23x16_opt1", nullptr},
+     {ism2_h_n23_t128x23x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_h_n24_t64x24x4_r2_s8", tsm2_h_n24_t64x24x4_r2_s8,
-     {"ism2_h_n24_t128x24x16_opt1", "ism2_h_n24_t128x24x16_opt2"}, {ism2_h_n24_t128x24x16_opt1, ism2_h_n24_t128x24x16_opt2},
+     {"ism2_h_n24_t128x24x16_opt1", nullptr},
+     {ism2_h_n24_t128x24x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_h_n25_t64x25x4_r2_s8", tsm2_h_n25_t64x25x4_r2_s8,
-     {"ism2_h_n25_t128x25x16_opt1", "ism2_h_n25_t128x25x16_opt2"}, {ism2_h_n25_t128x25x16_opt1, ism2_h_n25_t128x25x16_opt2},
+     {"ism2_h_n25_t128x25x16_opt1", nullptr},
+     {ism2_h_n25_t128x25x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_h_n26_t64x26x4_r2_s8", tsm2_h_n26_t64x26x4_r2_s8,
-     {"ism2_h_n26_t128x26x16_opt1", "ism2_h_n26_t128x26x16_opt2"}, {ism2_h_n26_t128x26x16_opt1, ism2_h_n26_t128x26x16_opt2},
+     {"ism2_h_n26_t128x26x16_opt1", nullptr},
+     {ism2_h_n26_t128x26x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_h_n27_t64x27x4_r2_s8", tsm2_h_n27_t64x27x4_r2_s8,
-     {"ism2_h_n27_t128x27x16_opt1", "ism2_h_n27_t128x27x16_opt2"}, {ism2_h_n27_t128x27x16_opt1, ism2_h_n27_t128x27x16_opt2},
+     {"ism2_h_n27_t128x27x16_opt1", nullptr},
+     {ism2_h_n27_t128x27x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_h_n28_t64x28x4_r2_s8", tsm2_h_n28_t64x28x4_r2_s8,
-     {"ism2_h_n28_t128x28x16_opt1", "ism2_h_n28_t128x28x16_opt2"}, {ism2_h_n28_t128x28x16_opt1, ism2_h_n28_t128x28x16_opt2},
+     {"ism2_h_n28_t128x28x16_opt1", nullptr},
+     {ism2_h_n28_t128x28x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_h_n29_t64x29x4_r2_s4", tsm2_h_n29_t64x29x4_r2_s4,
-     {"ism2_h_n29_t128x29x16_opt1", "ism2_h_n29_t128x29x16_opt2"}, {ism2_h_n29_t128x29x16_opt1, ism2_h_n29_t128x29x16_opt2},
+     {"ism2_h_n29_t128x29x16_opt1", nullptr},
+     {ism2_h_n29_t128x29x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_h_n30_t64x30x4_r2_s4", tsm2_h_n30_t64x30x4_r2_s4,
-     {"ism2_h_n30_t128x30x16_opt1", "ism2_h_n30_t128x30x16_opt2"}, {ism2_h_n30_t128x30x16_opt1, ism2_h_n30_t128x30x16_opt2},
+     {"ism2_h_n30_t128x30x16_opt1", nullptr},
+     {ism2_h_n30_t128x30x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_h_n31_t64x31x4_r2_s4", tsm2_h_n31_t64x31x4_r2_s4,
-     {"ism2_h_n31_t128x31x16_opt1", "ism2_h_n31_t128x31x16_opt2"}, {ism2_h_n31_t128x31x16_opt1, ism2_h_n31_t128x31x16_opt2},
+     {"ism2_h_n31_t128x31x16_opt1", nullptr},
+     {ism2_h_n31_t128x31x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_h_n32_t64x32x4_r2_s4", tsm2_h_n32_t64x32x4_r2_s4,
-     {"ism2_h_n32_t128x32x16_opt1", "ism2_h_n32_t128x32x16_opt2"}, {ism2_h_n32_t128x32x16_opt1, ism2_h_n32_t128x32x16_opt2},
+     {"ism2_h_n32_t128x32x16_opt1", nullptr},
+     {ism2_h_n32_t128x32x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
 const TsEntry<float, float> ts_s[] = {
     {1, 75, "tsm2_s_n1_t128x1x4_r2_s8", tsm2_s_n1_t128x1x4_r2_s8,
-     {"ism2_s_n1_t128x1x16_opt1", "ism2_s_n1_t128x1x16_opt2"}, {ism2_s_n1_t128x1x16_opt1, ism2_s_n1_t128x1x16_opt2},
+     {"ism2_s_n1_t128x1x16_opt1", nullptr},
+     {ism2_s_n1_t128x1x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_s_n2_t128x2x4_r2_s8", tsm2_s_n2_t128x2x4_r2_s8,
-     {"ism2_s_n2_t128x2x16_opt1", "ism2_s_n2_t128x2x16_opt2"}, {ism2_s_n2_t128x2x16_opt1, ism2_s_n2_t128x2x16_opt2},
+     {"ism2_s_n2_t128x2x16_opt1", nullptr},
+     {ism2_s_n2_t128x2x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_s_n3_t128x3x4_r2_s8", tsm2_s_n3_t128x3x4_r2_s8,
-     {"ism2_s_n3_t128x3x16_opt1", "ism2_s_n3_t128x3x16_opt2"}, {ism2_s_n3_t128x3x16_opt1, ism2_s_n3_t128x3x16_opt2},
+     {"ism2_s_n3_t128x3x16_opt1", nullptr},
+     {ism2_s_n3_t128x3x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_s_n4_t128x4x8_s4", tsm2_s_n4_t128x4x8_s4,
-     {"ism2_s_n4_t128x4x16_opt1", "ism2_s_n4_t128x4x16_opt2"}, {ism2_s_n4_t128x4x16_opt1, ism2_s_n4_t128x4x16_opt2},
+     {"ism2_s_n4_t128x4x16_opt1", nullptr},
+     {ism2_s_n4_t128x4x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_s_n5_t128x5x8_s4", tsm2_s_n5_t128x5x8_s4,
-     {"ism2_s_n5_t128x5x16_opt1", "ism2_s_n5_t128x5x16_opt2"}, {ism2_s_n5_t128x5x16_opt1, ism2_s_n5_t128x5x16_opt2},
+     {"ism2_s_n5_t128x5x16_opt1", nullptr},
+     {ism2_s_n5_t128x5x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_s_n6_t128x6x8_s4", tsm2_s_n6_t128x6x8_s4,
-     {"ism2_s_n6_t128x6x16_opt1", "ism2_s_n6_t128x6x16_opt2"}, {ism2_s_n6_t128x6x16_opt1, ism2_s_n6_t128x6x16_opt2},
+     {"ism2_s_n6_t128x6x16_opt1", nullptr},
+     {ism2_s_n6_t128x6x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_s_n7_t128x7x4_r2_s4", tsm2_s_n7_t128x7x4_r2_s4,
-     {"ism2_s_n7_t128x7x8_opt1", "ism2_s_n7_t128x7x8_opt2"}, {ism2_s_n7_t128x7x8_opt1, ism2_s_n7_t128x7x8_opt2},
+     {"ism2_s_n7_t128x7x8_opt1", "ism2_s_n7_t128x7x8_opt2"},
+     {ism2_s_n7_t128x7x8_opt1, ism2_s_n7_t128x7x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {8, 75, "tsm2_s_n8_t128x8x4_r2_s4", tsm2_s_n8_t128x8x4_r2_s4,
-     {"ism2_s_n8_t128x8x8_opt1", "ism2_s_n8_t128x8x8_opt2"}, {ism2_s_n8_t128x8x8_opt1, ism2_s_n8_t128x8x8_opt2},
+     {"ism2_s_n8_t128x8x8_opt1", "ism2_s_n8_t128x8x8_opt2"},
+     {ism2_s_n8_t128x8x8_opt1, ism2_s_n8_t128x8x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {9, 75, "tsm2_s_n9_t128x9x4_r2_s4", tsm2_s_n9_t128x9x4_r2_s4,
-     {"ism2_s_n9_t128x9x8_opt1", "ism2_s_n9_t128x9x8_opt2"}, {ism2_s_n9_t128x9x8_opt1, ism2_s_n9_t128x9x8_opt2},
+     {"ism2_s_n9_t128x9x8_opt1", "ism2_s_n9_t128x9x8_opt2"},
+     {ism2_s_n9_t128x9x8_opt1, ism2_s_n9_t128x9x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {10, 75, "tsm2_s_n10_t128x10x4_r2_s4", tsm2_s_n10_t128x10x4_r2_s4,
-     {"ism2_s_n10_t128x10x8_opt1", "ism2_s_n10_t128x10x8_opt2"}, {ism2_s_n10_t128x10x8_opt1, ism2_s_n10_t128x10x8_opt2},
+     {"ism2_s_n10_t128x10x8_opt1", "ism2_s_n10_t128x10x8_opt2"},
+     {ism2_s_n10_t128x10x8_opt1, ism2_s_n10_t128x10x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {11, 75, "tsm2_s_n11_t128x11x4_r2_s4", tsm2_s_n11_t128x11x4_r2_s4,
-     {"ism2_s_n11_t128x11x8_opt1", "ism2_s_n11_t128x11x8_opt2"}, {ism2_s_n11_t128x11x8_opt1, ism2_s_n11_t128x11x8_opt2},
+     {"ism2_s_n11_t128x11x8_opt1", "ism2_s_n11_t128x11x8_opt2"},
+     {ism2_s_n11_t128x11x8_opt1, ism2_s_n11_t128x11x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {12, 75, "tsm2_s_n12_t128x12x4_r2_s4", tsm2_s_n12_t128x12x4_r2_s4,
-     {"ism2_s_n12_t128x12x8_opt1", "ism2_s_n12_t128x12x8_opt2"}, {ism2_s_n12_t128x12x8_opt1, ism2_s_n12_t128x12x8_opt2},
+     {"ism2_s_n12_t128x12x8_opt1", "ism2_s_n12_t128x12x8_opt2"},
+     {ism2_s_n12_t128x12x8_opt1, ism2_s_n12_t128x12x8_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 1, 1, 2}},
     {13, 75, "tsm2_s_n13_t128x13x8_r2_s4", tsm2_s_n13_t128x13x8_r2_s4,
-     {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"}, {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
+     {"ism2_s_n13_t128x13x16_opt1", "ism2_s_n13_t128x13x16_opt2"},
+     {ism2_s_n13_t128x13x16_opt1, ism2_s_n13_t128x13x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {14, 75, "tsm2_s_n14_t128x14x8_r2_s4", tsm2_s_n14_t128x14x8_r2_s4,
-     {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"}, {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
+     {"ism2_s_n14_t128x14x16_opt1", "ism2_s_n14_t128x14x16_opt2"},
+     {ism2_s_n14_t128x14x16_opt1, ism2_s_n14_t128x14x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {15, 75, "tsm2_s_n15_t128x15x8_r2_s4", tsm2_s_n15_t128x15x8_r2_s4,
-     {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"}, {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
+     {"ism2_s_n15_t128x15x16_opt1", "ism2_s_n15_t128x15x16_opt2"},
+     {ism2_s_n15_t128x15x16_opt1, ism2_s_n15_t128x15x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {16, 75, "tsm2_s_n16_t128x16x8_r2_s4", tsm2_s_n16_t128x16x8_r2_s4,
-     {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"}, {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
+     {"ism2_s_n16_t128x16x16_opt1", "ism2_s_n16_t128x16x16_opt2"},
+     {ism2_s_n16_t128x16x16_opt1, ism2_s_n16_t128x16x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {17, 75, "tsm2_s_n17_t128x17x8_r2_s4", tsm2_s_n17_t128x17x8_r2_s4,
-     {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"}, {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
+     {"ism2_s_n17_t128x17x16_opt1", "ism2_s_n17_t128x17x16_opt2"},
+     {ism2_s_n17_t128x17x16_opt1, ism2_s_n17_t128x17x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {18, 75, "tsm2_s_n18_t128x18x8_r2_s4", tsm2_s_n18_t128x18x8_r2_s4,
-     {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"}, {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
+     {"ism2_s_n18_t128x18x16_opt1", "ism2_s_n18_t128x18x16_opt2"},
+     {ism2_s_n18_t128x18x16_opt1, ism2_s_n18_t128x18x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {19, 75, "tsm2_s_n19_t128x19x8_r2_s4", tsm2_s_n19_t128x19x8_r2_s4,
-     {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"}, {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
+     {"ism2_s_n19_t128x19x16_opt1", "ism2_s_n19_t128x19x16_opt2"},
+     {ism2_s_n19_t128x19x16_opt1, ism2_s_n19_t128x19x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {20, 75, "tsm2_s_n20_t128x20x8_r2_s4", tsm2_s_n20_t128x20x8_r2_s4,
-     {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"}, {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
+     {"ism2_s_n20_t128x20x16_opt1", "ism2_s_n20_t128x20x16_opt2"},
+     {ism2_s_n20_t128x20x16_opt1, ism2_s_n20_t128x20x16_opt2},
      128, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 4}},
     {21, 75, "tsm2_s_n21_t128x21x8_r2_s4", tsm2_s_n21_t128x21x8_r2_s4,
-     {"ism2_s_n21_t128x21x16_opt1", "ism2_s_n21_t128x21x16_opt2"}, {ism2_s_n21_t128x21x16_opt1, ism2_s_n21_t128x21x16_opt2},
+     {"ism2_s_n21_t128x21x16_opt1", nullptr},
+     {ism2_s_n21_t128x21x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_s_n22_t128x22x8_r2_s4", tsm2_s_n22_t128x22x8_r2_s4,
-     {"ism2_s_n22_t128x22x16_opt1", "ism2_s_n22_t128x22x16_opt2"}, {ism2_s_n22_t128x22x16_opt1, ism2_s_n22_t128x22x16_opt2},
+     {"ism2_s_n22_t128x22x16_opt1", nullptr},
+     {ism2_s_n22_t128x22x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_s_n23_t128x23x8_r2_s4", tsm2_s_n23_t128x23x8_r2_s4,
-     {"ism2_s_n23_t128x23x16_opt1", "ism2_s_n23_t128x23x16_opt2"}, {ism2_s_n23_t128x23x16_opt1, ism2_s_n23_t128x23x16_opt2},
+     {"ism2_s_n23_t128x23x16_opt1", nullptr},
+     {ism2_s_n23_t128x23x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_s_n24_t128x24x8_r2_s4", tsm2_s_n24_t128x24x8_r2_s4,
-     {"ism2_s_n24_t128x24x16_opt1", "ism2_s_n24_t128x24x16_opt2"}, {ism2_s_n24_t128x24x16_opt1, ism2_s_n24_t128x24x16_opt2},
+     {"ism2_s_n24_t128x24x16_opt1", nullptr},
+     {ism2_s_n24_t128x24x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_s_n25_t128x25x8_r2_s4", tsm2_s_n25_t128x25x8_r2_s4,
-     {"ism2_s_n25_t128x25x16_opt1", "ism2_s_n25_t128x25x16_opt2"}, {ism2_s_n25_t128x25x16_opt1, ism2_s_n25_t128x25x16_opt2},
+     {"ism2_s_n25_t128x25x16_opt1", nullptr},
+     {ism2_s_n25_t128x25x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_s_n26_t128x26x8_r2_s4", tsm2_s_n26_t128x26x8_r2_s4,
-     {"ism2_s_n26_t128x26x16_opt1", "ism2_s_n26_t128x26x16_opt2"}, {ism2_s_n26_t128x26x16_opt1, ism2_s_n26_t128x26x16_opt2},
+     {"ism2_s_n26_t128x26x16_opt1", nullptr},
+     {ism2_s_n26_t128x26x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_s_n27_t128x27x8_r2_s4", tsm2_s_n27_t128x27x8_r2_s4,
-     {"ism2_s_n27_t128x27x16_opt1", "ism2_s_n27_t128x27x16_opt2"}, {ism2_s_n27_t128x27x16_opt1, ism2_s_n27_t128x27x16_opt2},
+     {"ism2_s_n27_t128x27x16_opt1", nullptr},
+     {ism2_s_n27_t128x27x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_s_n28_t128x28x8_r2_s4", tsm2_s_n28_t128x28x8_r2_s4,
-     {"ism2_s_n28_t128x28x16_opt1", "ism2_s_n28_t128x28x16_opt2"}, {ism2_s_n28_t128x28x16_opt1, ism2_s_n28_t128x28x16_opt2},
+     {"ism2_s_n28_t128x28x16_opt1", nullptr},
+     {ism2_s_n28_t128x28x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_s_n29_t128x29x8_r2_s4", tsm2_s_n29_t128x29x8_r2_s4,
-     {"ism2_s_n29_t128x29x16_opt1", "ism2_s_n29_t128x29x16_opt2"}, {ism2_s_n29_t128x29x16_opt1, ism2_s_n29_t128x29x16_opt2},
+     {"ism2_s_n29_t128x29x16_opt1", nullptr},
+     {ism2_s_n29_t128x29x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_s_n30_t128x30x8_r2_s4", tsm2_s_n30_t128x30x8_r2_s4,
-     {"ism2_s_n30_t128x30x16_opt1", "ism2_s_n30_t128x30x16_opt2"}, {ism2_s_n30_t128x30x16_opt1, ism2_s_n30_t128x30x16_opt2},
+     {"ism2_s_n30_t128x30x16_opt1", nullptr},
+     {ism2_s_n30_t128x30x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_s_n31_t128x31x8_r2_s4", tsm2_s_n31_t128x31x8_r2_s4,
-     {"ism2_s_n31_t128x31x16_opt1", "ism2_s_n31_t128x31x16_opt2"}, {ism2_s_n31_t128x31x16_opt1, ism2_s_n31_t128x31x16_opt2},
+     {"ism2_s_n31_t128x31x16_opt1", nullptr},
+     {ism2_s_n31_t128x31x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_s_n32_t128x32x8_r2_s4", tsm2_s_n32_t128x32x8_r2_s4,
-     {"ism2_s_n32_t128x32x16_opt1", "ism2_s_n32_t128x32x16_opt2"}, {ism2_s_n32_t128x32x16_opt1, ism2_s_n32_t128x32x16_opt2},
+     {"ism2_s_n32_t128x32x16_opt1", nullptr},
+     {ism2_s_n32_t128x32x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
 const TsEntry<double, double> ts_d[] = {
     {1, 75, "tsm2_d_n1_t128x1x4_r2_s4", tsm2_d_n1_t128x1x4_r2_s4,
-     {"ism2_d_n1_t128x1x16_opt1", "ism2_d_n1_t128x1x16_opt2"}, {ism2_d_n1_t128x1x16_opt1, ism2_d_n1_t128x1x16_opt2},
+     {"ism2_d_n1_t128x1x16_opt1", nullptr},
+     {ism2_d_n1_t128x1x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {2, 75, "tsm2_d_n2_t128x2x4_r2_s4", tsm2_d_n2_t128x2x4_r2_s4,
-     {"ism2_d_n2_t128x2x16_opt1", "ism2_d_n2_t128x2x16_opt2"}, {ism2_d_n2_t128x2x16_opt1, ism2_d_n2_t128x2x16_opt2},
+     {"ism2_d_n2_t128x2x16_opt1", nullptr},
+     {ism2_d_n2_t128x2x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {3, 75, "tsm2_d_n3_t128x3x4_r2_s4", tsm2_d_n3_t128x3x4_r2_s4,
-     {"ism2_d_n3_t128x3x16_opt1", "ism2_d_n3_t128x3x16_opt2"}, {ism2_d_n3_t128x3x16_opt1, ism2_d_n3_t128x3x16_opt2},
+     {"ism2_d_n3_t128x3x16_opt1", nullptr},
+     {ism2_d_n3_t128x3x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {4, 75, "tsm2_d_n4_t128x4x4_r2_s4", tsm2_d_n4_t128x4x4_r2_s4,
-     {"ism2_d_n4_t128x4x16_opt1", "ism2_d_n4_t128x4x16_opt2"}, {ism2_d_n4_t128x4x16_opt1, ism2_d_n4_t128x4x16_opt2},
+     {"ism2_d_n4_t128x4x16_opt1", nullptr},
+     {ism2_d_n4_t128x4x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {5, 75, "tsm2_d_n5_t128x5x4_r2_s4", tsm2_d_n5_t128x5x4_r2_s4,
-     {"ism2_d_n5_t128x5x16_opt1", "ism2_d_n5_t128x5x16_opt2"}, {ism2_d_n5_t128x5x16_opt1, ism2_d_n5_t128x5x16_opt2},
+     {"ism2_d_n5_t128x5x16_opt1", nullptr},
+     {ism2_d_n5_t128x5x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {6, 75, "tsm2_d_n6_t128x6x4_r2_s4", tsm2_d_n6_t128x6x4_r2_s4,
-     {"ism2_d_n6_t128x6x16_opt1", "ism2_d_n6_t128x6x16_opt2"}, {ism2_d_n6_t128x6x16_opt1, ism2_d_n6_t128x6x16_opt2},
+     {"ism2_d_n6_t128x6x16_opt1", nullptr},
+     {ism2_d_n6_t128x6x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {7, 75, "tsm2_d_n7_t64x7x4_r4_s4", tsm2_d_n7_t64x7x4_r4_s4,
-     {"ism2_d_n7_t128x7x8_opt1", "ism2_d_n7_t128x7x8_opt2"}, {ism2_d_n7_t128x7x8_opt1, ism2_d_n7_t128x7x8_opt2},
+     {"ism2_d_n7_t128x7x8_opt1", "ism2_d_n7_t128x7x8_opt2"},
+     {ism2_d_n7_t128x7x8_opt1, ism2_d_n7_t128x7x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {8, 75, "tsm2_d_n8_t64x8x4_r4_s4", tsm2_d_n8_t64x8x4_r4_s4,
-     {"ism2_d_n8_t128x8x8_opt1", "ism2_d_n8_t128x8x8_opt2"}, {ism2_d_n8_t128x8x8_opt1, ism2_d_n8_t128x8x8_opt2},
+     {"ism2_d_n8_t128x8x8_opt1", "ism2_d_n8_t128x8x8_opt2"},
+     {ism2_d_n8_t128x8x8_opt1, ism2_d_n8_t128x8x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {9, 75, "tsm2_d_n9_t64x9x4_r4_s4", tsm2_d_n9_t64x9x4_r4_s4,
-     {"ism2_d_n9_t128x9x8_opt1", "ism2_d_n9_t128x9x8_opt2"}, {ism2_d_n9_t128x9x8_opt1, ism2_d_n9_t128x9x8_opt2},
+     {"ism2_d_n9_t128x9x8_opt1", "ism2_d_n9_t128x9x8_opt2"},
+     {ism2_d_n9_t128x9x8_opt1, ism2_d_n9_t128x9x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {10, 75, "tsm2_d_n10_t64x10x4_r4_s4", tsm2_d_n10_t64x10x4_r4_s4,
-     {"ism2_d_n10_t128x10x8_opt1", "ism2_d_n10_t128x10x8_opt2"}, {ism2_d_n10_t128x10x8_opt1, ism2_d_n10_t128x10x8_opt2},
+     {"ism2_d_n10_t128x10x8_opt1", "ism2_d_n10_t128x10x8_opt2"},
+     {ism2_d_n10_t128x10x8_opt1, ism2_d_n10_t128x10x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {11, 75, "tsm2_d_n11_t64x11x4_r4_s4", tsm2_d_n11_t64x11x4_r4_s4,
-     {"ism2_d_n11_t128x11x8_opt1", "ism2_d_n11_t128x11x8_opt2"}, {ism2_d_n11_t128x11x8_opt1, ism2_d_n11_t128x11x8_opt2},
+     {"ism2_d_n11_t128x11x8_opt1", "ism2_d_n11_t128x11x8_opt2"},
+     {ism2_d_n11_t128x11x8_opt1, ism2_d_n11_t128x11x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {12, 75, "tsm2_d_n12_t64x12x4_r4_s4", tsm2_d_n12_t64x12x4_r4_s4,
-     {"ism2_d_n12_t128x12x8_opt1", "ism2_d_n12_t128x12x8_opt2"}, {ism2_d_n12_t128x12x8_opt1, ism2_d_n12_t128x12x8_opt2},
+     {"ism2_d_n12_t128x12x8_opt1", "ism2_d_n12_t128x12x8_opt2"},
+     {ism2_d_n12_t128x12x8_opt1, ism2_d_n12_t128x12x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1}},
     {13, 75, "tsm2_d_n13_t128x13x2_r2_s8", tsm2_d_n13_t128x13x2_r2_s8,
-     {"ism2_d_n13_t128x13x16_opt1", "ism2_d_n13_t128x13x16_opt2"}, {ism2_d_n13_t128x13x16_opt1, ism2_d_n13_t128x13x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {14, 75, "tsm2_d_n14_t128x14x2_r2_s8", tsm2_d_n14_t128x14x2_r2_s8,
-     {"ism2_d_n14_t128x14x16_opt1", "ism2_d_n14_t128x14x16_opt2"}, {ism2_d_n14_t128x14x16_opt1, ism2_d_n14_t128x14x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {15, 75, "tsm2_d_n15_t128x15x2_r2_s8", tsm2_d_n15_t128x15x2_r2_s8,
-     {"ism2_d_n15_t128x15x16_opt1", "ism2_d_n15_t128x15x16_opt2"}, {ism2_d_n15_t128x15x16_opt1, ism2_d_n15_t128x15x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {16, 75, "tsm2_d_n16_t128x16x2_r2_s8", tsm2_d_n16_t128x16x2_r2_s8,
-     {"ism2_d_n16_t128x16x16_opt1", "ism2_d_n16_t128x16x16_opt2"}, {ism2_d_n16_t128x16x16_opt1, ism2_d_n16_t128x16x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {17, 75, "tsm2_d_n17_t128x17x2_r2_s8", tsm2_d_n17_t128x17x2_r2_s8,
-     {"ism2_d_n17_t128x17x16_opt1", "ism2_d_n17_t128x17x16_opt2"}, {ism2_d_n17_t128x17x16_opt1, ism2_d_n17_t128x17x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {18, 75, "tsm2_d_n18_t128x18x2_r2_s8", tsm2_d_n18_t128x18x2_r2_s8,
-     {"ism2_d_n18_t128x18x16_opt1", "ism2_d_n18_t128x18x16_opt2"}, {ism2_d_n18_t128x18x16_opt1, ism2_d_n18_t128x18x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {19, 75, "tsm2_d_n19_t128x19x2_r2_s8", tsm2_d_n19_t128x19x2_r2_s8,
-     {"ism2_d_n19_t128x19x16_opt1", "ism2_d_n19_t128x19x16_opt2"}, {ism2_d_n19_t128x19x16_opt1, ism2_d_n19_t128x19x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {20, 75, "tsm2_d_n20_t128x20x2_r2_s8", tsm2_d_n20_t128x20x2_r2_s8,
-     {"ism2_d_n20_t128x20x16_opt1", "ism2_d_n20_t128x20x16_opt2"}, {ism2_d_n20_t128x20x16_opt1, ism2_d_n20_t128x20x16_opt2},
+     {nullptr, nullptr},
+     {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2}},
     {21, 75, "tsm2_d_n21_t128x21x4_r2_s4", tsm2_d_n21_t128x21x4_r2_s4,
-     {"ism2_d_n21_t128x21x2_opt1", "ism2_d_n21_t128x21x2_opt2"}, {ism2_d_n21_t128x21x2_opt1, ism2_d_n21_t128x21x2_opt2},
+     {"ism2_d_n21_t128x21x2_opt1", nullptr},
+     {ism2_d_n21_t128x21x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {22, 75, "tsm2_d_n22_t128x22x4_r2_s4", tsm2_d_n22_t128x22x4_r2_s4,
-     {"ism2_d_n22_t128x22x2_opt1", "ism2_d_n22_t128x22x2_opt2"}, {ism2_d_n22_t128x22x2_opt1, ism2_d_n22_t128x22x2_opt2},
+     {"ism2_d_n22_t128x22x2_opt1", nullptr},
+     {ism2_d_n22_t128x22x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {23, 75, "tsm2_d_n23_t128x23x4_r2_s4", tsm2_d_n23_t128x23x4_r2_s4,
-     {"ism2_d_n23_t128x23x2_opt1", "ism2_d_n23_t128x23x2_opt2"}, {ism2_d_n23_t128x23x2_opt1, ism2_d_n23_t128x23x2_opt2},
+     {"ism2_d_n23_t128x23x2_opt1", nullptr},
+     {ism2_d_n23_t128x23x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {24, 75, "tsm2_d_n24_t128x24x4_r2_s4", tsm2_d_n24_t128x24x4_r2_s4,
-     {"ism2_d_n24_t128x24x2_opt1", "ism2_d_n24_t128x24x2_opt2"}, {ism2_d_n24_t128x24x2_opt1, ism2_d_n24_t128x24x2_opt2},
+     {"ism2_d_n24_t128x24x2_opt1", nullptr},
+     {ism2_d_n24_t128x24x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {25, 75, "tsm2_d_n25_t128x25x4_r2_s4", tsm2_d_n25_t128x25x4_r2_s4,
-     {"ism2_d_n25_t128x25x2_opt1", "ism2_d_n25_t128x25x2_opt2"}, {ism2_d_n25_t128x25x2_opt1, ism2_d_n25_t128x25x2_opt2},
+     {"ism2_d_n25_t128x25x2_opt1", nullptr},
+     {ism2_d_n25_t128x25x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {26, 75, "tsm2_d_n26_t128x26x4_s4", tsm2_d_n26_t128x26x4_s4,
-     {"ism2_d_n26_t128x26x2_opt1", "ism2_d_n26_t128x26x2_opt2"}, {ism2_d_n26_t128x26x2_opt1, ism2_d_n26_t128x26x2_opt2},
+     {"ism2_d_n26_t128x26x2_opt1", nullptr},
+     {ism2_d_n26_t128x26x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {27, 75, "tsm2_d_n27_t128x27x4_s4", tsm2_d_n27_t128x27x4_s4,
-     {"ism2_d_n27_t128x27x2_opt1", "ism2_d_n27_t128x27x2_opt2"}, {ism2_d_n27_t128x27x2_opt1, ism2_d_n27_t128x27x2_opt2},
+     {"ism2_d_n27_t128x27x2_opt1", nullptr},
+     {ism2_d_n27_t128x27x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {28, 75, "tsm2_d_n28_t128x28x4_s4", tsm2_d_n28_t128x28x4_s4,
-     {"ism2_d_n28_t128x28x2_opt1", "ism2_d_n28_t128x28x2_opt2"}, {ism2_d_n28_t128x28x2_opt1, ism2_d_n28_t128x28x2_opt2},
+     {"ism2_d_n28_t128x28x2_opt1", nullptr},
+     {ism2_d_n28_t128x28x2_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {29, 75, "tsm2_d_n29_t128x29x4_s8", tsm2_d_n29_t128x29x4_s8,
-     {"ism2_d_n29_t128x29x4_opt1", "ism2_d_n29_t128x29x4_opt2"}, {ism2_d_n29_t128x29x4_opt1, ism2_d_n29_t128x29x4_opt2},
+     {"ism2_d_n29_t128x29x4_opt1", nullptr},
+     {ism2_d_n29_t128x29x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {30, 75, "tsm2_d_n30_t128x30x4_s8", tsm2_d_n30_t128x30x4_s8,
-     {"ism2_d_n30_t128x30x4_opt1", "ism2_d_n30_t128x30x4_opt2"}, {ism2_d_n30_t128x30x4_opt1, ism2_d_n30_t128x30x4_opt2},
+     {"ism2_d_n30_t128x30x4_opt1", nullptr},
+     {ism2_d_n30_t128x30x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {31, 75, "tsm2_d_n31_t128x31x4_s8", tsm2_d_n31_t128x31x4_s8,
-     {"ism2_d_n31_t128x31x4_opt1", "ism2_d_n31_t128x31x4_opt2"}, {ism2_d_n31_t128x31x4_opt1, ism2_d_n31_t128x31x4_opt2},
+     {"ism2_d_n31_t128x31x4_opt1", nullptr},
+     {ism2_d_n31_t128x31x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {32, 75, "tsm2_d_n32_t128x32x4_s8", tsm2_d_n32_t128x32x4_s8,
-     {"ism2_d_n32_t128x32x4_opt1", "ism2_d_n32_t128x32x4_opt2"}, {ism2_d_n32_t128x32x4_opt1, ism2_d_n32_t128x32x4_opt2},
+     {"ism2_d_n32_t128x32x4_opt1", nullptr},
+     {ism2_d_n32_t128x32x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };

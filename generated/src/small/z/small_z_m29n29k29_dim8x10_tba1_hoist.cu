@@ -25,34 +25,21 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     constexpr bool COMPLEX = true;
     const char ta = gemmgen::normalize_trans(transa, COMPLEX);
     const char tb = gemmgen::normalize_trans(transb, COMPLEX);
-    switch (gemmgen::trans_code(ta, tb)) {
+    // One kernel per stored layout pair: 'C' reads the layout of 'T' and conjugates on the way.
+    const gemmgen::Conjugate conj{ta == 'C', tb == 'C'};
+    switch (gemmgen::trans_code(gemmgen::stored_layout(ta), gemmgen::stored_layout(tb))) {
     case gemmgen::trans_code('N', 'N'):
         return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
         return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('N', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
         return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
         return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('T', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'C'):
-        return gemmgen::launch_small<S, M, N, K, 'C', 'C', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
-            ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
     }
