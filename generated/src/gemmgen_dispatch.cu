@@ -450,9 +450,9 @@ extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_strided(char, char, cuFloatC
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x8_tba4_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x8_tba4_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -718,9 +718,9 @@ extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_strided(char, char, cuDoubleC
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m26n26k26_dim9x7_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m26n26k26_dim9x7_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m27n27k27_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -1091,7 +1091,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2", small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided, small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2", small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array, 1},
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 0},
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x8_tba4_ring2", small_hc_m23n23k23_dim8x8_tba4_ring2_strided, small_hc_m23n23k23_dim8x8_tba4_ring2_array, 1},
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_ring2", small_hc_m23n23k23_dim8x12_tba4_ring2_strided, small_hc_m23n23k23_dim8x12_tba4_ring2_array, 1},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
     {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
@@ -1295,7 +1295,7 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba2_hoist_ring2", small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided, small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array, 0},
     {24, 24, 24, 75, "small_z_m24n24k24_dim8x8_tba1_hoist", small_z_m24n24k24_dim8x8_tba1_hoist_strided, small_z_m24n24k24_dim8x8_tba1_hoist_array, 0},
     {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
-    {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba2_hoist_ring2", small_z_m26n26k26_dim7x9_tba2_hoist_ring2_strided, small_z_m26n26k26_dim7x9_tba2_hoist_ring2_array, 0},
+    {26, 26, 26, 75, "small_z_m26n26k26_dim9x7_tba2_hoist_ring2", small_z_m26n26k26_dim9x7_tba2_hoist_ring2_strided, small_z_m26n26k26_dim9x7_tba2_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_z_m27n27k27_dim7x9_tba1_hoist", small_z_m27n27k27_dim7x9_tba1_hoist_strided, small_z_m27n27k27_dim7x9_tba1_hoist_array, 0},
     {28, 28, 28, 75, "small_z_m28n28k28_dim14x10_tba1_hoist", small_z_m28n28k28_dim14x10_tba1_hoist_strided, small_z_m28n28k28_dim14x10_tba1_hoist_array, 0},
     {29, 29, 29, 75, "small_z_m29n29k29_dim8x10_tba1_hoist", small_z_m29n29k29_dim8x10_tba1_hoist_strided, small_z_m29n29k29_dim8x10_tba1_hoist_array, 0},
@@ -1420,7 +1420,7 @@ const char* const kernel_names[] = {
     "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
     "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2",
     "small_hc_m22n22k22_dim8x8_tba1_hoist",
-    "small_hc_m23n23k23_dim8x8_tba4_ring2",
+    "small_hc_m23n23k23_dim8x12_tba4_ring2",
     "small_hc_m24n24k24_dim8x8_tba2_hoist",
     "small_hc_m25n25k25_dim7x9_tba4_hoist",
     "small_hc_m26n26k26_dim7x9_tba1_hoist",
@@ -1487,7 +1487,7 @@ const char* const kernel_names[] = {
     "small_z_m23n23k23_dim8x8_tba2_hoist_ring2",
     "small_z_m24n24k24_dim8x8_tba1_hoist",
     "small_z_m25n25k25_dim7x9_tba1_hoist",
-    "small_z_m26n26k26_dim7x9_tba2_hoist_ring2",
+    "small_z_m26n26k26_dim9x7_tba2_hoist_ring2",
     "small_z_m27n27k27_dim7x9_tba1_hoist",
     "small_z_m28n28k28_dim14x10_tba1_hoist",
     "small_z_m29n29k29_dim8x10_tba1_hoist",
