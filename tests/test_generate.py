@@ -99,3 +99,18 @@ def test_size_and_shape_parsers():
 def test_every_command_has_help(command):
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_complex_small_variants_have_one_kernel_per_layout_pair():
+    """'T' and 'C' share a kernel (the conjugation is a run-time flag): four launch cases per
+    variant, not nine."""
+    import re
+
+    from generator.emit import kernel_source
+    from generator.small import SmallSpec
+
+    for name in ("small_c_m10n10k10_dim5x5_tba4_hoist", "small_d_m10n10k10_dim5x5_tba2_hoist"):
+        text = kernel_source(SmallSpec.parse(name), "test")
+        cases = re.findall(r"case gemmgen::trans_code\('(.)', '(.)'\)", text)
+        assert sorted(cases) == [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")], name
+        assert "gemmgen::Conjugate conj{ta == 'C', tb == 'C'}" in text

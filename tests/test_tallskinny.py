@@ -3,6 +3,7 @@ the emitted set (deterministic, small family untouched), a cheap compile for sm_
 memory, the C API's argument checks (no GPU needed) and, where a GPU is present, NumPy checks."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -222,3 +223,19 @@ def test_gpu_checks(ts_build):
     results = ck.run_cases(lib, cases) + ck.check_not_generated(lib, (3, 16))
     failed = [r for r in results if not r.passed]
     assert not failed, failed[:5]
+
+
+def test_only_the_ism2_kernels_the_cut_offs_can_choose_are_emitted():
+    from dataclasses import replace
+
+    entry = tsm2.default_entry("d", 8, 75)   # the model's entry: optimization 2 never chosen
+    assert entry.kernels == (entry.tsm2, entry.ism2_opt1)
+    assert replace(entry, opt2_min_m=100_000).kernels == (entry.tsm2, entry.ism2_opt1, entry.ism2_opt2)
+    assert replace(entry, ism2_max_k=0, opt2_min_m=100_000).kernels == (entry.tsm2,)
+    # In the emitted set every ISM2 kernel the dispatch names has a source, and the others are null.
+    root = Path(__file__).resolve().parent.parent / "generated" / "src"
+    dispatch = (root / "gemmgen_tallskinny_dispatch.cu").read_text()
+    named = set(re.findall(r'"(ism2_\w+)"', dispatch))
+    sources = {p.stem for p in (root / "ism2").rglob("*.cu")}
+    assert named == sources and sources
+    assert '{"ism2_d_n13_' not in dispatch and "nullptr}" in dispatch

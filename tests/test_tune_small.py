@@ -85,3 +85,23 @@ def test_without_array_results_the_table_keeps_the_staged_array_path(tmp_path):
     path = _write(tmp_path, [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0)])
     _, spec = table_specs(path, "H100", "sm_90")[("s", 19, 19, 19)]
     assert spec.array_stages == 0
+
+
+def test_no_array_ring_where_the_dispatch_runs_a_tensor_core_kernel(tmp_path, monkeypatch):
+    """Where the wmma table gives an h/hc shape to a Tensor Core kernel, the small kernel serves
+    calls by name only: its pointer-array ring would only add compile time."""
+    import harness.tune_small as tune
+
+    monkeypatch.setattr(tune, "load_table", lambda arch: {"wmma": [
+        {"precision": "h", "kind": "square", "size": 20, "choice": "small"},
+        {"precision": "h", "kind": "square", "size": 25, "choice": "wmma"}]})
+    rows = []
+    for n in (20, 25):
+        base = f"small_h_m{n}n{n}k{n}_dim7x7_tba1"
+        shape = {"precision": "h", "m": n, "n": n, "k": n, "dim_m": 7, "dim_n": 7, "tba": 1}
+        rows += [{**_row(base, time_us=8.0), **shape},
+                 {**_row(base, time_us=10.0), **shape, "interface": "array"},
+                 {**_row(base + "_aring2", time_us=5.0), **shape, "interface": "array"}]
+    specs = tune.table_specs(_write(tmp_path, rows), "H100", "sm_90")
+    assert specs[("h", 20, 20, 20)][1].array_stages == 2
+    assert specs[("h", 25, 25, 25)][1].array_stages == 0
