@@ -102,13 +102,6 @@ def _ism2_shape(rng) -> tuple[int, int]:
     return m, k
 
 
-def emitted_ism2(entry) -> tuple:
-    """The ISM2 kernels an entry's set contains: those its cut-offs can choose (a dispatch entry of
-    the generator, or one read back from a manifest, where the others are None)."""
-    opts = entry.ism2_reachable if hasattr(entry, "ism2_reachable") else (entry.ism2_opt1, entry.ism2_opt2)
-    return tuple(spec for spec in opts if spec is not None)
-
-
 def default_cases(entries, rng: np.random.Generator, api_ns=None) -> Iterator[TsCase]:
     """Per dispatch entry (precision, n): the public API on a TSM2 shape and an ISM2 shape in all
     four transposes, every variant directly (TSM2 with 1 and 3 k-groups and the launch-time
@@ -135,7 +128,7 @@ def default_cases(entries, rng: np.random.Generator, api_ns=None) -> Iterator[Ts
         for kind, beta in (("random", scal()), ("beta0-nan", 0.0)):
             yield TsCase(p, int(rng.integers(33, 300)) | 1, n, 8 * e.tsm2.t1 + int(rng.integers(1, 900)),
                          ta, tb, kind, scal(), beta, e.tsm2.name, 1)
-        for spec in emitted_ism2(e):
+        for spec in (k for k in e.ism2_reachable if k is not None):   # the emitted ones only
             for split in (0, 1, 3):
                 m, k = _ism2_shape(rng)
                 yield TsCase(p, m, n, k, ta, tb, "random", scal(), scal(), spec.name, split)
@@ -246,7 +239,8 @@ def check_tall(lib, prec: str, m: int, n: int, k: int, transa: str, seed: int = 
 
 
 def entries_from_manifest(manifest: dict) -> list:
-    """The tall-skinny dispatch entries of an emitted set's manifest.json, with parsed specs."""
+    """The tall-skinny dispatch entries of an emitted set's manifest.json, with parsed specs (an ISM2
+    kernel that was not emitted, which the cut-offs never choose, is None, as in ism2_reachable)."""
     from types import SimpleNamespace
 
     from generator.tsm2 import parse_spec
@@ -254,8 +248,8 @@ def entries_from_manifest(manifest: dict) -> list:
     out = []
     for e in manifest.get("tallskinny", {}).get("dispatch", []):
         out.append(SimpleNamespace(precision=e["precision"], n=e["n"], tsm2=parse_spec(e["tsm2"]),
-                                   ism2_opt1=e["ism2_opt1"] and parse_spec(e["ism2_opt1"]),
-                                   ism2_opt2=e["ism2_opt2"] and parse_spec(e["ism2_opt2"])))
+                                   ism2_reachable=tuple(e[key] and parse_spec(e[key])
+                                                        for key in ("ism2_opt1", "ism2_opt2"))))
     return out
 
 
