@@ -117,8 +117,15 @@ class SmallSpec(Spec):
         return real_words * (2 if p.is_complex else 1)
 
     @property
+    def stored_as_computed(self) -> bool:
+        """Storage is the compute type (s, d, c, z); fp16 (h, hc) is widened to fp32 on the way."""
+        return PRECISIONS[self.precision].element_bytes == 4 * self.compute_words
+
+    @property
     def smem_lda(self) -> int:
-        return self.m
+        # The layout pair that takes the most: stored Aᵀ is stored across threads with this stride,
+        # odd so that their stores spread over the banks ('N' and fp16 keep M; the template says why).
+        return self.m | 1 if self.stored_as_computed else self.m
 
     @property
     def smem_ldb(self) -> int:
@@ -140,8 +147,13 @@ class SmallSpec(Spec):
 
     @property
     def ring_bytes(self) -> int:
-        """Dynamic shared memory of the ring kernel (0 without a ring)."""
-        return self.stages * sum(self.ring_operand_bytes)
+        """Dynamic shared memory of the strided ring kernel (0 without a ring), for the layout pair
+        that takes the most: where K's columns are an even number of 16-byte chunks, the stage pads
+        each of them by one chunk for stored Aᵀ and stored B (RingLayout in the template says why)."""
+        column_bytes = self.k * PRECISIONS[self.precision].element_bytes
+        padded = column_bytes % 32 == 0 and self.stored_as_computed
+        padding = 16 * self.tba * (self.m + self.n) if padded else 0
+        return self.stages * (sum(self.ring_operand_bytes) + padding)
 
     # ---- rules ---------------------------------------------------------------------------------
     def validate(self, arch: str | None = None) -> "SmallSpec":

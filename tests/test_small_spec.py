@@ -127,6 +127,26 @@ def test_ring_round_trips_and_sizes_its_buffers():
     assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2_ring3").stages == 3
     assert SmallSpec.parse("small_s_m30n30k30_dim10x15_tba2").stages == 0
 
+def test_ring_pads_columns_of_an_even_number_of_chunks():
+    # c N = 32: a column of K = 32 elements is 256 bytes, 16 chunks; the stage pads each column of
+    # stored Aᵀ (32 of them) and of stored B (32) by one chunk, for the pair that takes the most.
+    spec = SmallSpec.parse("small_c_m32n32k32_dim16x16_tba2_hoist_ring2")
+    assert spec.ring_operand_bytes == (2 * 32 * 32 * 8,) * 2
+    assert spec.ring_bytes == 2 * (2 * 2 * 32 * 32 * 8 + 2 * (32 + 32) * 16)
+    # c N = 28: 224-byte columns, 14 chunks: padded too.  z N = 25: 400 bytes, 25 chunks: odd, no padding.
+    assert SmallSpec.parse("small_c_m28n28k28_dim14x14_tba1_ring2").ring_bytes == 2 * (2 * 28 * 28 * 8 + 56 * 16)
+    assert SmallSpec.parse("small_z_m25n25k25_dim13x13_tba1_ring2").ring_bytes == 2 * 2 * 25 * 25 * 16
+    # fp16 is never padded (hc N = 8: 32-byte columns of two chunks).
+    assert SmallSpec.parse("small_hc_m8n8k8_dim4x4_tba8_hoist_ring2").ring_bytes == 2 * 2 * 8 * 8 * 8 * 4
+
+
+def test_staged_shared_memory_counts_the_odd_stride_of_transposed_a():
+    even, odd = SmallSpec("z", 32, 32, 32, 8, 8, 1), SmallSpec("z", 31, 31, 31, 8, 8, 1)
+    assert (even.smem_lda, odd.smem_lda) == (33, 31)
+    assert SmallSpec("hc", 16, 16, 16, 4, 4, 2).smem_lda == 16   # fp16 keeps M
+    assert even.smem_bytes == (32 * 33 + 32 * 33) * 16 + 16
+
+
 def test_pointer_array_ring_round_trips_and_needs_no_whole_chunks():
     # d N = 13 with tba 4: 5408-byte blocks, not whole 16-byte chunks, so no strided ring; pointer
     # arrays copy each matrix on its own and may take one.

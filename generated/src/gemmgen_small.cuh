@@ -321,7 +321,12 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
     constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
     constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
-    constexpr int LDS_A = M;        // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words
+    // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words.  Stored Aᵀ is
+    // stored into it with a stride of LDS_A between consecutive threads, so for 'T' it is odd (with
+    // LDS_A = M = 32 every 16-byte store of a warp of z fell on the same four banks: z N = 32 TN 0.85
+    // of the floor, 0.95 odd; d N = 32 0.79 -> 1.06).  fp16 keeps M: there the odd stride made ptxas
+    // spill (hc N = 16, T/N) and its stores are widened on the way anyway.
+    constexpr int LDS_A = TA == 'N' || sizeof(S) != sizeof(R) ? M : M | 1;
     constexpr int LDS_B = K | 1;    // op(B)(l, j) at sB[g][j][l]: odd stride spreads the columns over banks
     __shared__ R sA[TBA * K * LDS_A];
     __shared__ R sB[TBA * N * LDS_B];
@@ -412,17 +417,32 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // in the same allocation, which starts on a boundary).  A slot has room for one more chunk than the
 // matrix's size where it may start between boundaries; where in the slot the matrix begins is kept in
 // `offsets`.
-template <typename S, int M, int N, int K, int TBA, bool ARRAY>
+// Strided, a column of K elements that is an even number of chunks (s at K = 8, 16, ..., d and c at
+// 4, 8, ..., z at 2, 4, ...) is followed by one chunk of padding in the stage when the multiply reads
+// it across threads (stored Aᵀ, read along a row by consecutive tx; stored B, one column per ty):
+// without it such reads of a warp fall on few banks (c N = 32 with A in 'T' layout ran at 0.24 of the
+// bandwidth floor against 0.97 for NN, z N = 20 at 0.61, s N = 16 at 0.45); with it consecutive
+// columns start 16 bytes further on (0.97, 0.98, 0.92).  Not for fp16: its 2- and 4-byte reads were
+// at most 2-way conflicted at the table's blockings, and padding measured no faster (h N = 16, hc N =
+// 8, 16; docs/experiments/transposed_strides_sm_90.json).
+template <typename S, int M, int N, int K, int TBA, bool ARRAY, char TA = 'N', char TB = 'N'>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);
     static constexpr int chunks_covering(int elems)
     {
         return ((elems + (VEC > 1 ? VEC - 1 : 0)) + VEC - 1) / VEC;
     }
+    static constexpr bool PAD_K_COLUMNS =
+        !ARRAY && K % (2 * VEC) == 0 && sizeof(S) == sizeof(typename ComputeOf<S>::type);
+    static constexpr int K_CHUNKS = K / VEC;                       // chunks per column of K elements
+    static constexpr int A_PAD = PAD_K_COLUMNS && TA != 'N' ? VEC : 0;   // elements after each column
+    static constexpr int B_PAD = PAD_K_COLUMNS && TB == 'N' ? VEC : 0;
+    static constexpr int LDA = (TA == 'N' ? M : K) + A_PAD;      // the stage's column stride of A, B
+    static constexpr int LDB = (TB == 'N' ? K : N) + B_PAD;
     static constexpr int A_CHUNKS = chunks_covering(M * K);   // per matrix (pointer arrays)
     static constexpr int B_CHUNKS = chunks_covering(K * N);
-    static constexpr int A_SLOT = ARRAY ? A_CHUNKS * VEC : M * K;
-    static constexpr int B_SLOT = ARRAY ? B_CHUNKS * VEC : K * N;
+    static constexpr int A_SLOT = ARRAY ? A_CHUNKS * VEC : LDA * (TA == 'N' ? K : M);
+    static constexpr int B_SLOT = ARRAY ? B_CHUNKS * VEC : LDB * (TB == 'N' ? N : K);
     static constexpr int A_ELEMS = TBA * A_SLOT;       // one group's A
     static constexpr int B_ELEMS = TBA * B_SLOT;
     static constexpr bool WHOLE_CHUNKS = A_ELEMS % VEC == 0 && B_ELEMS % VEC == 0;
@@ -430,9 +450,10 @@ struct RingLayout {
     static constexpr int BYTES_PER_STAGE = STAGE_ELEMS * (int)sizeof(S);
 };
 
-// Copy CHUNKS 16-byte chunks (VEC elements each) from src to dst with the block's threads; only the
-// first `left` elements come from src, the rest are zero (cp.async reads nothing past them).
-template <int THREADS, int CHUNKS, typename S>
+// Copy CHUNKS 16-byte chunks (VEC elements each) from src to dst with the block's threads, PAD elements
+// of gap in dst after every COLUMN_CHUNKS of them (0: none); only the first `left` elements come from
+// src, the rest are zero (cp.async reads nothing past them).
+template <int THREADS, int CHUNKS, int COLUMN_CHUNKS, int PAD, typename S>
 __device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
 {
     constexpr int VEC = 16 / (int)sizeof(S);
@@ -441,7 +462,8 @@ __device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
         const int v = threadIdx.x + it * THREADS;
         if ((it + 1) * THREADS <= CHUNKS || v < CHUNKS) {
             const int valid = min(max(left - v * VEC, 0), VEC);
-            copy_async<16>(dst + v * VEC, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
+            const int to = v * VEC + (PAD ? v / COLUMN_CHUNKS * PAD : 0);
+            copy_async<16>(dst + to, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
         }
     }
 }
@@ -533,15 +555,16 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 {
 #if __CUDA_ARCH__ >= 800
     using R = typename ComputeOf<S>::type;
-    using L = RingLayout<S, M, N, K, TBA, ARRAY>;
+    using L = RingLayout<S, M, N, K, TBA, ARRAY, TA, TB>;
     static_assert(L::WHOLE_CHUNKS, "the spec allows only these");
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
     constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
     constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
-    // Stored A is M×K (ld M) for 'N', K×M (ld K) otherwise; stored B is K×N (ld K) or N×K (ld N).
-    constexpr int A_ROW = TA == 'N' ? 1 : K, A_COL = TA == 'N' ? M : 1;
-    constexpr int B_ROW = TB == 'N' ? 1 : N, B_COL = TB == 'N' ? K : 1;
+    // Stored A is M×K for 'N', K×M otherwise; stored B is K×N or N×K; in the stage their columns are
+    // L::LDA and L::LDB apart (the stored rows, plus any padding).
+    constexpr int A_ROW = TA == 'N' ? 1 : L::LDA, A_COL = TA == 'N' ? L::LDA : 1;
+    constexpr int B_ROW = TB == 'N' ? 1 : L::LDB, B_COL = TB == 'N' ? L::LDB : 1;
     extern __shared__ int4 ring_chunks[];
     S* ring = reinterpret_cast<S*>(ring_chunks);
 
@@ -576,8 +599,10 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
             } else {
                 const long long first = group * TBA;
                 const int gemms = gemms_of(group);
-                copy_range_async<THREADS, L::A_ELEMS / L::VEC>(dst, ptrs.A + first * M * K, gemms * M * K);
-                copy_range_async<THREADS, L::B_ELEMS / L::VEC>(dst + L::A_ELEMS, ptrs.B + first * K * N, gemms * K * N);
+                copy_range_async<THREADS, TBA * M * K / L::VEC, L::K_CHUNKS, L::A_PAD>(dst, ptrs.A + first * M * K,
+                                                                                      gemms * M * K);
+                copy_range_async<THREADS, TBA * K * N / L::VEC, L::K_CHUNKS, L::B_PAD>(
+                    dst + L::A_ELEMS, ptrs.B + first * K * N, gemms * K * N);
             }
         }
         async_commit();
@@ -642,7 +667,7 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
                        cudaStream_t stream)
 {
     constexpr int THREADS = TBA * DIM_M * DIM_N;
-    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, ARRAY>::BYTES_PER_STAGE;
+    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, ARRAY, TA, TB>::BYTES_PER_STAGE;
     if (BYTES > device_info().smem_per_block)
         return 1;
     auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, Scalar>;

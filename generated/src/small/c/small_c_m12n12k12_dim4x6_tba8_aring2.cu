@@ -3,7 +3,7 @@
 // small_c_m12n12k12_dim4x6_tba8_aring2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 12×12, op(B) 12×12
 //   4×6 threads per GEMM, each owning 3×2 elements of C;
-//   8 GEMM(s) per block of 192 threads, 19328 bytes of shared memory;
+//   8 GEMM(s) per block of 192 threads, 20096 bytes of shared memory;
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 2-stage cp.async ring
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"

@@ -3,7 +3,7 @@
 // small_c_m14n14k14_dim7x7_tba2_hoist
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   7×7 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 98 threads, 6528 bytes of shared memory;
+//   2 GEMM(s) per block of 98 threads, 6752 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

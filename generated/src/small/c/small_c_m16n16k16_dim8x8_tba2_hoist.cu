@@ -3,7 +3,7 @@
 // small_c_m16n16k16_dim8x8_tba2_hoist
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 128 threads, 8480 bytes of shared memory;
+//   2 GEMM(s) per block of 128 threads, 8736 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_c_m18n18k18_dim6x9_tba2_hoist
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×9 threads per GEMM, each owning 3×2 elements of C;
-//   2 GEMM(s) per block of 108 threads, 10688 bytes of shared memory;
+//   2 GEMM(s) per block of 108 threads, 10976 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,7 @@
 //   10×19 threads per GEMM, each owning 2×1 elements of C;
 //   2 GEMM(s) per block of 380 threads, 11584 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (23104 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 23104 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_c_m20n20k20_dim10x20_tba2_hoist_ring2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   10×20 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 400 threads, 13152 bytes of shared memory;
+//   2 GEMM(s) per block of 400 threads, 13472 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (25600 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 28160 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

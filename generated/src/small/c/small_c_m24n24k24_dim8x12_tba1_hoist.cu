@@ -3,7 +3,7 @@
 // small_c_m24n24k24_dim8x12_tba1_hoist
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 24×24, op(B) 24×24
 //   8×12 threads per GEMM, each owning 3×2 elements of C;
-//   1 GEMM(s) per block of 96 threads, 9424 bytes of shared memory;
+//   1 GEMM(s) per block of 96 threads, 9616 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

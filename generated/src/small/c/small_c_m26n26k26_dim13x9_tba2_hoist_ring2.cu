@@ -3,10 +3,10 @@
 // small_c_m26n26k26_dim13x9_tba2_hoist_ring2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   13×9 threads per GEMM, each owning 2×3 elements of C;
-//   2 GEMM(s) per block of 234 threads, 22080 bytes of shared memory;
+//   2 GEMM(s) per block of 234 threads, 22496 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (43264 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 43264 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_c_m2n2k2_dim2x1_tba32
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   2×1 threads per GEMM, each owning 1×2 elements of C;
-//   32 GEMM(s) per block of 64 threads, 3072 bytes of shared memory.
+//   32 GEMM(s) per block of 64 threads, 3584 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

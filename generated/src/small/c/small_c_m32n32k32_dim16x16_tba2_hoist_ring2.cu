@@ -3,10 +3,10 @@
 // small_c_m32n32k32_dim16x16_tba2_hoist_ring2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   16×16 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 512 threads, 33312 bytes of shared memory;
+//   2 GEMM(s) per block of 512 threads, 33824 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (65536 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 69632 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

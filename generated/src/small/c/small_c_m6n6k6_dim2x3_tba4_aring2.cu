@@ -3,7 +3,7 @@
 // small_c_m6n6k6_dim2x3_tba4_aring2
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×3 threads per GEMM, each owning 3×2 elements of C;
-//   4 GEMM(s) per block of 24 threads, 2560 bytes of shared memory;
+//   4 GEMM(s) per block of 24 threads, 2752 bytes of shared memory;
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 2-stage cp.async ring
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"

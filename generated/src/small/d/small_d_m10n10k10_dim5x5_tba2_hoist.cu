@@ -3,7 +3,7 @@
 // small_d_m10n10k10_dim5x5_tba2_hoist
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 10×10, op(B) 10×10
 //   5×5 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 50 threads, 3392 bytes of shared memory;
+//   2 GEMM(s) per block of 50 threads, 3552 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

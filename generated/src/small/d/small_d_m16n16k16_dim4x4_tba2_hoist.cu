@@ -3,7 +3,7 @@
 // small_d_m16n16k16_dim4x4_tba2_hoist
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 8480 bytes of shared memory;
+//   2 GEMM(s) per block of 32 threads, 8736 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_d_m18n18k18_dim6x9_tba1_hoist
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×9 threads per GEMM, each owning 3×2 elements of C;
-//   1 GEMM(s) per block of 54 threads, 5344 bytes of shared memory;
+//   1 GEMM(s) per block of 54 threads, 5488 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_d_m20n20k20_dim10x10_tba1_hoist
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   10×10 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 100 threads, 6576 bytes of shared memory;
+//   1 GEMM(s) per block of 100 threads, 6736 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

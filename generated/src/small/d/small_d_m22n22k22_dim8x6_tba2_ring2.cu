@@ -3,9 +3,9 @@
 // small_d_m22n22k22_dim8x6_tba2_ring2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   8×6 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 96 threads, 15872 bytes of shared memory;
+//   2 GEMM(s) per block of 96 threads, 16224 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (30976 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 30976 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

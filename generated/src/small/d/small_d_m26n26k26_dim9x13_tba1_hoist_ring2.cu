@@ -3,10 +3,10 @@
 // small_d_m26n26k26_dim9x13_tba1_hoist_ring2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   9×13 threads per GEMM, each owning 3×2 elements of C;
-//   1 GEMM(s) per block of 117 threads, 11040 bytes of shared memory;
+//   1 GEMM(s) per block of 117 threads, 11248 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (21632 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 21632 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,9 +3,9 @@
 // small_d_m28n28k28_dim14x14_tba1_ring2
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   14×14 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 196 threads, 12784 bytes of shared memory;
+//   1 GEMM(s) per block of 196 threads, 13008 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (25088 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 26880 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

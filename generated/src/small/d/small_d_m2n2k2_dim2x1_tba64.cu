@@ -3,7 +3,7 @@
 // small_d_m2n2k2_dim2x1_tba64
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   2×1 threads per GEMM, each owning 1×2 elements of C;
-//   64 GEMM(s) per block of 128 threads, 6144 bytes of shared memory.
+//   64 GEMM(s) per block of 128 threads, 7168 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -3,7 +3,7 @@
 // small_d_m32n32k32_dim8x8_tba1_aring3
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   8×8 threads per GEMM, each owning 4×4 elements of C;
-//   1 GEMM(s) per block of 64 threads, 16656 bytes of shared memory;
+//   1 GEMM(s) per block of 64 threads, 16912 bytes of shared memory;
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 3-stage cp.async ring
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"

@@ -3,7 +3,7 @@
 // small_d_m6n6k6_dim2x3_tba8
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×3 threads per GEMM, each owning 3×2 elements of C;
-//   8 GEMM(s) per block of 48 threads, 5120 bytes of shared memory.
+//   8 GEMM(s) per block of 48 threads, 5504 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -5,7 +5,7 @@
 //   8×8 threads per GEMM, each owning 2×2 elements of C;
 //   4 GEMM(s) per block of 256 threads, 8512 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 3-stage cp.async ring (12288 bytes for strided batches)
+//   blocks, a 3-stage cp.async ring (up to 12288 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

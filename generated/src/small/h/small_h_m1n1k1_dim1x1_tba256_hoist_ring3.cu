@@ -6,7 +6,7 @@
 //   256 GEMM(s) per block of 256 threads, 6144 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 3-stage cp.async ring (3072 bytes for strided batches)
+//   blocks, a 3-stage cp.async ring (up to 3072 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,7 @@
 //   3×2 threads per GEMM, each owning 2×3 elements of C;
 //   32 GEMM(s) per block of 192 threads, 6912 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (6400 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 6400 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

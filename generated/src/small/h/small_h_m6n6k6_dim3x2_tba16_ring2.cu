@@ -5,7 +5,7 @@
 //   3×2 threads per GEMM, each owning 2×3 elements of C;
 //   16 GEMM(s) per block of 96 threads, 5248 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (4608 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 4608 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -5,7 +5,7 @@
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
 //   16 GEMM(s) per block of 256 threads, 8960 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (8192 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 8192 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

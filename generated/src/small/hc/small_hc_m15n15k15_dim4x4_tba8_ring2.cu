@@ -5,7 +5,7 @@
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
 //   8 GEMM(s) per block of 128 threads, 28928 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (28800 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 28800 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

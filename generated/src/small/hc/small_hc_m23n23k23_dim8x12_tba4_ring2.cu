@@ -5,7 +5,7 @@
 //   8×12 threads per GEMM, each owning 3×2 elements of C;
 //   4 GEMM(s) per block of 384 threads, 33920 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (33856 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 33856 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_s_m10n10k10_dim5x5_tba8
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 10×10, op(B) 10×10
 //   5×5 threads per GEMM, each owning 2×2 elements of C;
-//   8 GEMM(s) per block of 200 threads, 6848 bytes of shared memory.
+//   8 GEMM(s) per block of 200 threads, 7168 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -3,7 +3,7 @@
 // small_s_m12n12k12_dim4x3_tba8
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 12×12, op(B) 12×12
 //   4×3 threads per GEMM, each owning 3×4 elements of C;
-//   8 GEMM(s) per block of 96 threads, 9728 bytes of shared memory.
+//   8 GEMM(s) per block of 96 threads, 10112 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

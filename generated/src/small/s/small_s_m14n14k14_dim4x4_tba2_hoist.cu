@@ -3,7 +3,7 @@
 // small_s_m14n14k14_dim4x4_tba2_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   4×4 threads per GEMM, each owning 4×4 elements of C;
-//   2 GEMM(s) per block of 32 threads, 3280 bytes of shared memory;
+//   2 GEMM(s) per block of 32 threads, 3392 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

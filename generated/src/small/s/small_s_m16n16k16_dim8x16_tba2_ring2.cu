@@ -3,9 +3,9 @@
 // small_s_m16n16k16_dim8x16_tba2_ring2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   8×16 threads per GEMM, each owning 2×1 elements of C;
-//   2 GEMM(s) per block of 256 threads, 4256 bytes of shared memory;
+//   2 GEMM(s) per block of 256 threads, 4384 bytes of shared memory;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (8192 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 10240 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_s_m18n18k18_dim6x5_tba1_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   6×5 threads per GEMM, each owning 3×4 elements of C;
-//   1 GEMM(s) per block of 30 threads, 2680 bytes of shared memory;
+//   1 GEMM(s) per block of 30 threads, 2752 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_s_m20n20k20_dim10x10_tba1_hoist_ring2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 20×20, op(B) 20×20
 //   10×10 threads per GEMM, each owning 2×2 elements of C;
-//   1 GEMM(s) per block of 100 threads, 3296 bytes of shared memory;
+//   1 GEMM(s) per block of 100 threads, 3376 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (6400 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 6400 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

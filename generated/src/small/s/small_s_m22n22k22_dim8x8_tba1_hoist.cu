@@ -3,7 +3,7 @@
 // small_s_m22n22k22_dim8x8_tba1_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   1 GEMM(s) per block of 64 threads, 3976 bytes of shared memory;
+//   1 GEMM(s) per block of 64 threads, 4064 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

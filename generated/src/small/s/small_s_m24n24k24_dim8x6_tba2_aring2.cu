@@ -3,7 +3,7 @@
 // small_s_m24n24k24_dim8x6_tba2_aring2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 24×24, op(B) 24×24
 //   8×6 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 96 threads, 9440 bytes of shared memory;
+//   2 GEMM(s) per block of 96 threads, 9632 bytes of shared memory;
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 2-stage cp.async ring
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"

@@ -3,7 +3,7 @@
 // small_s_m26n26k26_dim7x9_tba1_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   7×9 threads per GEMM, each owning 4×3 elements of C;
-//   1 GEMM(s) per block of 63 threads, 5528 bytes of shared memory;
+//   1 GEMM(s) per block of 63 threads, 5632 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_s_m28n28k28_dim14x14_tba2_hoist_ring2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   14×14 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 392 threads, 12800 bytes of shared memory;
+//   2 GEMM(s) per block of 392 threads, 13024 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (25088 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 25088 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_s_m2n2k2_dim1x1_tba128_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   1×1 threads per GEMM, each owning 2×2 elements of C;
-//   128 GEMM(s) per block of 128 threads, 7168 bytes of shared memory;
+//   128 GEMM(s) per block of 128 threads, 8192 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_s_m30n30k30_dim10x15_tba2_hoist_ring2
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   10×15 threads per GEMM, each owning 3×2 elements of C;
-//   2 GEMM(s) per block of 300 threads, 14672 bytes of shared memory;
+//   2 GEMM(s) per block of 300 threads, 14912 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (28800 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 28800 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

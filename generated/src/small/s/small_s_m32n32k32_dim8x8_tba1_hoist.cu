@@ -3,7 +3,7 @@
 // small_s_m32n32k32_dim8x8_tba1_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   8×8 threads per GEMM, each owning 4×4 elements of C;
-//   1 GEMM(s) per block of 64 threads, 8336 bytes of shared memory;
+//   1 GEMM(s) per block of 64 threads, 8464 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

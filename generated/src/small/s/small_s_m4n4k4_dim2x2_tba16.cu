@@ -3,7 +3,7 @@
 // small_s_m4n4k4_dim2x2_tba16
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   2×2 threads per GEMM, each owning 2×2 elements of C;
-//   16 GEMM(s) per block of 64 threads, 2560 bytes of shared memory.
+//   16 GEMM(s) per block of 64 threads, 2816 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -3,7 +3,7 @@
 // small_s_m6n6k6_dim2x2_tba8_hoist
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×2 threads per GEMM, each owning 3×3 elements of C;
-//   8 GEMM(s) per block of 32 threads, 2624 bytes of shared memory;
+//   8 GEMM(s) per block of 32 threads, 2816 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

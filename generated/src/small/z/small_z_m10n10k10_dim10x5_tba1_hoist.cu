@@ -3,7 +3,7 @@
 // small_z_m10n10k10_dim10x5_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 10×10, op(B) 10×10
 //   10×5 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 50 threads, 3376 bytes of shared memory;
+//   1 GEMM(s) per block of 50 threads, 3536 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m12n12k12_dim12x6_tba2_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 12×12, op(B) 12×12
 //   12×6 threads per GEMM, each owning 1×2 elements of C;
-//   2 GEMM(s) per block of 144 threads, 9632 bytes of shared memory;
+//   2 GEMM(s) per block of 144 threads, 10016 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m14n14k14_dim14x7_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 14×14, op(B) 14×14
 //   14×7 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 98 threads, 6512 bytes of shared memory;
+//   1 GEMM(s) per block of 98 threads, 6736 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m16n16k16_dim16x8_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 16×16, op(B) 16×16
 //   16×8 threads per GEMM, each owning 1×2 elements of C;
-//   1 GEMM(s) per block of 128 threads, 8464 bytes of shared memory.
+//   1 GEMM(s) per block of 128 threads, 8720 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -6,7 +6,7 @@
 //   2 GEMM(s) per block of 108 threads, 18528 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (36992 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 36992 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_z_m18n18k18_dim9x9_tba2_hoist_ring2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 18×18, op(B) 18×18
 //   9×9 threads per GEMM, each owning 2×2 elements of C;
-//   2 GEMM(s) per block of 162 threads, 21344 bytes of shared memory;
+//   2 GEMM(s) per block of 162 threads, 21920 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (41472 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 43776 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_z_m22n22k22_dim22x11_tba2_hoist_ring2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 22×22, op(B) 22×22
 //   22×11 threads per GEMM, each owning 1×2 elements of C;
-//   2 GEMM(s) per block of 484 threads, 31712 bytes of shared memory;
+//   2 GEMM(s) per block of 484 threads, 32416 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (61952 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 64768 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m24n24k24_dim8x8_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 24×24, op(B) 24×24
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
-//   1 GEMM(s) per block of 64 threads, 18832 bytes of shared memory;
+//   1 GEMM(s) per block of 64 threads, 19216 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,10 +3,10 @@
 // small_z_m26n26k26_dim9x7_tba2_hoist_ring2
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 26×26, op(B) 26×26
 //   9×7 threads per GEMM, each owning 3×4 elements of C;
-//   2 GEMM(s) per block of 126 threads, 44128 bytes of shared memory;
+//   2 GEMM(s) per block of 126 threads, 44960 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
-//   blocks, a 2-stage cp.async ring (86528 bytes for strided batches)
+//   blocks, a 2-stage cp.async ring (up to 89856 bytes for strided batches)
 //   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m28n28k28_dim14x10_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 28×28, op(B) 28×28
 //   14×10 threads per GEMM, each owning 2×3 elements of C;
-//   1 GEMM(s) per block of 140 threads, 25552 bytes of shared memory;
+//   1 GEMM(s) per block of 140 threads, 26000 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

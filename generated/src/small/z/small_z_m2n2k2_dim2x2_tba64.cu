@@ -3,7 +3,7 @@
 // small_z_m2n2k2_dim2x2_tba64
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 2×2, op(B) 2×2
 //   2×2 threads per GEMM, each owning 1×1 elements of C;
-//   64 GEMM(s) per block of 256 threads, 11264 bytes of shared memory.
+//   64 GEMM(s) per block of 256 threads, 13312 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -3,7 +3,7 @@
 // small_z_m30n30k30_dim10x10_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 30×30, op(B) 30×30
 //   10×10 threads per GEMM, each owning 3×3 elements of C;
-//   1 GEMM(s) per block of 100 threads, 29296 bytes of shared memory;
+//   1 GEMM(s) per block of 100 threads, 29776 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m32n32k32_dim8x11_tba1_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 32×32, op(B) 32×32
 //   8×11 threads per GEMM, each owning 4×3 elements of C;
-//   1 GEMM(s) per block of 88 threads, 33296 bytes of shared memory;
+//   1 GEMM(s) per block of 88 threads, 33808 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

@@ -3,7 +3,7 @@
 // small_z_m4n4k4_dim4x4_tba8_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   4×4 threads per GEMM, each owning 1×1 elements of C;
-//   8 GEMM(s) per block of 128 threads, 4736 bytes of shared memory;
+//   8 GEMM(s) per block of 128 threads, 5248 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

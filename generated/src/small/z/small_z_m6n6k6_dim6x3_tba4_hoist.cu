@@ -3,7 +3,7 @@
 // small_z_m6n6k6_dim6x3_tba4_hoist
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   6×3 threads per GEMM, each owning 1×2 elements of C;
-//   4 GEMM(s) per block of 72 threads, 5056 bytes of shared memory;
+//   4 GEMM(s) per block of 72 threads, 5440 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
 #include "gemmgen_small.cuh"
 

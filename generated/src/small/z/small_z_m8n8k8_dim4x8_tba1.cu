@@ -3,7 +3,7 @@
 // small_z_m8n8k8_dim4x8_tba1
 //   double complex: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   4×8 threads per GEMM, each owning 2×1 elements of C;
-//   1 GEMM(s) per block of 32 threads, 2192 bytes of shared memory.
+//   1 GEMM(s) per block of 32 threads, 2320 bytes of shared memory.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
