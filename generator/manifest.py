@@ -198,7 +198,7 @@ def build_manifest(selection: Selection) -> Manifest:
         shapes = set(selection.all_shapes)
         if selection.sizes and precision in wmma.PRECISIONS_WMMA:
             for arch in selection.archs:
-                shapes |= wmma.tiny_shapes(wmma_rows[arch][1].get(precision))
+                shapes |= wmma.fixed_shapes(wmma_rows[arch][1].get(precision))
         for m, n, k in sorted(shapes):
             previous = None
             for arch in selection.archs:

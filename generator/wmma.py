@@ -444,11 +444,12 @@ def build_ranges(precision: str, arch: str, rows: dict[tuple[str, int], dict] | 
     return out
 
 
-def tiny_shapes(rows: dict[tuple[str, int], dict] | None) -> set[tuple[int, int, int]]:
-    """Shapes where the tuned table chose the tiny kernel: they join the exact-shape table."""
+def fixed_shapes(rows: dict[tuple[str, int], dict] | None) -> set[tuple[int, int, int]]:
+    """Shapes where the tuned table chose a fixed-shape kernel (the tiny one, or the small family
+    at a rank-16 update): they join the exact-shape table next to the requested square sizes."""
     out = set()
     for (kind, size), row in (rows or {}).items():
-        if row["choice"] == "wmmatiny":
+        if row["choice"] == "wmmatiny" or (row["choice"] == "small" and kind == "rank"):
             out.add((size, size, size) if kind == "square" else (size, size, RANK_K_MAX))
     return out
 

@@ -174,22 +174,29 @@ def _write_sources(root: Path, specs, bundle: int) -> list[Path]:
 
 
 def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
-    """The small-family kernel the dispatch picks per h/hc square shape ≤ 32 (tuned table row)."""
+    """The small-family kernel the dispatch would run per h/hc point (precision, kind, size): the
+    tuned table row of every square size ≤ 32 (else the heuristic), and of each rank-16 update
+    (m = n ≤ 32, k = 16) that the small family was tuned for (`tune small --shapes mxmx16`)."""
     rows = load_table(arch).get("small", [])
     out = {}
     for r in rows:
-        if r["precision"] in wmma.PRECISIONS_WMMA and r["m"] == r["n"] == r["k"]:
-            out[(r["precision"], r["m"])] = small.SmallSpec.from_row(r)
+        if r["precision"] not in wmma.PRECISIONS_WMMA or r["m"] != r["n"]:
+            continue
+        if r["m"] == r["k"]:
+            out[(r["precision"], "square", r["m"])] = small.SmallSpec.from_row(r)
+        elif r["k"] == wmma.RANK_K_MAX:
+            out[(r["precision"], "rank", r["m"])] = small.SmallSpec.from_row(r)
     for prec in wmma.PRECISIONS_WMMA:
         for size in range(1, small.MAX_SIZE + 1):
-            out.setdefault((prec, size), small.heuristic(prec, size, size, size))
+            out.setdefault((prec, "square", size), small.heuristic(prec, size, size, size))
     return out
 
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
              max_tuples: int | None, async_only: bool = False, small_only: bool = False) -> int:
     """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
-    family's present table kernels at the square sizes up to 32 (after a re-tune of that family),
+    family's present table kernels at the square sizes up to 32 and the rank-16 updates it was
+    tuned for (after a re-tune of that family),
     so the cut-off between the families is measured again.  Either way stage 2 compares with the
     results already in the file for the rest."""
     from .run_check import device_arch
@@ -210,7 +217,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     tiny = [] if small_only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
                                          for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
-    small_specs = sorted({smalls[(p, s)] for p in precisions for s in range(1, 33)})
+    small_specs = sorted({spec for (p, _, _), spec in smalls.items() if p in precisions})
     if async_only:   # the other kernels' results are in the file already; stage 2 compares with them
         tiny, small_specs = [], []
     specs = general + tiny + small_specs
@@ -325,8 +332,8 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     for coarse in _nearest(STAGE1[kind], size):
                         names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
                     cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
-                    if kind == "square" and size <= small.MAX_SIZE and not async_only:
-                        cands.append(smalls[(prec, size)])
+                    if (prec, kind, size) in smalls and not async_only:
+                        cands.append(smalls[(prec, kind, size)])
                     if size <= wmma.TINY_TC and not async_only and not small_only:
                         cands += wmma.tiny_candidates(prec, m, n, k, arch)
                     plan.extend((spec, kind, size) for spec in cands)

@@ -116,6 +116,19 @@ def test_default_manifest_dispatches_h_and_hc_to_every_family():
     assert not build_manifest(Selection(precisions=("d",))).wmma_ranges
 
 
+def test_rank_16_updates_the_small_family_wins_join_the_exact_shape_table():
+    rows = {("rank", 4): {"choice": "small"}, ("rank", 20): {"choice": "wmma"},
+            ("rank", 2): {"choice": "wmmatiny"}, ("square", 3): {"choice": "small"}}
+    assert wmma.fixed_shapes(rows) == {(4, 4, 16), (2, 2, 16)}   # square sizes come from --sizes
+    # the sm_90 table: h rank-16 updates up to m = 15 run a tuned small kernel of that very shape
+    m = build_manifest(Selection())
+    rank = {e.m: e for e in m.dispatch if e.precision == "h" and e.k == 16 and e.m == e.n and e.m != 16}
+    assert set(range(1, 16)) <= set(rank)
+    for size, entry in rank.items():
+        assert entry.kernel.family == "small" and entry.kernel.shape == (size, size, 16)
+        assert not entry.prefer_general and entry.source.startswith("tuned")
+
+
 def test_the_cut_off_sweep_times_the_small_kernels_the_table_names():
     """`tune wmma` (and --small-only) times, next to the wmma tuples, the small-family kernel the
     dispatch runs: the table row's whole tuple, staging and ring included."""
@@ -126,8 +139,13 @@ def test_the_cut_off_sweep_times_the_small_kernels_the_table_names():
             if r["precision"] in ("h", "hc") and r["m"] == r["n"] == r["k"]}
     specs = _small_specs("sm_90")
     assert any(r.get("stages") for r in rows.values()) and any(r.get("hoist") for r in rows.values())
-    for key, row in rows.items():
-        assert (specs[key].hoist, specs[key].stages) == (row.get("hoist", False), row.get("stages", 0))
+    for (prec, size), row in rows.items():
+        spec = specs[(prec, "square", size)]
+        assert (spec.hoist, spec.stages) == (row.get("hoist", False), row.get("stages", 0))
+    # rank-16 updates (m = n, k = 16): the small family's tuned shapes are timed too
+    ranks = {(r["precision"], r["m"]) for r in load_table("sm_90")["small"]
+             if r["precision"] in ("h", "hc") and r["m"] == r["n"] != r["k"] == 16}
+    assert ranks and all(specs[(prec, "rank", size)].shape == (size, size, 16) for prec, size in ranks)
 
 
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):

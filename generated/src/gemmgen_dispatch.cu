@@ -270,25 +270,49 @@ extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided(char, char, flo
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m15n15k16_dim8x5_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m15n15k16_dim8x5_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -305,6 +329,10 @@ extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array(char, char, float
 extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -350,6 +378,10 @@ extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const 
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x10_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m2n2k16_dim1x2_tba16_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m2n2k16_dim1x2_tba16_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
@@ -366,29 +398,57 @@ extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, co
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m4n4k16_dim4x4_tba16_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m4n4k16_dim4x4_tba16_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m5n5k16_dim3x2_tba32_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m5n5k16_dim3x2_tba32_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m8n8k16_dim4x4_tba2_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m8n8k16_dim4x4_tba2_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -778,42 +838,6 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComp
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m10n10k16_w2_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m10n10k16_w2_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m1n1k16_w4_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m1n1k16_w4_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m2n2k16_w1_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m2n2k16_w1_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m3n3k16_w2_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m3n3k16_w2_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m4n4k16_w1_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m4n4k16_w1_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m5n5k16_w1_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m5n5k16_w1_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m6n6k16_w1_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m6n6k16_w1_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m7n7k16_w2_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m7n7k16_w2_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_h_m8n8k16_w1_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_h_m8n8k16_w1_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmatiny_hc_m1n1k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmatiny_hc_m1n1k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -974,29 +998,35 @@ struct GeneralEntry {
 
 const SmallEntry<__half, float> small_h[] = {
     {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba256_hoist_ring3", small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
-    {1, 1, 16, 75, "wmmatiny_h_m1n1k16_w4", wmmatiny_h_m1n1k16_w4_strided, wmmatiny_h_m1n1k16_w4_array, 0},
+    {1, 1, 16, 75, "small_h_m1n1k16_dim1x1_tba64_hoist_ring2", small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided, small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array, 0},
     {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0},
-    {2, 2, 16, 75, "wmmatiny_h_m2n2k16_w1", wmmatiny_h_m2n2k16_w1_strided, wmmatiny_h_m2n2k16_w1_array, 0},
+    {2, 2, 16, 75, "small_h_m2n2k16_dim1x2_tba16_ring2", small_h_m2n2k16_dim1x2_tba16_ring2_strided, small_h_m2n2k16_dim1x2_tba16_ring2_array, 0},
     {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist_aring3", small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
-    {3, 3, 16, 75, "wmmatiny_h_m3n3k16_w2", wmmatiny_h_m3n3k16_w2_strided, wmmatiny_h_m3n3k16_w2_array, 0},
+    {3, 3, 16, 75, "small_h_m3n3k16_dim3x3_tba32_hoist_ring2", small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided, small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array, 0},
     {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0},
-    {4, 4, 16, 75, "wmmatiny_h_m4n4k16_w1", wmmatiny_h_m4n4k16_w1_strided, wmmatiny_h_m4n4k16_w1_array, 0},
+    {4, 4, 16, 75, "small_h_m4n4k16_dim4x4_tba16_ring3", small_h_m4n4k16_dim4x4_tba16_ring3_strided, small_h_m4n4k16_dim4x4_tba16_ring3_array, 0},
     {5, 5, 5, 75, "small_h_m5n5k5_dim3x2_tba32_ring2", small_h_m5n5k5_dim3x2_tba32_ring2_strided, small_h_m5n5k5_dim3x2_tba32_ring2_array, 0},
-    {5, 5, 16, 75, "wmmatiny_h_m5n5k16_w1", wmmatiny_h_m5n5k16_w1_strided, wmmatiny_h_m5n5k16_w1_array, 0},
+    {5, 5, 16, 75, "small_h_m5n5k16_dim3x2_tba32_ring2", small_h_m5n5k16_dim3x2_tba32_ring2_strided, small_h_m5n5k16_dim3x2_tba32_ring2_array, 0},
     {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16_ring2", small_h_m6n6k6_dim3x2_tba16_ring2_strided, small_h_m6n6k6_dim3x2_tba16_ring2_array, 0},
-    {6, 6, 16, 75, "wmmatiny_h_m6n6k16_w1", wmmatiny_h_m6n6k16_w1_strided, wmmatiny_h_m6n6k16_w1_array, 0},
+    {6, 6, 16, 75, "small_h_m6n6k16_dim6x3_tba16_hoist_ring2", small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
     {7, 7, 7, 75, "small_h_m7n7k7_dim4x3_tba32_hoist_ring3", small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided, small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array, 0},
-    {7, 7, 16, 75, "wmmatiny_h_m7n7k16_w2", wmmatiny_h_m7n7k16_w2_strided, wmmatiny_h_m7n7k16_w2_array, 0},
+    {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
-    {8, 8, 16, 75, "wmmatiny_h_m8n8k16_w1", wmmatiny_h_m8n8k16_w1_strided, wmmatiny_h_m8n8k16_w1_array, 0},
+    {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
     {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba16_hoist_ring3", small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided, small_h_m9n9k9_dim5x3_tba16_hoist_ring3_array, 0},
+    {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
     {10, 10, 10, 75, "small_h_m10n10k10_dim5x4_tba8_hoist_ring2", small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided, small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array, 0},
-    {10, 10, 16, 75, "wmmatiny_h_m10n10k16_w2", wmmatiny_h_m10n10k16_w2_strided, wmmatiny_h_m10n10k16_w2_array, 0},
+    {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
     {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba16_hoist_ring3", small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided, small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array, 0},
+    {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0},
     {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba16_hoist_ring2", small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided, small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array, 0},
+    {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
     {13, 13, 13, 75, "small_h_m13n13k13_dim5x4_tba8_ring2", small_h_m13n13k13_dim5x4_tba8_ring2_strided, small_h_m13n13k13_dim5x4_tba8_ring2_array, 0},
+    {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2", small_h_m13n13k16_dim7x5_tba8_ring2_strided, small_h_m13n13k16_dim7x5_tba8_ring2_array, 0},
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_hoist_ring2", small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided, small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array, 0},
+    {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
+    {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba4_hoist_ring2", small_h_m15n15k16_dim8x5_tba4_hoist_ring2_strided, small_h_m15n15k16_dim8x5_tba4_hoist_ring2_array, 0},
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba4_ring3", small_h_m16n16k16_dim8x8_tba4_ring3_strided, small_h_m16n16k16_dim8x8_tba4_ring3_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist_ring2", small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided, small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim6x6_tba4_hoist_ring2", small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided, small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array, 0},
@@ -1375,15 +1405,22 @@ const char* const kernel_names[] = {
     "small_d_m8n8k8_dim4x4_tba16",
     "small_d_m9n9k9_dim9x5_tba2_hoist",
     "small_h_m10n10k10_dim5x4_tba8_hoist_ring2",
+    "small_h_m10n10k16_dim4x4_tba8_ring2",
     "small_h_m11n11k11_dim6x4_tba16_hoist_ring3",
+    "small_h_m11n11k16_dim6x4_tba4_ring2",
     "small_h_m12n12k12_dim6x4_tba16_hoist_ring2",
+    "small_h_m12n12k16_dim6x4_tba4_hoist_ring2",
     "small_h_m13n13k13_dim5x4_tba8_ring2",
+    "small_h_m13n13k16_dim7x5_tba8_ring2",
     "small_h_m14n14k14_dim7x5_tba8_hoist_ring2",
+    "small_h_m14n14k16_dim7x5_tba8_hoist_ring2",
     "small_h_m15n15k15_dim8x5_tba8_ring2",
+    "small_h_m15n15k16_dim8x5_tba4_hoist_ring2",
     "small_h_m16n16k16_dim8x8_tba4_ring3",
     "small_h_m17n17k17_dim6x6_tba8_hoist_ring2",
     "small_h_m18n18k18_dim6x6_tba4_hoist_ring2",
     "small_h_m19n19k19_dim5x7_tba8_hoist_ring2",
+    "small_h_m1n1k16_dim1x1_tba64_hoist_ring2",
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_h_m20n20k20_dim5x5_tba1_hoist_aring2",
     "small_h_m21n21k21_dim7x7_tba8_hoist_aring3",
@@ -1395,16 +1432,24 @@ const char* const kernel_names[] = {
     "small_h_m27n27k27_dim7x7_tba8_hoist",
     "small_h_m28n28k28_dim7x7_tba1_hoist",
     "small_h_m29n29k29_dim15x10_tba1",
+    "small_h_m2n2k16_dim1x2_tba16_ring2",
     "small_h_m2n2k2_dim1x1_tba256_ring2",
     "small_h_m30n30k30_dim8x10_tba2_hoist",
     "small_h_m31n31k31_dim11x11_tba1",
     "small_h_m32n32k32_dim8x8_tba2_hoist",
+    "small_h_m3n3k16_dim3x3_tba32_hoist_ring2",
     "small_h_m3n3k3_dim1x1_tba32_hoist_aring3",
+    "small_h_m4n4k16_dim4x4_tba16_ring3",
     "small_h_m4n4k4_dim2x2_tba64_hoist_ring2",
+    "small_h_m5n5k16_dim3x2_tba32_ring2",
     "small_h_m5n5k5_dim3x2_tba32_ring2",
+    "small_h_m6n6k16_dim6x3_tba16_hoist_ring2",
     "small_h_m6n6k6_dim3x2_tba16_ring2",
+    "small_h_m7n7k16_dim4x3_tba8_hoist_ring2",
     "small_h_m7n7k7_dim4x3_tba32_hoist_ring3",
+    "small_h_m8n8k16_dim4x4_tba2_ring2",
     "small_h_m8n8k8_dim4x4_tba16_ring2",
+    "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
     "small_h_m9n9k9_dim5x3_tba16_hoist_ring3",
     "small_hc_m10n10k10_dim5x5_tba16_ring2",
     "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2",
@@ -1502,15 +1547,6 @@ const char* const kernel_names[] = {
     "small_z_m7n7k7_dim7x7_tba1_hoist",
     "small_z_m8n8k8_dim4x8_tba1",
     "small_z_m9n9k9_dim5x9_tba2_hoist",
-    "wmmatiny_h_m10n10k16_w2",
-    "wmmatiny_h_m1n1k16_w4",
-    "wmmatiny_h_m2n2k16_w1",
-    "wmmatiny_h_m3n3k16_w2",
-    "wmmatiny_h_m4n4k16_w1",
-    "wmmatiny_h_m5n5k16_w1",
-    "wmmatiny_h_m6n6k16_w1",
-    "wmmatiny_h_m7n7k16_w2",
-    "wmmatiny_h_m8n8k16_w1",
     "wmmatiny_hc_m1n1k16_w2",
     "wmmatiny_hc_m2n2k16_w1",
     "wmmatiny_hc_m3n3k16_w2",
@@ -1813,11 +1849,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 233; }
+extern "C" int gemmgen_kernel_count(void) { return 239; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 233) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 239) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
