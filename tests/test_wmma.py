@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from generator import wmma
+from generator.emit import kernel_source
 from generator.manifest import Selection, build_manifest
 from generator.spec import SpecError
 
@@ -103,7 +104,9 @@ def test_ranges_cover_every_size_without_gaps():
 def test_default_manifest_dispatches_h_and_hc_to_every_family():
     m = build_manifest(Selection())
     families = {e.kernel.family for e in m.dispatch if e.precision in ("h", "hc")}
-    assert {"small", "wmmatiny"} <= families
+    # On the H100 the small family beat the tiny kernel at every tuned point (rank-16 updates since
+    # 2026-11-23), so the table picks no tiny kernel there; the dispatch takes one where a row does.
+    assert "small" in families
     assert any(e.prefer_general for e in m.dispatch)
     assert {r.precision for r in m.wmma_ranges} == {"h", "hc"}
     for prec in ("h", "hc"):
@@ -159,10 +162,16 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     generated = Path(__file__).resolve().parent.parent / "generated"
     listing = json.loads((generated / "manifest.json").read_text())
     general = listing["wmma"]["kernels"][0]["name"]
-    tiny = next(e["kernel"] for e in listing["dispatch"] if e["kernel"].startswith("wmmatiny_"))
-    for name in (general, tiny):
+    # The tuned set has no tiny kernel (the small family won there): emit one beside the set.
+    tiny = wmma.WmmaTinySpec.parse("wmmatiny_h_m4n4k16_w1").validate()
+    tiny_source = tmp_path / "src" / "wmmatiny" / "h" / f"{tiny.name}.cu"
+    tiny_source.parent.mkdir(parents=True)
+    tiny_source.write_text(kernel_source(tiny, "test"))
+    for name in (general, tiny.name):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
+        if name == tiny.name:
+            source = tiny_source
         obj = tmp_path / f"{name}.o"
         subprocess.run([str(nvcc), "-std=c++14", "-O3", "-arch=sm_90", "-I", str(generated / "include"),
                         "-I", str(generated / "src"), "-c", str(source), "-o", str(obj)],

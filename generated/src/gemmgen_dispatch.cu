@@ -458,17 +458,33 @@ extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_strided(char, char, cuFloat
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m11n11k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m11n11k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -477,6 +493,10 @@ extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array(char, char, cuFl
 extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m15n15k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m15n15k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -493,6 +513,10 @@ extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array(char, char, cuF
 extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -538,6 +562,10 @@ extern "C" int small_hc_m29n29k29_dim10x15_tba1_strided(char, char, cuFloatCompl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim10x15_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m2n2k16_dim1x2_tba64_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m2n2k16_dim1x2_tba64_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -554,29 +582,57 @@ extern "C" int small_hc_m32n32k32_dim8x8_tba2_strided(char, char, cuFloatComplex
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m32n32k32_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m8n8k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m8n8k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -838,38 +894,6 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComp
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m1n1k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m1n1k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m2n2k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m2n2k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m3n3k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m3n3k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m4n4k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m4n4k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m5n5k16_w2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m5n5k16_w2_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m6n6k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m6n6k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m7n7k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m7n7k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m8n8k16_w1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmatiny_hc_m8n8k16_w1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
@@ -1092,28 +1116,34 @@ const GeneralEntry<__half, float> general_h[] = {
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3", small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
-    {1, 1, 16, 75, "wmmatiny_hc_m1n1k16_w2", wmmatiny_hc_m1n1k16_w2_strided, wmmatiny_hc_m1n1k16_w2_array, 0},
+    {1, 1, 16, 75, "small_hc_m1n1k16_dim1x1_tba128_ring2", small_hc_m1n1k16_dim1x1_tba128_ring2_strided, small_hc_m1n1k16_dim1x1_tba128_ring2_array, 0},
     {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0},
-    {2, 2, 16, 75, "wmmatiny_hc_m2n2k16_w1", wmmatiny_hc_m2n2k16_w1_strided, wmmatiny_hc_m2n2k16_w1_array, 0},
+    {2, 2, 16, 75, "small_hc_m2n2k16_dim1x2_tba64_ring2", small_hc_m2n2k16_dim1x2_tba64_ring2_strided, small_hc_m2n2k16_dim1x2_tba64_ring2_array, 0},
     {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3", small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
-    {3, 3, 16, 75, "wmmatiny_hc_m3n3k16_w2", wmmatiny_hc_m3n3k16_w2_strided, wmmatiny_hc_m3n3k16_w2_array, 0},
+    {3, 3, 16, 75, "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2", small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided, small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array, 0},
     {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
-    {4, 4, 16, 75, "wmmatiny_hc_m4n4k16_w1", wmmatiny_hc_m4n4k16_w1_strided, wmmatiny_hc_m4n4k16_w1_array, 0},
+    {4, 4, 16, 75, "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2", small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array, 0},
     {5, 5, 5, 75, "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2", small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided, small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array, 0},
-    {5, 5, 16, 75, "wmmatiny_hc_m5n5k16_w2", wmmatiny_hc_m5n5k16_w2_strided, wmmatiny_hc_m5n5k16_w2_array, 0},
+    {5, 5, 16, 75, "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2", small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array, 0},
     {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
-    {6, 6, 16, 75, "wmmatiny_hc_m6n6k16_w1", wmmatiny_hc_m6n6k16_w1_strided, wmmatiny_hc_m6n6k16_w1_array, 0},
+    {6, 6, 16, 75, "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2", small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
     {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2", small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array, 0},
-    {7, 7, 16, 75, "wmmatiny_hc_m7n7k16_w1", wmmatiny_hc_m7n7k16_w1_strided, wmmatiny_hc_m7n7k16_w1_array, 0},
+    {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
-    {8, 8, 16, 75, "wmmatiny_hc_m8n8k16_w1", wmmatiny_hc_m8n8k16_w1_strided, wmmatiny_hc_m8n8k16_w1_array, 0},
+    {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
     {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2", small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided, small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_array, 0},
+    {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba16_ring2", small_hc_m10n10k10_dim5x5_tba16_ring2_strided, small_hc_m10n10k10_dim5x5_tba16_ring2_array, 0},
+    {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2", small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided, small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array, 0},
+    {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
+    {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2", small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided, small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array, 0},
+    {13, 13, 16, 75, "small_hc_m13n13k16_dim4x4_tba2_hoist_ring2", small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_array, 0},
     {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2", small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided, small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array, 0},
     {15, 15, 15, 75, "small_hc_m15n15k15_dim4x4_tba8_ring2", small_hc_m15n15k15_dim4x4_tba8_ring2_strided, small_hc_m15n15k15_dim4x4_tba8_ring2_array, 0},
+    {15, 15, 16, 75, "small_hc_m15n15k16_dim4x4_tba2_ring2", small_hc_m15n15k16_dim4x4_tba2_ring2_strided, small_hc_m15n15k16_dim4x4_tba2_ring2_array, 0},
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2", small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array, 0},
@@ -1452,15 +1482,21 @@ const char* const kernel_names[] = {
     "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
     "small_h_m9n9k9_dim5x3_tba16_hoist_ring3",
     "small_hc_m10n10k10_dim5x5_tba16_ring2",
+    "small_hc_m10n10k16_dim4x4_tba8_ring2",
     "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2",
+    "small_hc_m11n11k16_dim4x4_tba8_ring2",
     "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2",
+    "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2",
+    "small_hc_m13n13k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2",
     "small_hc_m15n15k15_dim4x4_tba8_ring2",
+    "small_hc_m15n15k16_dim4x4_tba2_ring2",
     "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m17n17k17_dim6x6_tba8_hoist",
     "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2",
     "small_hc_m19n19k19_dim7x10_tba4_hoist",
+    "small_hc_m1n1k16_dim1x1_tba128_ring2",
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
     "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2",
@@ -1472,16 +1508,24 @@ const char* const kernel_names[] = {
     "small_hc_m27n27k27_dim9x14_tba1",
     "small_hc_m28n28k28_dim14x14_tba2_hoist",
     "small_hc_m29n29k29_dim10x15_tba1",
+    "small_hc_m2n2k16_dim1x2_tba64_ring2",
     "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2",
     "small_hc_m30n30k30_dim10x15_tba1_hoist",
     "small_hc_m31n31k31_dim16x16_tba1",
     "small_hc_m32n32k32_dim8x8_tba2",
+    "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2",
     "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3",
+    "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m4n4k4_dim2x4_tba32_ring2",
+    "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2",
     "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2",
+    "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2",
     "small_hc_m6n6k6_dim2x2_tba8_hoist",
+    "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2",
     "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2",
+    "small_hc_m8n8k16_dim4x4_tba2_ring2",
     "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2",
+    "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2",
     "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2",
     "small_s_m10n10k10_dim5x5_tba8",
     "small_s_m11n11k11_dim4x4_tba4_hoist",
@@ -1547,14 +1591,6 @@ const char* const kernel_names[] = {
     "small_z_m7n7k7_dim7x7_tba1_hoist",
     "small_z_m8n8k8_dim4x8_tba1",
     "small_z_m9n9k9_dim5x9_tba2_hoist",
-    "wmmatiny_hc_m1n1k16_w2",
-    "wmmatiny_hc_m2n2k16_w1",
-    "wmmatiny_hc_m3n3k16_w2",
-    "wmmatiny_hc_m4n4k16_w1",
-    "wmmatiny_hc_m5n5k16_w2",
-    "wmmatiny_hc_m6n6k16_w1",
-    "wmmatiny_hc_m7n7k16_w1",
-    "wmmatiny_hc_m8n8k16_w1",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
     "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
@@ -1849,11 +1885,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 239; }
+extern "C" int gemmgen_kernel_count(void) { return 245; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 239) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 245) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
