@@ -11,6 +11,12 @@
 
 namespace gemmgen {
 
+// Storage is the compute type (s, d, c, z); fp16 (h, hc) is widened to fp32 on its way to the FMAs.
+template <typename S>
+struct StoredAsComputed {
+    static constexpr bool value = sizeof(S) == sizeof(typename ComputeOf<S>::type);
+};
+
 // Store element (sr, sc) of the stored X of the block's GEMM g where op(X)'s layout wants it:
 // s[g·COLS·LDS + col·LDS + row] with (row, col) = (sr, sc) for OP = 'N' and (sc, sr) for 'T'.
 // OP is the stored layout ('N' or 'T'; 'C' is 'T' with conj set): the conjugation of op(X) is
@@ -326,7 +332,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     // LDS_A = M = 32 every 16-byte store of a warp of z fell on the same four banks: z N = 32 TN 0.85
     // of the floor, 0.95 odd; d N = 32 0.79 -> 1.06).  fp16 keeps M: there the odd stride made ptxas
     // spill (hc N = 16, T/N) and its stores are widened on the way anyway.
-    constexpr int LDS_A = TA == 'N' || sizeof(S) != sizeof(R) ? M : M | 1;
+    constexpr int LDS_A = TA != 'N' && StoredAsComputed<S>::value ? M | 1 : M;
     constexpr int LDS_B = K | 1;    // op(B)(l, j) at sB[g][j][l]: odd stride spreads the columns over banks
     __shared__ R sA[TBA * K * LDS_A];
     __shared__ R sB[TBA * N * LDS_B];
@@ -349,7 +355,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     // faster than the element-wise path below (h N = 5: 0.41 against 0.50 of the floor), and for
     // padded matrices the element-wise path measured faster than the table and its barrier.
     constexpr bool ARRAY_CHUNKS = (M * K * sizeof(S)) % 16 == 0 && (K * N * sizeof(S)) % 16 == 0;
-    constexpr bool PIECEWISE = sizeof(S) == sizeof(R);
+    constexpr bool PIECEWISE = StoredAsComputed<S>::value;
     const bool a_dense = lda == (TA == 'N' ? M : K);   // ld = stored rows: each matrix one range
     const bool b_dense = ldb == (TB == 'N' ? K : N);
     const bool a_contiguous = PIECEWISE && a_dense;
@@ -425,7 +431,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // columns start 16 bytes further on (0.97, 0.98, 0.92).  Not for fp16: its 2- and 4-byte reads were
 // at most 2-way conflicted at the table's blockings, and padding measured no faster (h N = 16, hc N =
 // 8, 16; docs/experiments/transposed_strides_sm_90.json).
-template <typename S, int M, int N, int K, int TBA, bool ARRAY, char TA = 'N', char TB = 'N'>
+template <typename S, int M, int N, int K, int TBA, bool ARRAY, char TA, char TB>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);
     static constexpr int chunks_covering(int elems)
@@ -433,7 +439,7 @@ struct RingLayout {
         return ((elems + (VEC > 1 ? VEC - 1 : 0)) + VEC - 1) / VEC;
     }
     static constexpr bool PAD_K_COLUMNS =
-        !ARRAY && K % (2 * VEC) == 0 && sizeof(S) == sizeof(typename ComputeOf<S>::type);
+        !ARRAY && K % (2 * VEC) == 0 && StoredAsComputed<S>::value;
     static constexpr int K_CHUNKS = K / VEC;                       // chunks per column of K elements
     static constexpr int A_PAD = PAD_K_COLUMNS && TA != 'N' ? VEC : 0;   // elements after each column
     static constexpr int B_PAD = PAD_K_COLUMNS && TB == 'N' ? VEC : 0;
