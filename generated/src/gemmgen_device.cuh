@@ -273,11 +273,12 @@ inline DeviceInfo device_info()
 
 // Grid of a persistent kernel (a cp.async ring): as many blocks of `threads` with `bytes` of dynamic
 // shared memory as are resident on the device at once, at most `work`.  Opts the kernel in to
-// `bytes` first where that is over the 48 kB default.  0 when the runtime refuses either call.
+// `bytes` first where that and its `static_bytes` of static shared memory are over the 48 kB a
+// block has by default.  0 when the runtime refuses either call.
 template <typename Kernel>
-inline unsigned persistent_grid(Kernel kernel, int threads, int bytes, long long work)
+inline unsigned persistent_grid(Kernel kernel, int threads, int bytes, long long work, int static_bytes = 0)
 {
-    if (bytes > 48 * 1024 &&
+    if (bytes + static_bytes > 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
         return 0;
     int resident = 0;

@@ -431,7 +431,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // columns start 16 bytes further on (0.97, 0.98, 0.92).  Not for fp16: its 2- and 4-byte reads were
 // at most 2-way conflicted at the table's blockings, and padding measured no faster (h N = 16, hc N =
 // 8, 16; docs/experiments/transposed_strides_sm_90.json).
-template <typename S, int M, int N, int K, int TBA, bool ARRAY, char TA, char TB>
+template <typename S, int M, int N, int K, int TBA, int THREADS_PER_GEMM, bool ARRAY, char TA, char TB>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);
     static constexpr int chunks_covering(int elems)
@@ -447,8 +447,27 @@ struct RingLayout {
     static constexpr int LDB = (TB == 'N' ? K : N) + B_PAD;
     static constexpr int A_CHUNKS = chunks_covering(M * K);   // per matrix (pointer arrays)
     static constexpr int B_CHUNKS = chunks_covering(K * N);
-    static constexpr int A_SLOT = ARRAY ? A_CHUNKS * VEC : LDA * (TA == 'N' ? K : M);
-    static constexpr int B_SLOT = ARRAY ? B_CHUNKS * VEC : LDB * (TB == 'N' ? N : K);
+    // Pointer arrays: the threads of a warp that read the same element of different GEMMs read it
+    // from slots `chunks` apart, and a chunk spans 4 of the 32 banks, so consecutive slots start on
+    // 8 / gcd(chunks, 8) different groups of banks.  Where that is fewer than the GEMMs a warp can
+    // hold, a slot one chunk longer (an odd number: all eight groups) spreads them (h N = 11, 16
+    // chunks, two GEMMs per warp: 0.47 -> 0.62 of the bandwidth floor; h N = 3, 2 chunks, 32
+    // GEMMs per warp: 0.47 -> 0.50).  Padding slots that were spread enough measured slower (h N =
+    // 14, 26 chunks, two GEMMs per warp: 0.65 -> 0.61).
+    static constexpr int GEMMS_PER_WARP =
+        (32 + THREADS_PER_GEMM - 1) / THREADS_PER_GEMM + (32 % THREADS_PER_GEMM != 0 ? 1 : 0);
+    static constexpr int bank_groups(int chunks)
+    {
+        return chunks % 8 == 0 ? 1 : chunks % 4 == 0 ? 2 : chunks % 2 == 0 ? 4 : 8;
+    }
+    static constexpr int slot_chunks(int chunks)
+    {
+        return bank_groups(chunks) < (GEMMS_PER_WARP < TBA ? GEMMS_PER_WARP : TBA) ? chunks | 1 : chunks;
+    }
+    static constexpr int A_SLOT_CHUNKS = slot_chunks(A_CHUNKS);
+    static constexpr int B_SLOT_CHUNKS = slot_chunks(B_CHUNKS);
+    static constexpr int A_SLOT = ARRAY ? A_SLOT_CHUNKS * VEC : LDA * (TA == 'N' ? K : M);
+    static constexpr int B_SLOT = ARRAY ? B_SLOT_CHUNKS * VEC : LDB * (TB == 'N' ? N : K);
     static constexpr int A_ELEMS = TBA * A_SLOT;       // one group's A
     static constexpr int B_ELEMS = TBA * B_SLOT;
     static constexpr bool WHOLE_CHUNKS = A_ELEMS % VEC == 0 && B_ELEMS % VEC == 0;
@@ -505,9 +524,10 @@ __device__ __forceinline__ void copy_addresses(const S* (&dst)[2][TBA], const Ba
     }
 }
 
-// Copy chunk w of matrix g (ELEMS elements at `base`, nullptr past the batch) into its slot of CHUNKS
-// 16-byte chunks at dst; chunk 0 also records in offsets[g] where in the slot the matrix begins.
-template <int CHUNKS, int ELEMS, typename S, int TBA>
+// Copy chunk w of matrix g (ELEMS elements at `base`, nullptr past the batch) into its slot at dst (the
+// slots SLOT_CHUNKS 16-byte chunks apart); chunk 0 also records in offsets[g] where in the slot the
+// matrix begins.
+template <int SLOT_CHUNKS, int ELEMS, typename S, int TBA>
 __device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, int w, int (&offsets)[TBA])
 {
     const unsigned long long address = reinterpret_cast<unsigned long long>(base);
@@ -515,7 +535,8 @@ __device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, 
     if (address) {
         const char* start = reinterpret_cast<const char*>(address - lead);
         const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
-        copy_async<16>(reinterpret_cast<char*>(dst) + (g * CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0), valid);
+        copy_async<16>(reinterpret_cast<char*>(dst) + (g * SLOT_CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0),
+                       valid);
     }
     if (w == 0)   // past the batch 0: a valid place whose contents are not used
         offsets[g] = lead / (int)sizeof(S);
@@ -525,7 +546,7 @@ __device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, 
 // block of chunks are copied one after another, thread t taking chunks t, t + THREADS, ...: the
 // block's flattened chunk list would give each thread a different (matrix, chunk) pair per step, all
 // of them loop invariants that ptxas keeps in registers.
-template <int THREADS, int TBA, int CHUNKS, int ELEMS, typename S>
+template <int THREADS, int TBA, int CHUNKS, int SLOT_CHUNKS, int ELEMS, typename S>
 __device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bases)[TBA], int (&offsets)[TBA])
 {
     const int thread = fresh_thread_index();
@@ -537,7 +558,7 @@ __device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bas
             for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
                 const int w = thread + it * THREADS;
                 if ((it + 1) * THREADS <= CHUNKS || w < CHUNKS)
-                    copy_matrix_chunk<CHUNKS, ELEMS>(dst, base, g, w, offsets);
+                    copy_matrix_chunk<SLOT_CHUNKS, ELEMS>(dst, base, g, w, offsets);
             }
         }
         return;
@@ -546,9 +567,22 @@ __device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bas
     for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
         const int v = thread + it * THREADS;
         if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS)
-            copy_matrix_chunk<CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
+            copy_matrix_chunk<SLOT_CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
     }
 }
+
+// Pointer arrays: the addresses of the group each stage is filled with next and where each of its
+// matrices begins in its slot (the ring kernel's static shared memory; one unused entry otherwise).
+// A group's addresses are copied with cp.async STAGES - 1 iterations before the group itself, in the
+// commit of another group's operands, so the ring's wait covers them (read with plain loads a group
+// ahead they showed their latency whenever the wait found the copy already landed; held in registers
+// across the multiply they made ptxas spill).
+template <typename S, int TBA, int STAGES, bool ARRAY>
+struct RingAddressTable {
+    static constexpr int AS = ARRAY ? STAGES : 1, AT = ARRAY ? TBA : 1;
+    const S* addresses[AS][2][AT];
+    int offsets[AS][2][AT];
+};
 
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
           bool ARRAY, typename Scalar>
@@ -561,7 +595,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 {
 #if __CUDA_ARCH__ >= 800
     using R = typename ComputeOf<S>::type;
-    using L = RingLayout<S, M, N, K, TBA, ARRAY, TA, TB>;
+    using L = RingLayout<S, M, N, K, TBA, DIM_M * DIM_N, ARRAY, TA, TB>;
     static_assert(L::WHOLE_CHUNKS, "the spec allows only these");
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
@@ -576,14 +610,11 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 
     const long long groups = ((long long)batch + TBA - 1) / TBA;
     const auto gemms_of = [&](long long group) { return (int)min((long long)TBA, batch - group * TBA); };
-    // Pointer arrays: the addresses of the group each stage is filled with next and where each of its
-    // matrices begins in its slot.  A group's addresses are copied with cp.async STAGES - 1 iterations
-    // before the group itself, in the commit of another group's operands, so the ring's wait covers
-    // them (read with plain loads a group ahead they showed their latency whenever the wait found the
-    // copy already landed; held in registers across the multiply they made ptxas spill).
-    constexpr int AS = ARRAY ? STAGES : 1, AT = ARRAY ? TBA : 1;
-    __shared__ const S* addresses[AS][2][AT];
-    __shared__ int offsets[AS][2][AT];
+    using Table = RingAddressTable<S, TBA, STAGES, ARRAY>;
+    constexpr int AT = Table::AT;
+    __shared__ Table table;
+    auto& addresses = table.addresses;
+    auto& offsets = table.offsets;
     // Every call commits a cp.async group, empty past the last GEMM, so wait counts stay fixed.  The
     // last group may be short: strided, cp.async fills zeros past the batch's end.
     const auto copy_group = [&](long long group, int stage) {
@@ -591,9 +622,10 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
             S* dst = ring + stage * L::STAGE_ELEMS;
             const int st = ARRAY ? stage : 0;
             if (ARRAY) {
-                copy_matrices_async<THREADS, AT, L::A_CHUNKS, M * K>(dst, addresses[st][0], offsets[st][0]);
-                copy_matrices_async<THREADS, AT, L::B_CHUNKS, K * N>(dst + L::A_ELEMS, addresses[st][1],
-                                                                    offsets[st][1]);
+                copy_matrices_async<THREADS, AT, L::A_CHUNKS, L::A_SLOT_CHUNKS, M * K>(dst, addresses[st][0],
+                                                                                      offsets[st][0]);
+                copy_matrices_async<THREADS, AT, L::B_CHUNKS, L::B_SLOT_CHUNKS, K * N>(
+                    dst + L::A_ELEMS, addresses[st][1], offsets[st][1]);
                 // The addresses of the group copied STAGES - 1 iterations from now, into the stage it
                 // will fill.
                 if (threadIdx.x < 2 * AT) {
@@ -618,6 +650,9 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
     const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const bool read_c = !is_zero(beta);
+    // The lanes of the thread's warp (the block's last warp is partial where THREADS is not a
+    // multiple of 32).
+    const unsigned warp_lanes = threadIdx.x / 32 < THREADS / 32 ? 0xffffffffu : (1u << THREADS % 32) - 1;
     // Conjugation as a multiply by -1 of each imaginary part read (see opaque_sign); an 'N' operand
     // or real data never is, and a sign of 1 known here costs nothing.
     using Real = typename RealOf<R>::type;
@@ -654,11 +689,26 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
         copy_group(ahead, (stage + STAGES - 1) % STAGES);
         const S* a_s = ring + stage * L::STAGE_ELEMS + g * L::A_SLOT;
         const S* b_s = ring + stage * L::STAGE_ELEMS + L::A_ELEMS + g * L::B_SLOT;
-        if (ARRAY) {
-            a_s += offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0];
-            b_s += offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0];
-        }
-        multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+        // Pointer arrays: where the A and B of every GEMM of the warp start on a 16-byte boundary
+        // (matrices allocated apart, or packed ones of whole chunks) the multiply reads them at
+        // offsets known here, which ptxas merges into 8- and 16-byte loads as in the strided kernel;
+        // otherwise at a run-time offset, one element at a time (h N = 12: 0.60 of the bandwidth
+        // floor that way against 0.69 with known offsets, s N = 16 0.68 -> 0.81).  Decided per warp,
+        // so a warp never runs both (packed h N = 10 has every other matrix on a boundary: decided per
+        // GEMM, 0.64 -> 0.47).  Only for elements of 2 and 4 bytes (h, hc, s), where merging saves
+        // the most loads, and shapes whose matrices are whole chunks, where a packed batch has all of
+        // them on boundaries: elsewhere the second multiply's registers (h N = 15: 56 -> 72) made the
+        // run-time path slower (h N = 13, 15, 17, 23: 0.05-0.08 of the floor) for a gain that only
+        // matrices allocated apart would see.  It costs compile time (about 8 % of such a source's).
+        constexpr bool KNOWN_OFFSETS = ARRAY && sizeof(S) <= 4 && (M * K * sizeof(S)) % 16 == 0 &&
+                                       (K * N * sizeof(S)) % 16 == 0;
+        const int a_offset = ARRAY ? offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0] : 0;
+        const int b_offset = ARRAY ? offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0] : 0;
+        if (!ARRAY || (KNOWN_OFFSETS && __all_sync(warp_lanes, (a_offset | b_offset) == 0)))
+            multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+        else
+            multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s + a_offset, b_s + b_offset, tx, ty,
+                                                                       sign_a, sign_b);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
         stage = stage + 1 == STAGES ? 0 : stage + 1;
@@ -673,11 +723,13 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
                        cudaStream_t stream)
 {
     constexpr int THREADS = TBA * DIM_M * DIM_N;
-    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, ARRAY, TA, TB>::BYTES_PER_STAGE;
-    if (BYTES > device_info().smem_per_block)
+    constexpr int BYTES = STAGES * RingLayout<S, M, N, K, TBA, DIM_M * DIM_N, ARRAY, TA, TB>::BYTES_PER_STAGE;
+    constexpr int STATIC_BYTES = (int)sizeof(RingAddressTable<S, TBA, STAGES, ARRAY>);
+    if (BYTES + STATIC_BYTES > device_info().smem_per_block)
         return 1;
     auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, Scalar>;
-    const unsigned grid = persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA);
+    const unsigned grid =
+        persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA, STATIC_BYTES);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, THREADS, BYTES, stream>>>(ptrs, ldc, alpha, beta, batch, conj);
