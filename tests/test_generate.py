@@ -101,16 +101,21 @@ def test_every_command_has_help(command):
     assert result.exit_code == 0 and "Usage" in result.output
 
 
-def test_complex_small_variants_have_one_kernel_per_layout_pair():
+def test_complex_small_and_wmma_variants_have_one_kernel_per_layout_pair():
     """'T' and 'C' share a kernel (the conjugation is a run-time flag): four launch cases per
     variant, not nine."""
     import re
 
     from generator.emit import kernel_source
     from generator.small import SmallSpec
+    from generator.wmma import WmmaSpec
 
-    for name in ("small_c_m10n10k10_dim5x5_tba4_hoist", "small_d_m10n10k10_dim5x5_tba2_hoist"):
-        text = kernel_source(SmallSpec.parse(name), "test")
+    for spec in (SmallSpec.parse("small_c_m10n10k10_dim5x5_tba4_hoist"),
+                 SmallSpec.parse("small_d_m10n10k10_dim5x5_tba2_hoist"),
+                 WmmaSpec.parse("wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f32"),
+                 WmmaSpec.parse("wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3")):
+        name = spec.name
+        text = kernel_source(spec, "test")
         cases = re.findall(r"case gemmgen::trans_code\('(.)', '(.)'\)", text)
         assert sorted(cases) == [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")], name
         assert "gemmgen::Conjugate conj{ta == 'C', tb == 'C'}" in text

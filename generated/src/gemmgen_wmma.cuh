@@ -30,14 +30,14 @@ template <> __device__ __forceinline__ __half storage_zero<__half>() { return __
 template <> __device__ __forceinline__ __half2 storage_zero<__half2>() { return __floats2half2_rn(0.0f, 0.0f); }
 
 // Put one element into the shared-memory planes: __half as is; __half2 split into its real and
-// imaginary planes (§5.3, store_reg2smem_complex), conjugated on the way for op = 'C'.
-template <bool CONJ>
-__device__ __forceinline__ void put(__half* s, int plane_stride, int at, __half v) { s[at] = v; }
-template <bool CONJ>
-__device__ __forceinline__ void put(__half* s, int plane_stride, int at, __half2 v)
+// imaginary planes (§5.3, store_reg2smem_complex), the imaginary part's sign bit XORed with
+// `imag_sign` on the way: 0x8000 conjugates (op = 'C', a run-time flag, so one kernel serves 'T' and
+// 'C'), 0 does not.
+__device__ __forceinline__ void put(__half* s, int, int at, __half v, unsigned short) { s[at] = v; }
+__device__ __forceinline__ void put(__half* s, int plane_stride, int at, __half2 v, unsigned short imag_sign)
 {
     s[at] = __low2half(v);
-    s[plane_stride + at] = CONJ ? __hneg(__high2half(v)) : __high2half(v);
+    s[plane_stride + at] = __ushort_as_half((unsigned short)(__half_as_ushort(__high2half(v)) ^ imag_sign));
 }
 
 // §5.3 stage one: a block of op(X), OUTER × BLK_K (OUTER rows of op(A), or OUTER columns of
@@ -45,7 +45,7 @@ __device__ __forceinline__ void put(__half* s, int plane_stride, int at, __half2
 // matrix edges.  K_CONTIG: X is stored with k running fastest (op(A) = Aᵀ/Aᴴ, or op(B) = B), so
 // DIM_X runs along k; otherwise along the outer index.  Either way a warp reads consecutive
 // addresses of one stored column.
-template <typename S, int OUTER, int BLK_K, int DIM_X, int DIM_Y, bool K_CONTIG, bool CONJ>
+template <typename S, int OUTER, int BLK_K, int DIM_X, int DIM_Y, bool K_CONTIG>
 struct BlockBuffer {
     static constexpr int SR = K_CONTIG ? BLK_K : OUTER;   // stored rows of the block
     static constexpr int SC = K_CONTIG ? OUTER : BLK_K;   // stored columns of the block
@@ -64,8 +64,8 @@ struct BlockBuffer {
             }
     }
 
-    // Stage two: into shared memory as OUTER rows of BLK_K + SKEW halves (per plane).
-    __device__ __forceinline__ void store(__half* s, int tx, int ty) const
+    // Stage two: into shared memory as OUTER rows of BLK_K + SKEW halves (per plane); imag_sign: see put.
+    __device__ __forceinline__ void store(__half* s, int tx, int ty, unsigned short imag_sign) const
     {
         constexpr int LDS = BLK_K + SKEW;
 #pragma unroll
@@ -74,7 +74,7 @@ struct BlockBuffer {
             for (int r = 0; r < SR; r += DIM_X) {
                 const int outer = K_CONTIG ? c + ty : r + tx;
                 const int k = K_CONTIG ? r + tx : c + ty;
-                put<CONJ>(s, OUTER * LDS, outer * LDS + k, reg[c / DIM_Y][r / DIM_X]);
+                put(s, OUTER * LDS, outer * LDS + k, reg[c / DIM_Y][r / DIM_X], imag_sign);
             }
     }
 };
@@ -218,12 +218,13 @@ __device__ __forceinline__ void write_c(S* C, int ldc, const ACC* sC, int m_left
 }
 
 // The general kernel: one BLK_M×BLK_N block of C of one GEMM per thread block and iteration
-// (a grid-stride loop over blocks × batch, so any batch count fits one launch).
+// (a grid-stride loop over blocks × batch, so any batch count fits one launch).  TA, TB: the stored
+// layouts ('N' or 'T'); conj: which of them op() conjugates ('C', hc only).
 template <typename S, typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K,
           int DIM_X, int DIM_Y, int WARPS, char TA, char TB, typename Scalar>
 __global__ void __launch_bounds__(DIM_X * DIM_Y)
 wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, int ldc,
-                 Scalar alpha, Scalar beta, int batch, int tiles_m, int tiles_n)
+                 Scalar alpha, Scalar beta, int batch, int tiles_m, int tiles_n, Conjugate conj)
 {
     using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
     constexpr int PARTS = Parts<S>::value;
@@ -237,8 +238,11 @@ wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, i
     ACC* sC = reinterpret_cast<ACC*>(smem);   // after the main loop only
 
     // op(A) is K-contiguous in memory when transposed; op(B) when not.
-    BlockBuffer<S, BLK_M, BLK_K, DIM_X, DIM_Y, TA != 'N', TA == 'C'> bufA;
-    BlockBuffer<S, BLK_N, BLK_K, DIM_X, DIM_Y, TB == 'N', TB == 'C'> bufB;
+    BlockBuffer<S, BLK_M, BLK_K, DIM_X, DIM_Y, TA != 'N'> bufA;
+    BlockBuffer<S, BLK_N, BLK_K, DIM_X, DIM_Y, TB == 'N'> bufB;
+    // The imaginary parts' sign flips for a conjugated operand (an 'N' one never is: 0, known here).
+    const unsigned short sign_a = TA != 'N' && conj.a ? 0x8000 : 0;
+    const unsigned short sign_b = TB != 'N' && conj.b ? 0x8000 : 0;
     const int tx = threadIdx.x % DIM_X, ty = threadIdx.x / DIM_X, warp = threadIdx.x / 32;
     const bool read_c = !is_zero(beta);
     const long long tiles = (long long)tiles_m * tiles_n;
@@ -272,8 +276,8 @@ wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, i
 
         read(0);
         for (int kk = 0; kk < K; kk += BLK_K) {
-            bufA.store(sA, tx, ty);
-            bufB.store(sB, tx, ty);
+            bufA.store(sA, tx, ty, sign_a);
+            bufB.store(sB, tx, ty, sign_b);
             __syncthreads();
             if (kk + BLK_K < K) {   // §5.7: prefetch the next slice while the Tensor Cores work
                 A += stepA;
@@ -304,14 +308,15 @@ wmma_gemm_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, i
 
 template <typename S, typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K,
           int DIM_X, int DIM_Y, int WARPS, char TA, char TB, typename Scalar>
-int launch_wmma(const BatchPointers<S>& ptrs, int m, int n, int k, int lda, int ldb, int ldc,
+int launch_wmma(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n, int k, int lda, int ldb, int ldc,
                 Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
 {
     const int tiles_m = (m + BLK_M - 1) / BLK_M, tiles_n = (n + BLK_N - 1) / BLK_N;
     const long long blocks = (long long)tiles_m * tiles_n * batch;
     const unsigned grid = (unsigned)(blocks < 0x7fffffffLL ? blocks : 0x7fffffffLL);
     wmma_gemm_kernel<S, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>
-        <<<grid, DIM_X * DIM_Y, 0, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m, tiles_n);
+        <<<grid, DIM_X * DIM_Y, 0, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, tiles_m, tiles_n,
+                                             conj);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
@@ -511,14 +516,14 @@ inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 // otherwise (and for k = 0, which has no slice to copy) the tuple's register-staged kernel.
 template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
           int WARPS, int STAGES, char TA, char TB>
-int launch_wmma_async(const BatchPointers<__half>& ptrs, int m, int n, int k, int lda, int ldb, int ldc,
-                      float alpha, float beta, int batch, cudaStream_t stream)
+int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, int n, int k, int lda, int ldb,
+                      int ldc, float alpha, float beta, int batch, cudaStream_t stream)
 {
     const DeviceInfo dev = device_info();
     const int tiles_m = (m + BLK_M - 1) / BLK_M, tiles_n = (n + BLK_N - 1) / BLK_N;
     if (dev.cc < 80 || k == 0 || !async_aligned(ptrs, lda, ldb) || (long long)tiles_m * tiles_n > 0x7fffffffLL)
         return launch_wmma<__half, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     using L = AsyncLayout<BLK_M, BLK_N, BLK_K, STAGES, TA, TB, ACC>;
     // beta ≠ 0: the old C blocks ride the ring too where C is aligned and the device has the room.
     const bool old_c = !is_zero(beta) && async_aligned_c(ptrs, ldc) && L::BYTES + L::OLD_C_BYTES <= dev.smem_per_block;
@@ -573,7 +578,8 @@ __device__ __forceinline__ void tiny_stage(__half* s, const BatchPointers<S>& pt
             // X = A: rows of op(A) are (outer, k); X = B: op(B) is k×n, so stored-N means (k, n).
             const int o = X == OPERAND_A ? outer : inner;
             const int k = X == OPERAND_A ? inner : outer;
-            put<OP == 'C'>(s + (g / G) * TILE_STRIDE, PLANE, ((g % G) * (X == OPERAND_A ? ROWS : COLS) + o) * LDS + k, v);
+            put(s + (g / G) * TILE_STRIDE, PLANE, ((g % G) * (X == OPERAND_A ? ROWS : COLS) + o) * LDS + k, v,
+                OP == 'C' ? 0x8000 : 0);
         }
     }
 }

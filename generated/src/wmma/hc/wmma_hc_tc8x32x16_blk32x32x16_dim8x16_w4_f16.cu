@@ -22,34 +22,21 @@ int launch(char transa, char transb, int m, int n, int k, const gemmgen::BatchPo
     constexpr bool COMPLEX = true;
     const char ta = gemmgen::normalize_trans(transa, COMPLEX);
     const char tb = gemmgen::normalize_trans(transb, COMPLEX);
-    switch (gemmgen::trans_code(ta, tb)) {
+    // One kernel per stored layout pair: 'C' reads the layout of 'T' and conjugates on the way.
+    const gemmgen::Conjugate conj{ta == 'C', tb == 'C'};
+    switch (gemmgen::trans_code(gemmgen::stored_layout(ta), gemmgen::stored_layout(tb))) {
     case gemmgen::trans_code('N', 'N'):
         return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'N', 'N'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
         return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'N', 'T'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('N', 'C'):
-        return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'N', 'C'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
         return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'T', 'N'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
         return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'T', 'T'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('T', 'C'):
-        return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'T', 'C'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'N'):
-        return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'C', 'N'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'T'):
-        return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'C', 'T'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
-    case gemmgen::trans_code('C', 'C'):
-        return gemmgen::tc::launch_wmma<S, Acc, 8, 32, 16, 32, 32, 16, 8, 16, 4, 'C', 'C'>(
-            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+            conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
     }
