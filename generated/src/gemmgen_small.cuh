@@ -451,9 +451,10 @@ struct RingLayout {
     // from slots `chunks` apart, and a chunk spans 4 of the 32 banks, so consecutive slots start on
     // 8 / gcd(chunks, 8) different groups of banks.  Where that is fewer than the GEMMs a warp can
     // hold, a slot one chunk longer (an odd number: all eight groups) spreads them (h N = 11, 16
-    // chunks, two GEMMs per warp: 0.47 -> 0.62 of the bandwidth floor; h N = 3, 2 chunks, 32
+    // chunks, two GEMMs per warp: 0.47 -> 0.61 of the bandwidth floor; h N = 3, 2 chunks, 32
     // GEMMs per warp: 0.47 -> 0.50).  Padding slots that were spread enough measured slower (h N =
     // 14, 26 chunks, two GEMMs per warp: 0.65 -> 0.61).
+    // (At most: a warp that does not start on a GEMM's first thread can take part of one more.)
     static constexpr int GEMMS_PER_WARP =
         (32 + THREADS_PER_GEMM - 1) / THREADS_PER_GEMM + (32 % THREADS_PER_GEMM != 0 ? 1 : 0);
     static constexpr int bank_groups(int chunks)
