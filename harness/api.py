@@ -84,6 +84,22 @@ class TallSkinnyLibrary:
         return variant_launcher(self.lib, name, name.split("_")[1])
 
 
+def variant_function(lib, name: str, interface: str):
+    """A small or wmma kernel's own launcher `<name>_strided` or `<name>_array` with its argument
+    types: the C API's arguments without the precision, and without m, n, k for fixed-shape
+    kernels (small, tiny wmma); scalars as harness.api.scalar makes them."""
+    prec = name.split("_")[1]
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    f = getattr(lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
+    f.restype = _i
+    shape = [_i, _i, _i] if name.startswith("wmma_") else []
+    if interface == "strided":
+        f.argtypes = [_c, _c, *shape, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    else:
+        f.argtypes = [_c, _c, *shape, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+    return f
+
+
 class GemmgenLibrary(TallSkinnyLibrary):
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -134,15 +150,8 @@ class GemmgenLibrary(TallSkinnyLibrary):
         (transa, transb, m, n, k, alpha, ...).  Fixed-shape kernels (small, tiny wmma) take no
         m, n, k: the ones given must be the kernel's shape and are dropped."""
         prec = name.split("_")[1]
-        s = _SCALAR[PRECISIONS[prec].scalar]
-        f = getattr(self.lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
-        f.restype = _i
+        f = variant_function(self.lib, name, interface)
         takes_shape = name.startswith("wmma_")
-        shape = [_i, _i, _i] if takes_shape else []
-        if interface == "strided":
-            f.argtypes = [_c, _c, *shape, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-        else:
-            f.argtypes = [_c, _c, *shape, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
 
         beta_slot = 6 if interface == "strided" else 4   # after alpha: A, lda, [sA,] B, ldb, [sB,] beta
 

@@ -19,31 +19,18 @@ import sys
 from pathlib import Path
 
 from generator.precision import PRECISIONS
-from harness.api import _SCALAR
+from generator.small import SmallSpec
+from harness.api import variant_function as launcher
 from harness.run_check import device_arch
 from harness.timing import copy_bandwidth, median_time_ms
 from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 PAIRS = ("NN", "NT", "TN", "TT")
-_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-
-
-def launcher(lib, name: str, interface: str):
-    prec = name.split("_")[1]
-    s = _SCALAR[PRECISIONS[prec].scalar]
-    f = getattr(lib, f"{name}_{interface}")
-    f.restype = _i
-    if interface == "strided":
-        f.argtypes = [_c, _c, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-    else:
-        f.argtypes = [_c, _c, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
-    return f
 
 
 def shape_of(name: str) -> tuple[str, int, int, int]:
-    parts = name.split("_")
-    mnk = parts[2][1:].replace("n", " ").replace("k", " ").split()
-    return parts[1], int(mnk[0]), int(mnk[1]), int(mnk[2])
+    spec = SmallSpec.parse(name)
+    return spec.precision, spec.m, spec.n, spec.k
 
 
 def bit_exact(lib, name: str) -> bool:
