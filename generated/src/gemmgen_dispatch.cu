@@ -318,13 +318,25 @@ extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_strided(char, char, float, co
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m17n17k16_dim6x6_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m17n17k16_dim6x6_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m18n18k16_dim9x6_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m18n18k16_dim9x6_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m19n19k16_dim7x7_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m19n19k16_dim7x7_tba1_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -338,41 +350,81 @@ extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, floa
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m20n20k16_dim7x7_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m20n20k16_dim7x7_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m21n21k16_dim7x7_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m21n21k16_dim7x7_tba1_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m22n22k16_dim8x8_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m22n22k16_dim8x8_tba1_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m23n23k16_dim8x8_tba4_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m23n23k16_dim8x8_tba4_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m24n24k16_dim8x8_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m24n24k16_dim8x8_tba1_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m25n25k16_dim9x7_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m25n25k16_dim9x7_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m26n26k16_dim9x7_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m26n26k16_dim9x7_tba1_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim7x9_tba2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim7x9_tba2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m28n28k16_dim10x7_tba4_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m28n28k16_dim10x7_tba4_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m29n29k16_dim10x10_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m29n29k16_dim10x10_tba1_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -386,9 +438,17 @@ extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, con
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int small_h_m31n31k16_dim11x11_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int small_h_m31n31k16_dim11x11_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m31n31k31_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -502,13 +562,25 @@ extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cu
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m17n17k16_dim6x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m17n17k16_dim6x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m19n19k16_dim5x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m19n19k16_dim5x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -521,6 +593,10 @@ extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_array(char, char, cuFloatCom
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m20n20k16_dim5x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m20n20k16_dim5x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1052,20 +1128,35 @@ const SmallEntry<__half, float> small_h[] = {
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba4_hoist_ring2", small_h_m15n15k16_dim8x5_tba4_hoist_ring2_strided, small_h_m15n15k16_dim8x5_tba4_hoist_ring2_array, 0},
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba4_ring3", small_h_m16n16k16_dim8x8_tba4_ring3_strided, small_h_m16n16k16_dim8x8_tba4_ring3_array, 0},
+    {17, 17, 16, 75, "small_h_m17n17k16_dim6x6_tba4_hoist_ring2", small_h_m17n17k16_dim6x6_tba4_hoist_ring2_strided, small_h_m17n17k16_dim6x6_tba4_hoist_ring2_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist_ring2", small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided, small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array, 0},
+    {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_hoist_ring2", small_h_m18n18k16_dim9x6_tba1_hoist_ring2_strided, small_h_m18n18k16_dim9x6_tba1_hoist_ring2_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim6x6_tba4_hoist_ring2", small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided, small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array, 0},
+    {19, 19, 16, 75, "small_h_m19n19k16_dim7x7_tba1_ring3", small_h_m19n19k16_dim7x7_tba1_ring3_strided, small_h_m19n19k16_dim7x7_tba1_ring3_array, 0},
     {19, 19, 19, 75, "small_h_m19n19k19_dim5x7_tba8_hoist_ring2", small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided, small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array, 0},
+    {20, 20, 16, 75, "small_h_m20n20k16_dim7x7_tba1_hoist_ring3", small_h_m20n20k16_dim7x7_tba1_hoist_ring3_strided, small_h_m20n20k16_dim7x7_tba1_hoist_ring3_array, 0},
     {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist_aring2", small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided, small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array, 0},
+    {21, 21, 16, 75, "small_h_m21n21k16_dim7x7_tba1_ring3", small_h_m21n21k16_dim7x7_tba1_ring3_strided, small_h_m21n21k16_dim7x7_tba1_ring3_array, 0},
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist_aring3", small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided, small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array, 0},
+    {22, 22, 16, 75, "small_h_m22n22k16_dim8x8_tba1_ring2", small_h_m22n22k16_dim8x8_tba1_ring2_strided, small_h_m22n22k16_dim8x8_tba1_ring2_array, 0},
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2_ring2", small_h_m22n22k22_dim8x8_tba2_ring2_strided, small_h_m22n22k22_dim8x8_tba2_ring2_array, 0},
+    {23, 23, 16, 75, "small_h_m23n23k16_dim8x8_tba4_ring2", small_h_m23n23k16_dim8x8_tba4_ring2_strided, small_h_m23n23k16_dim8x8_tba4_ring2_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
+    {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_ring2", small_h_m24n24k16_dim8x8_tba1_ring2_strided, small_h_m24n24k16_dim8x8_tba1_ring2_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_aring2", small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided, small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array, 0},
+    {25, 25, 16, 75, "small_h_m25n25k16_dim9x7_tba1_hoist_ring2", small_h_m25n25k16_dim9x7_tba1_hoist_ring2_strided, small_h_m25n25k16_dim9x7_tba1_hoist_ring2_array, 0},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
+    {26, 26, 16, 75, "small_h_m26n26k16_dim9x7_tba1_ring2", small_h_m26n26k16_dim9x7_tba1_ring2_strided, small_h_m26n26k16_dim9x7_tba1_ring2_array, 0},
     {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
+    {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring3", small_h_m27n27k16_dim14x9_tba1_hoist_ring3_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring3_array, 0},
     {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist", small_h_m27n27k27_dim7x7_tba8_hoist_strided, small_h_m27n27k27_dim7x7_tba8_hoist_array, 1},
+    {28, 28, 16, 75, "small_h_m28n28k16_dim10x7_tba4_ring2", small_h_m28n28k16_dim10x7_tba4_ring2_strided, small_h_m28n28k16_dim10x7_tba4_ring2_array, 0},
     {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1_hoist", small_h_m28n28k28_dim7x7_tba1_hoist_strided, small_h_m28n28k28_dim7x7_tba1_hoist_array, 1},
+    {29, 29, 16, 75, "small_h_m29n29k16_dim10x10_tba1_ring3", small_h_m29n29k16_dim10x10_tba1_ring3_strided, small_h_m29n29k16_dim10x10_tba1_ring3_array, 0},
     {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
+    {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2", small_h_m30n30k16_dim15x10_tba1_ring2_strided, small_h_m30n30k16_dim15x10_tba1_ring2_array, 0},
     {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist", small_h_m30n30k30_dim8x10_tba2_hoist_strided, small_h_m30n30k30_dim8x10_tba2_hoist_array, 1},
+    {31, 31, 16, 75, "small_h_m31n31k16_dim11x11_tba1_hoist_ring3", small_h_m31n31k16_dim11x11_tba1_hoist_ring3_strided, small_h_m31n31k16_dim11x11_tba1_hoist_ring3_array, 0},
     {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba2_hoist", small_h_m32n32k32_dim8x8_tba2_hoist_strided, small_h_m32n32k32_dim8x8_tba2_hoist_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
@@ -1145,9 +1236,13 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {15, 15, 15, 75, "small_hc_m15n15k15_dim4x4_tba8_ring2", small_hc_m15n15k15_dim4x4_tba8_ring2_strided, small_hc_m15n15k15_dim4x4_tba8_ring2_array, 0},
     {15, 15, 16, 75, "small_hc_m15n15k16_dim4x4_tba2_ring2", small_hc_m15n15k16_dim4x4_tba2_ring2_strided, small_hc_m15n15k16_dim4x4_tba2_ring2_array, 0},
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
+    {17, 17, 16, 75, "small_hc_m17n17k16_dim6x5_tba2_ring2", small_hc_m17n17k16_dim6x5_tba2_ring2_strided, small_hc_m17n17k16_dim6x5_tba2_ring2_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
+    {18, 18, 16, 75, "small_hc_m18n18k16_dim6x5_tba2_hoist_ring2", small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_strided, small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2", small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array, 0},
+    {19, 19, 16, 75, "small_hc_m19n19k16_dim5x5_tba2_ring2", small_hc_m19n19k16_dim5x5_tba2_ring2_strided, small_hc_m19n19k16_dim5x5_tba2_ring2_array, 0},
     {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4_hoist", small_hc_m19n19k19_dim7x10_tba4_hoist_strided, small_hc_m19n19k19_dim7x10_tba4_hoist_array, 0},
+    {20, 20, 16, 75, "small_hc_m20n20k16_dim5x5_tba2_ring2", small_hc_m20n20k16_dim5x5_tba2_ring2_strided, small_hc_m20n20k16_dim5x5_tba2_ring2_array, 0},
     {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2", small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided, small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2", small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array, 1},
     {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 0},
@@ -1447,24 +1542,39 @@ const char* const kernel_names[] = {
     "small_h_m15n15k15_dim8x5_tba8_ring2",
     "small_h_m15n15k16_dim8x5_tba4_hoist_ring2",
     "small_h_m16n16k16_dim8x8_tba4_ring3",
+    "small_h_m17n17k16_dim6x6_tba4_hoist_ring2",
     "small_h_m17n17k17_dim6x6_tba8_hoist_ring2",
+    "small_h_m18n18k16_dim9x6_tba1_hoist_ring2",
     "small_h_m18n18k18_dim6x6_tba4_hoist_ring2",
+    "small_h_m19n19k16_dim7x7_tba1_ring3",
     "small_h_m19n19k19_dim5x7_tba8_hoist_ring2",
     "small_h_m1n1k16_dim1x1_tba64_hoist_ring2",
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
+    "small_h_m20n20k16_dim7x7_tba1_hoist_ring3",
     "small_h_m20n20k20_dim5x5_tba1_hoist_aring2",
+    "small_h_m21n21k16_dim7x7_tba1_ring3",
     "small_h_m21n21k21_dim7x7_tba8_hoist_aring3",
+    "small_h_m22n22k16_dim8x8_tba1_ring2",
     "small_h_m22n22k22_dim8x8_tba2_ring2",
+    "small_h_m23n23k16_dim8x8_tba4_ring2",
     "small_h_m23n23k23_dim8x8_tba8_ring2",
+    "small_h_m24n24k16_dim8x8_tba1_ring2",
     "small_h_m24n24k24_dim8x8_tba2_hoist_aring2",
+    "small_h_m25n25k16_dim9x7_tba1_hoist_ring2",
     "small_h_m25n25k25_dim7x7_tba8_hoist",
+    "small_h_m26n26k16_dim9x7_tba1_ring2",
     "small_h_m26n26k26_dim7x9_tba2",
+    "small_h_m27n27k16_dim14x9_tba1_hoist_ring3",
     "small_h_m27n27k27_dim7x7_tba8_hoist",
+    "small_h_m28n28k16_dim10x7_tba4_ring2",
     "small_h_m28n28k28_dim7x7_tba1_hoist",
+    "small_h_m29n29k16_dim10x10_tba1_ring3",
     "small_h_m29n29k29_dim15x10_tba1",
     "small_h_m2n2k16_dim1x2_tba16_ring2",
     "small_h_m2n2k2_dim1x1_tba256_ring2",
+    "small_h_m30n30k16_dim15x10_tba1_ring2",
     "small_h_m30n30k30_dim8x10_tba2_hoist",
+    "small_h_m31n31k16_dim11x11_tba1_hoist_ring3",
     "small_h_m31n31k31_dim11x11_tba1",
     "small_h_m32n32k32_dim8x8_tba2_hoist",
     "small_h_m3n3k16_dim3x3_tba32_hoist_ring2",
@@ -1493,11 +1603,15 @@ const char* const kernel_names[] = {
     "small_hc_m15n15k15_dim4x4_tba8_ring2",
     "small_hc_m15n15k16_dim4x4_tba2_ring2",
     "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
+    "small_hc_m17n17k16_dim6x5_tba2_ring2",
     "small_hc_m17n17k17_dim6x6_tba8_hoist",
+    "small_hc_m18n18k16_dim6x5_tba2_hoist_ring2",
     "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2",
+    "small_hc_m19n19k16_dim5x5_tba2_ring2",
     "small_hc_m19n19k19_dim7x10_tba4_hoist",
     "small_hc_m1n1k16_dim1x1_tba128_ring2",
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
+    "small_hc_m20n20k16_dim5x5_tba2_ring2",
     "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
     "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2",
     "small_hc_m22n22k22_dim8x8_tba1_hoist",
@@ -1885,11 +1999,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 245; }
+extern "C" int gemmgen_kernel_count(void) { return 264; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 245) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 264) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
