@@ -7,7 +7,9 @@ top of the cases of harness.check_small.
   integer case, beta = 0 over NaN, with leading dimensions larger than the matrices; variants with
   a cp.async ring also on 16-byte aligned operands (the ring's path; the others take the register
   path; with beta ≠ 0 the ring also copies C), on a batch of 2000 (each resident thread block works
-  through several C blocks), and with C alone between 16-byte boundaries (the ring without C).
+  through several C blocks), and with C alone between 16-byte boundaries (the ring without C);
+  and, with beta ≠ 0, on packed batches of odd sizes that fit one C block (the raw packed ring), every
+  transpose pair.
 - The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
   ranges are exercised as a user reaches them.
 - The small-family kernels the tuned table passes over for the general kernel (prefer_general),
@@ -57,6 +59,18 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
             # A and B aligned, C between 16-byte boundaries: the ring without copying C.
             yield Case(prec, 2 * spec.blk_m, spec.blk_n, 2 * spec.blk_k, "T", "N", "strided", 300, "c-unaligned",
                        1.0, 0.5, pad=0, align=8, c_offset=1, kernel=name)
+            # A packed batch of GEMMs that each fit one C block, at sizes that are not multiples of 8, beta ≠ 0:
+            # the raw packed ring (GEMMs starting anywhere in a 16-byte chunk, K across several slices),
+            # C written in chunks, or element by element where it starts between boundaries.
+            m, n, k = spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1
+            for ta, tb in pairs:
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, "strided", 2000, "packed-ring", alpha, beta, pad=0, kernel=name)
+            yield Case(prec, m, n, k, "T", "T", "strided", 1001, "packed-ring-c-unaligned", 1.0, 0.5, pad=0,
+                       c_offset=1, kernel=name)
+            yield Case(prec, 1, 1, 1, "N", "N", "strided", 3001, "packed-ring-1x1x1", 1.0, 0.5, pad=0, kernel=name)
+            # beta = 0 on the same batch takes the register-staged kernel instead.
+            yield Case(prec, m, n, k, "N", "N", "strided", 1999, "packed-beta0-nan", 1.0, 0.0, pad=0, kernel=name)
         if prec not in big_batch_done:   # more than 65,535 blocks in the grid, once per precision
             big_batch_done.add(prec)
             yield Case(prec, 3, 3, 3, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0, kernel=name)

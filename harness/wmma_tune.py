@@ -76,10 +76,11 @@ def shape_launcher(lib, name: str, prec: str):
 
 
 def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,
-              aligned: bool = False) -> tuple[bool, float]:
+              aligned: bool = False, packed: bool = False) -> tuple[bool, float]:
     """One NN launch with padded leading dimensions against a float64 CuPy reference; returns
     (passed, largest DESIGN.md error over the batch).  aligned: leading dimensions that are
-    multiples of 8 (16 bytes), the only ones the cp.async ring takes."""
+    multiples of 8 (16 bytes), the only ones the cp.async ring takes; packed: none at all (ld =
+    rows), the raw packed ring's case where a GEMM fits one C block."""
     import cupy as cp
 
     from .api import scalar
@@ -88,6 +89,8 @@ def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: in
     rng = cp.random.RandomState(7)
     width = 2 if prec == "hc" else 1
     lda, ldb, ldc = (m + 3, k + 2, m + 1) if not aligned else (-(-m // 8) * 8 + 8, -(-k // 8) * 8, m + 1)
+    if packed:
+        lda, ldb, ldc = m, k, m
 
     def make(rows, cols, ld):
         vals = rng.uniform(0.25, 1.0, size=(batch, cols, ld, width)) * cp.where(
@@ -269,6 +272,9 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                 ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
                 if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
                     ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
+                if ok and getattr(spec, "stages", 0):   # and the raw packed ring's
+                    packed_shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
+                    ok, err = gpu_check(f, spec.precision, *packed_shape, takes_shape, batch=2000, packed=True)
             except Exception as exc:   # a launch failure is a result
                 ok, err = False, float("nan")
                 append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,

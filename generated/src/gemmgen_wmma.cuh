@@ -498,6 +498,291 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
 #endif
 }
 
+// ---- sm_80+, beta ≠ 0: a packed batch of whole GEMMs through a raw cp.async ring (h) --------------
+// The ring above needs every stored column on a 16-byte boundary, so h at sizes that are not
+// multiples of 8 takes the register-staged kernel, whose epilogue reads each old C value just before
+// writing it: a memory round trip per value that the compiler cannot hoist above the stores to C
+// (beta = 1: 0.16-0.21 of the bandwidth floor for rank-16 updates m = 33-63).  In a packed strided
+// batch (ld = stored rows, stride = matrix size) each GEMM's A, B and C are contiguous ranges whatever
+// the size, and where one C block covers a whole GEMM a thread block can copy them as they are: the
+// 16-byte chunks that cover each range, from the boundary at or below its first element (those bytes
+// are the previous GEMM's, in the same allocation), into a ring of raw stages, STAGES - 1 GEMMs ahead.
+// Each BLK_K slice is then laid out for the fragments (k-contiguous rows, as the register-staged kernel
+// keeps them) by a pass through registers within shared memory, and C is written as 16-byte chunks,
+// each thread's old-C chunks loaded before its first store, except the two chunks it shares with its
+// neighbours, element by element.
+// Measured on the H100 (docs/experiments/wmma_packed_ring_sm_90.json, 64 MB of data): with beta = 1
+// rank 33-63 0.16-0.21 -> 0.30-0.57 of the floor, squares 25-47 0.24-0.43 -> 0.30-0.58; with beta = 0
+// it lost (rank 33-63 0.27-0.47 -> 0.22-0.39): its phases (lay out, multiply, write C) are separated
+// by barriers and its loops run over the whole block whatever the GEMM's size, so it is issue- and
+// latency-bound where the register-staged kernel is not.  So it is taken with beta ≠ 0 only.
+struct PackedGeometry {
+    int a_chunks, b_chunks;   // ring chunks of one GEMM's A and B: room for any start in a chunk
+    int c_floats;             // the linear fp32 copy of one C, from its chunk's boundary (dense C only)
+
+    __host__ __device__ static int chunks(long long elems) { return (int)((elems + 7 + 7) / 8); }
+    __host__ __device__ PackedGeometry(int m, int n, int k, bool dense_c)
+        : a_chunks(chunks((long long)m * k)), b_chunks(chunks((long long)k * n)),
+          c_floats(dense_c ? (m * n + 7 + 7) / 8 * 8 : 0) {}
+};
+
+template <int BLK_M, int BLK_N, int BLK_K, int STAGES, typename ACC>
+struct PackedLayout {
+    static constexpr int LDS = BLK_K + SKEW;
+    static constexpr int PAD_HALVES = (BLK_M + BLK_N) * LDS;               // op(A), op(B) slices
+    static constexpr int FIXED_BYTES = PAD_HALVES * 2 + BLK_M * BLK_N * (int)sizeof(ACC);   // + C staging
+    __host__ __device__ static int bytes(const PackedGeometry& g)
+    {
+        return FIXED_BYTES + g.c_floats * 4 + STAGES * (g.a_chunks + g.b_chunks) * 16;
+    }
+};
+
+// Copy `elems` elements from base[first], a contiguous range, into dst as the 16-byte chunks that cover
+// it from the boundary at or below it (base 16-byte aligned); bytes past its end are zero-filled.
+template <int THREADS>
+__device__ __forceinline__ void copy_packed_range(int4* dst, const __half* base, long long first, int elems)
+{
+    const __half* from = base + (first & ~7LL);
+    const int end = (int)(first & 7) + elems;
+    for (int c = threadIdx.x; c * 8 < end; c += THREADS)
+        copy_async<16>(dst + c, from + c * 8, 2 * min(end - c * 8, 8));
+}
+
+// One BLK_K slice (from k0) of op(X) out of its raw packed copy into OUTER rows of BLK_K + SKEW halves
+// (k contiguous), for the first `outer` ≤ OUTER rows (the rest stay zero); k past K reads as zero.
+// Stored element (r, c) of X is raw[r + c·rows]; op(X)(o, k) is stored at (o, k) when OUTER_FIRST
+// (op(A) of 'N', op(B) of 'T') and at (k, o) otherwise.  Each thread makes pairs of consecutive k (one
+// 4-byte store each); the loop is unrolled to OUTER rows and every read is issued before the first
+// store, so their latencies overlap (a loop to `outer` ran one read-store round trip at a time).
+template <int THREADS, int OUTER, int BLK_K, int LDS, bool OUTER_FIRST>
+__device__ __forceinline__ void lay_out_slice(__half* s, const __half* raw, int outer, int K, int k0)
+{
+    constexpr int PAIRS = BLK_K / 2;
+    constexpr int ITEMS = OUTER * PAIRS;
+    constexpr int ROUNDS = (ITEMS + THREADS - 1) / THREADS;
+    const int stored_rows = OUTER_FIRST ? outer : K;
+    const int next = OUTER_FIRST ? stored_rows : 1;   // from k to k + 1 in raw
+    const __half zero = __float2half(0.0f);
+    constexpr int GROUP = ROUNDS < 8 ? ROUNDS : 8;   // pairs in flight per thread
+#pragma unroll
+    for (int r0 = 0; r0 < ROUNDS; r0 += GROUP) {
+        __half2 pair[GROUP];
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const int p = (int)threadIdx.x + (r0 + r) * THREADS, o = p / PAIRS, k = k0 + 2 * (p % PAIRS);
+            const int at = OUTER_FIRST ? o + k * stored_rows : k + o * stored_rows;
+            const bool row = r0 + r < ROUNDS && p < ITEMS && o < outer;
+            pair[r] = __halves2half2(row && k < K ? raw[at] : zero, row && k + 1 < K ? raw[at + next] : zero);
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const int p = (int)threadIdx.x + (r0 + r) * THREADS, o = p / PAIRS;
+            if (r0 + r < ROUNDS && p < ITEMS && o < outer)
+                *reinterpret_cast<__half2*>(s + o * LDS + 2 * (p % PAIRS)) = pair[r];
+        }
+    }
+}
+
+// The epilogue of a dense C (ldc = M, stride M·N, C 16-byte aligned): GEMM `entry`'s C is the range
+// [entry·M·N, + M·N).  First alpha·AB goes from the tile-major staging into `lin`, a linear fp32 copy
+// that starts at the range's chunk boundary; then each 16-byte chunk is written with one store (old C
+// read with one load when beta ≠ 0, each thread's loads issued before its stores: the compiler
+// cannot move a load of C above a store to C), the end chunks element by element.
+template <typename ACC, int TC_M, int TC_N, int BLK_M, int BLK_N, int THREADS>
+__device__ __forceinline__ void write_packed_c(__half* C, long long entry, int M, int N, const ACC* sC, float* lin,
+                                               float alpha, float beta, bool read_c)
+{
+    const long long first = entry * M * N;
+    const int mn = M * N, head = (int)(first & 7), chunks = (head + mn + 7) / 8;
+    {   // unrolled to the block's size, in groups whose reads all go before their writes
+        constexpr int ROUNDS = (BLK_M * BLK_N + THREADS - 1) / THREADS;
+        constexpr int GROUP = ROUNDS < 8 ? ROUNDS : 8;
+        const int step_row = THREADS % M, step_col = THREADS / M;
+        int row = threadIdx.x % M, col = threadIdx.x / M;
+#pragma unroll
+        for (int r0 = 0; r0 < ROUNDS; r0 += GROUP) {
+            float v[GROUP];
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r) {
+                v[r] = col < N ? Staged<ACC, TC_M, TC_N, BLK_M, BLK_N>::value(sC, row, col, float()) : 0.0f;
+                row += step_row;
+                col += step_col;
+                if (row >= M) {
+                    row -= M;
+                    ++col;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < GROUP; ++r) {
+                const int e = (int)threadIdx.x + (r0 + r) * THREADS;
+                if (r0 + r < ROUNDS && e < mn)
+                    lin[head + e] = alpha * v[r];
+            }
+        }
+    }
+    __syncthreads();
+    __half* base = C + (first & ~7LL);
+    constexpr int MAX_CHUNKS = (BLK_M * BLK_N + 14) / 8;
+    constexpr int ROUNDS = (MAX_CHUNKS + THREADS - 1) / THREADS;
+    constexpr int GROUP = ROUNDS < 4 ? ROUNDS : 4;   // old-C loads in flight per thread
+#pragma unroll
+    for (int r0 = 0; r0 < ROUNDS; r0 += GROUP) {
+        union Chunk { int4 raw; __half2 h[4]; } old[GROUP];
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const int c = (int)threadIdx.x + (r0 + r) * THREADS;
+            const bool inside = c > 0 && c + 1 < chunks;   // the whole chunk is this GEMM's
+            old[r].raw = make_int4(0, 0, 0, 0);
+            if (read_c && inside && r0 + r < ROUNDS)
+                old[r].raw = *reinterpret_cast<const int4*>(base + c * 8);
+        }
+#pragma unroll
+        for (int r = 0; r < GROUP; ++r) {
+            const int c = (int)threadIdx.x + (r0 + r) * THREADS;
+            if (r0 + r >= ROUNDS || c >= chunks)
+                continue;
+            const float4 lo = *reinterpret_cast<const float4*>(lin + c * 8);
+            const float4 hi = *reinterpret_cast<const float4*>(lin + c * 8 + 4);
+            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            if (c > 0 && c + 1 < chunks) {
+                Chunk out;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float2 w = make_float2(v[2 * j], v[2 * j + 1]);
+                    if (read_c) {
+                        const float2 o = __half22float2(old[r].h[j]);
+                        w = make_float2(fmaf(beta, o.x, w.x), fmaf(beta, o.y, w.y));
+                    }
+                    out.h[j] = __floats2half2_rn(w.x, w.y);
+                }
+                *reinterpret_cast<int4*>(base + c * 8) = out.raw;
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int e = c * 8 + j - head;   // element of this GEMM's C
+                    if (e >= 0 && e < mn) {
+                        __half* out = base + c * 8 + j;
+                        store_c(out, read_c ? fmaf(beta, load_c(out), v[j]) : v[j]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Resident warps per SM the packed kernel's registers must allow: its phases (lay out, multiply, write C)
+// are each short and separated by barriers, so it takes several blocks per SM to overlap them; left to
+// itself ptxas gave the 64-thread kernel of 32×32 blocks up to 152 registers (12 warps per SM).  32 warps
+// is 64 registers, which spilled where a thread lays out more than 8 pairs of a slice (BLK_K ≥ 32 with
+// few threads), and so did 16 warps (128 registers) for 64×64×32 blocks of 4 warps: there ptxas decides.
+template <int THREADS, int BLK_M, int BLK_N, int BLK_K>
+struct PackedMinBlocks {
+    static constexpr int value = (BLK_M + BLK_N) * BLK_K / 2 <= 8 * THREADS ? (32 * 32 + THREADS - 1) / THREADS : 0;
+};
+
+// One whole GEMM per thread block and iteration (M ≤ BLK_M, N ≤ BLK_N), items grid-stride.
+template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
+          int WARPS, int STAGES, char TA, char TB>
+__global__ void __launch_bounds__(DIM_X * DIM_Y, (PackedMinBlocks<DIM_X * DIM_Y, BLK_M, BLK_N, BLK_K>::value))
+wmma_packed_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int ldc, float alpha, float beta, int batch,
+                   PackedGeometry geometry)
+{
+#if __CUDA_ARCH__ >= 800
+    using Map = TileMap<TC_M, TC_N, BLK_M, BLK_N, WARPS>;
+    using L = PackedLayout<BLK_M, BLK_N, BLK_K, STAGES, ACC>;
+    constexpr int THREADS = DIM_X * DIM_Y;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half* sA = reinterpret_cast<__half*>(smem);
+    __half* sB = sA + BLK_M * L::LDS;
+    ACC* sC = reinterpret_cast<ACC*>(smem + L::PAD_HALVES * 2);
+    float* lin = reinterpret_cast<float*>(smem + L::FIXED_BYTES);
+    int4* ring = reinterpret_cast<int4*>(lin + geometry.c_floats);
+    const int stage_chunks = geometry.a_chunks + geometry.b_chunks;
+    const int tx = threadIdx.x % DIM_X, ty = threadIdx.x / DIM_X, warp = threadIdx.x / 32;
+    const bool read_c = !is_zero(beta);
+    const long long mk = (long long)M * K, kn = (long long)K * N;
+
+    // Rows of the slices past M and N are never written: zero once, they stay zero.
+    for (int i = threadIdx.x; i < L::PAD_HALVES / 2; i += THREADS)
+        reinterpret_cast<unsigned*>(smem)[i] = 0u;
+    long long load = blockIdx.x;
+    int load_stage = 0;
+    auto copy_next = [&]() {
+        if (load < batch) {
+            int4* dst = ring + load_stage * stage_chunks;
+            copy_packed_range<THREADS>(dst, ptrs.A, load * mk, (int)mk);
+            copy_packed_range<THREADS>(dst + geometry.a_chunks, ptrs.B, load * kn, (int)kn);
+        }
+        async_commit();   // empty groups too: the wait below counts groups
+        load += gridDim.x;
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j)
+        copy_next();
+    int stage = 0;
+    for (long long entry = blockIdx.x; entry < batch; entry += gridDim.x) {
+        async_wait<STAGES - 2>();   // this GEMM has landed (this thread's copies) ...
+        __syncthreads();            // ... everyone's; the previous GEMM's stage, slices and staging are free
+        copy_next();
+        const int4* raw = ring + stage * stage_chunks;
+        const __half* rawA = reinterpret_cast<const __half*>(raw) + (int)(entry * mk & 7);
+        const __half* rawB = reinterpret_cast<const __half*>(raw + geometry.a_chunks) + (int)(entry * kn & 7);
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+
+        Accumulator<ACC, TC_M, TC_N, TC_K> fC[Map::NFRAG];
+#pragma unroll
+        for (int f = 0; f < Map::NFRAG; ++f)
+            wmma::fill_fragment(fC[f], ACC(0.0f));
+        for (int kk = 0; kk < K; kk += BLK_K) {
+            if (kk > 0)
+                __syncthreads();   // the previous slice's fragments are loaded
+            lay_out_slice<THREADS, BLK_M, BLK_K, L::LDS, TA == 'N'>(sA, rawA, M, K, kk);
+            lay_out_slice<THREADS, BLK_N, BLK_K, L::LDS, TB != 'N'>(sB, rawB, N, K, kk);
+            __syncthreads();
+            tc_multiply<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, WARPS>(sA, sB, fC, warp);
+        }
+#pragma unroll
+        for (int f = 0; f < Map::NFRAG; ++f)
+            if (Map::owns(f, warp))
+                wmma::store_matrix_sync(sC + Map::tile(f, warp) * TC_M * TC_N, fC[f], TC_M, wmma::mem_col_major);
+        __syncthreads();
+        if (geometry.c_floats)
+            write_packed_c<ACC, TC_M, TC_N, BLK_M, BLK_N, THREADS>(ptrs.C, entry, M, N, sC, lin, alpha, beta, read_c);
+        else
+            write_c<__half, ACC, TC_M, TC_N, BLK_M, BLK_N, DIM_X, DIM_Y>(ptrs.output(entry), ldc, sC, M, N, alpha,
+                                                                       beta, read_c, tx, ty);
+    }
+    async_wait<0>();
+#endif
+}
+
+// The packed path's launch where it applies (sm_80+, a packed strided batch whose GEMMs each fit one
+// C block, and the shared memory for it); -1 where it does not, for the caller to take another path.
+template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
+          int WARPS, int STAGES, char TA, char TB>
+int launch_wmma_packed(const BatchPointers<__half>& p, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
+                       float beta, int batch, cudaStream_t stream)
+{
+    const DeviceInfo dev = device_info();
+    const bool packed = !p.A_array && k > 0 && m <= BLK_M && n <= BLK_N && lda == (TA == 'N' ? m : k) &&
+                        ldb == (TB == 'N' ? k : n) && p.stride_a == (long long)m * k &&
+                        p.stride_b == (long long)k * n && aligned16(p.A) && aligned16(p.B);
+    if (dev.cc < 80 || !packed)
+        return -1;
+    const bool dense_c = ldc == m && p.stride_c == (long long)m * n && aligned16(p.C);
+    const PackedGeometry geometry(m, n, k, dense_c);
+    const int bytes = PackedLayout<BLK_M, BLK_N, BLK_K, STAGES, ACC>::bytes(geometry);
+    if (bytes > dev.smem_per_block)
+        return -1;
+    auto kernel = wmma_packed_kernel<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB>;
+    const unsigned grid = persistent_grid(kernel, DIM_X * DIM_Y, bytes, batch);
+    if (grid == 0)
+        return GEMMGEN_LAUNCH_FAILED;
+    kernel<<<grid, DIM_X * DIM_Y, bytes, stream>>>(p, m, n, k, ldc, alpha, beta, batch, geometry);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
 // Whether a strided launch can take the cp.async ring: every chunk of 8 stored elements must start
 // on 16 bytes (leading dimensions, strides and base pointers); pointer arrays are not inspected.
 inline bool async_aligned(const BatchPointers<__half>& p, int lda, int ldb)
@@ -513,7 +798,8 @@ inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 }
 
 // sm_80+ with aligned operands: the ring, with as many thread blocks as fit on the device at once;
-// otherwise (and for k = 0, which has no slice to copy) the tuple's register-staged kernel.
+// with beta ≠ 0, a packed batch of GEMMs that each fit one C block: the packed ring; otherwise (and
+// for k = 0, which has no slice to copy) the tuple's register-staged kernel.
 template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
           int WARPS, int STAGES, char TA, char TB>
 int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, int n, int k, int lda, int ldb,
@@ -521,6 +807,12 @@ int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, 
 {
     const DeviceInfo dev = device_info();
     const int tiles_m = (m + BLK_M - 1) / BLK_M, tiles_n = (n + BLK_N - 1) / BLK_N;
+    if (!is_zero(beta) && !async_aligned(ptrs, lda, ldb)) {   // a packed batch of whole GEMMs, beta ≠ 0
+        const int rc = launch_wmma_packed<ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, STAGES, TA, TB>(
+            ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+        if (rc != -1)
+            return rc;
+    }
     if (dev.cc < 80 || k == 0 || !async_aligned(ptrs, lda, ldb) || (long long)tiles_m * tiles_n > 0x7fffffffLL)
         return launch_wmma<__half, ACC, TC_M, TC_N, TC_K, BLK_M, BLK_N, BLK_K, DIM_X, DIM_Y, WARPS, TA, TB>(
             conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
