@@ -9,6 +9,7 @@ launches), plus beta = 1 for the fastest tuple; fractions of the bandwidth floor
 
 Usage (on a GPU): python docs/experiments/wmma_packed_ring_timing.py LIB.so OUT.json"""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,11 +27,9 @@ SIZES = {"square": [s for s in range(25, 64) if s % 8] + [40, 48, 56],
 def main(lib_path: Path, out: Path) -> None:
     arch, device = device_arch()
     lib = GemmgenLibrary(lib_path)
-    names = sorted({line.split("_strided")[0] for line in
-                    __import__("subprocess").run(["nm", "-D", str(lib_path)], capture_output=True,
-                                                 text=True).stdout.split()
-                    if line.startswith("wmma_h_") and line.endswith("_strided")})
-    rings = [wmma.WmmaSpec.parse(n) for n in names if wmma.WmmaSpec.parse(n).stages]
+    symbols = subprocess.run(["nm", "-D", str(lib_path)], capture_output=True, text=True).stdout.split()
+    names = sorted({s[:-len("_strided")] for s in symbols if s.startswith("wmma_h_") and s.endswith("_strided")})
+    rings = [spec for spec in map(wmma.WmmaSpec.parse, names) if spec.stages]
     bandwidth = copy_bandwidth()
     checks = []
     for spec in rings:

@@ -523,7 +523,7 @@ struct PackedGeometry {
     __host__ __device__ static int chunks(long long elems) { return (int)((elems + 7 + 7) / 8); }
     __host__ __device__ PackedGeometry(int m, int n, int k, bool dense_c)
         : a_chunks(chunks((long long)m * k)), b_chunks(chunks((long long)k * n)),
-          c_floats(dense_c ? (m * n + 7 + 7) / 8 * 8 : 0) {}
+          c_floats(dense_c ? chunks((long long)m * n) * 8 : 0) {}
 };
 
 template <int BLK_M, int BLK_N, int BLK_K, int STAGES, typename ACC>
@@ -552,8 +552,8 @@ __device__ __forceinline__ void copy_packed_range(int4* dst, const __half* base,
 // (k contiguous), for the first `outer` ≤ OUTER rows (the rest stay zero); k past K reads as zero.
 // Stored element (r, c) of X is raw[r + c·rows]; op(X)(o, k) is stored at (o, k) when OUTER_FIRST
 // (op(A) of 'N', op(B) of 'T') and at (k, o) otherwise.  Each thread makes pairs of consecutive k (one
-// 4-byte store each); the loop is unrolled to OUTER rows and every read is issued before the first
-// store, so their latencies overlap (a loop to `outer` ran one read-store round trip at a time).
+// 4-byte store each); the loop is unrolled to OUTER rows and reads go in groups of up to 8 before their
+// stores, so their latencies overlap (a loop to `outer` ran one read-store round trip at a time).
 template <int THREADS, int OUTER, int BLK_K, int LDS, bool OUTER_FIRST>
 __device__ __forceinline__ void lay_out_slice(__half* s, const __half* raw, int outer, int K, int k0)
 {
