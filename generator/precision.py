@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class Precision:
     key: str            # prefix in names and in the C API: gemmgen_<key>gemm_...
     storage: str        # element type in device memory
-    compute: str        # type the kernels accumulate in (fp16 is widened to fp32)
+    compute: str        # type of the epilogue's arithmetic (fp16 is widened to fp32 for it)
     scalar: str         # type of alpha and beta in the C API
     is_complex: bool
     real_bytes: int     # bytes of one real component in storage
@@ -37,9 +37,9 @@ PRECISIONS: dict[str, Precision] = {
     p.key: p
     for p in (
         Precision("h", "__half", "float", "float", False, 2, 2.0**-11, "float16",
-                  "fp16 storage, fp32 accumulation"),
+                  "fp16 storage"),
         Precision("hc", "__half2", "float2", "cuFloatComplex", True, 2, 2.0**-11, "float16",
-                  "interleaved half complex (.x real, .y imaginary), fp32 accumulation"),
+                  "interleaved half complex (.x real, .y imaginary)"),
         Precision("s", "float", "float", "float", False, 4, 2.0**-24, "float32", "fp32"),
         Precision("d", "double", "double", "double", False, 8, 2.0**-53, "float64", "fp64"),
         Precision("c", "cuFloatComplex", "float2", "cuFloatComplex", True, 4, 2.0**-24,

@@ -25,7 +25,7 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?(_acc16)?$")
 RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
 # Where the tuner tries the ring (the knob itself is valid at every size and precision).  fp16
 # from N = 1: its staged kernels stayed at 0.60-0.80 of the floor up to N = 16 (staging unpacks,
@@ -61,6 +61,12 @@ class SmallSpec(Spec):
     # each array ring adds kernels to every sm_80/sm_90 build (and to CI's); `tune small
     # --arrays` sets it where it pays.
     array_stages: int = 0
+    # h and hc, a tuple with a ring (either interface): its ring kernel accumulates in fp16 with
+    # paired FMAs (HFMA2) instead of widening every element read to fp32 (the template's
+    # multiply_acc16 says why: fp16 kernels from N ≈ 12 are bound by those instructions).  Within
+    # DESIGN.md's error bound for fp16 (u = 2⁻¹¹), as the wmma tuples with fp16 accumulators; the
+    # staged kernel, which runs on sm_75 and unaligned operands, keeps fp32.  A tuning knob.
+    acc16: bool = False
 
     family = "small"
 
@@ -70,17 +76,19 @@ class SmallSpec(Spec):
         return (f"small_{self.precision}_m{self.m}n{self.n}k{self.k}"
                 f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else "")
                 + (f"_ring{self.stages}" if self.stages else "")
-                + (f"_aring{self.array_stages}" if self.array_stages else ""))
+                + (f"_aring{self.array_stages}" if self.array_stages else "")
+                + ("_acc16" if self.acc16 else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>])")
-        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages = match.groups()
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>][_acc16])")
+        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages, acc16 = match.groups()
         spec = cls(prec, int(m), int(n), int(k), int(dim_m), int(dim_n), int(tba), hoist=hoist is not None,
-                   stages=int(stages) if stages else 0, array_stages=int(array_stages) if array_stages else 0)
+                   stages=int(stages) if stages else 0, array_stages=int(array_stages) if array_stages else 0,
+                   acc16=acc16 is not None)
         spec.validate()
         return spec
 
@@ -90,7 +98,8 @@ class SmallSpec(Spec):
         before a knob existed has its default).  Not validated: callers validate for their arch."""
         m, n, k = shape or (row["m"], row["n"], row["k"])
         return cls(precision or row["precision"], m, n, k, row["dim_m"], row["dim_n"], row["tba"],
-                   row.get("hoist", False), row.get("stages", 0), row.get("array_stages", 0))
+                   row.get("hoist", False), row.get("stages", 0), row.get("array_stages", 0),
+                   row.get("acc16", False))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -192,6 +201,13 @@ class SmallSpec(Spec):
         require(not (self.array_stages and self.stages), "array ring stages",
                 f"a tuple with a ring (stages={self.stages}) takes it for pointer arrays too; "
                 "array_stages is for tuples without one")
+        require(isinstance(self.acc16, bool), "acc16", f"acc16={self.acc16!r} must be True or False")
+        if self.acc16:
+            require(PRECISIONS[self.precision].real_bytes == 2, "acc16",
+                    f"fp16 accumulation is for the fp16 precisions (h, hc), not {self.precision}")
+            require(bool(self.stages or self.array_stages), "acc16",
+                    "fp16 accumulation is a property of the ring kernel; this tuple has no ring "
+                    "(stages = array_stages = 0)")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)
@@ -261,7 +277,13 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
     if max(m, n) >= RING_MIN_SIZE[precision]:
         out += [ring for spec in list(out) for stages in RING_STAGES
                 for ring in (replace(spec, stages=stages),) if ring.is_valid(arch)]
-    return sorted(set(out))
+    return sorted(set(out + with_acc16(out, arch)))
+
+
+def with_acc16(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
+    """The fp16-accumulating twin (the `acc16` knob) of every h or hc tuple with a ring among specs."""
+    return [twin for spec in specs if PRECISIONS[spec.precision].real_bytes == 2 and (spec.stages or spec.array_stages)
+            for twin in (replace(spec, acc16=True),) if twin.is_valid(arch)]
 
 
 def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
@@ -271,7 +293,8 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
     precision's RING_MIN_SIZE up, the ring (`stages`) with every blocking of the full sweep at tba
     1, 2 and the row's tba halved, kept and doubled, since a block that keeps loading while it
     multiplies favours other blockings than one that waits (z N = 25: 25×13 threads staged, 13×13
-    with the ring).  (The odd fp16 sizes need tba a multiple of 8 for whole 16-byte chunks.)"""
+    with the ring).  (The odd fp16 sizes need tba a multiple of 8 for whole 16-byte chunks.)  For h
+    and hc, each ring tuple also with fp16 accumulation (`acc16`), the row's own knob kept too."""
     out = []
     for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
         for hoist in (False, True):
@@ -287,4 +310,5 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
                     ring = replace(spec, stages=stages)
                     if ring.is_valid(arch):
                         out.append(ring)
-    return sorted(set(out))
+    out = [replace(spec, acc16=False) for spec in out]
+    return sorted(set(out + with_acc16(out, arch)))

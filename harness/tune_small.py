@@ -257,11 +257,25 @@ def _fastest(rows: list[dict], key) -> dict[tuple, dict]:
     return best
 
 
+# fp16 accumulation (the acc16 knob) gives up accuracy (sums rounded to fp16 at every step, fp16's
+# range) for fewer instructions, so the table takes it only for a clear gain, not for a difference
+# within the run-to-run spread of the sweep's timings.
+ACC16_MIN_GAIN = 1.05
+
+
 def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dict]:
-    """Per precision and shape, the fastest variant on strided batches (the sweep's measure)."""
+    """Per precision and shape, the fastest variant on strided batches (the sweep's measure); one
+    accumulating in fp16 only where it beats the fastest fp32 one by ACC16_MIN_GAIN."""
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("arch") == arch
             and r.get("interface", "strided") == "strided"]
-    return _fastest(rows, lambda r: (r["precision"], r["m"], r["n"], r["k"]))
+    shape = lambda r: (r["precision"], r["m"], r["n"], r["k"])   # noqa: E731
+    fp32 = _fastest([r for r in rows if not r.get("acc16")], shape)
+    fp16 = _fastest([r for r in rows if r.get("acc16")], shape)
+    best = dict(fp32)
+    for key, row in fp16.items():
+        if key not in fp32 or row["time_us"] * ACC16_MIN_GAIN <= fp32[key]["time_us"]:
+            best[key] = row
+    return best
 
 
 def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple[dict, small.SmallSpec]]:
@@ -296,7 +310,7 @@ def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
             "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages,
-            "array_stages": spec.array_stages}
+            "array_stages": spec.array_stages, "acc16": spec.acc16}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
@@ -313,7 +327,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     table["small"] = [
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
          "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0),
-         **({"array_stages": spec.array_stages} if spec.array_stages else {}), "time_us": round(r["time_us"], 3),
+         **({"array_stages": spec.array_stages} if spec.array_stages else {}),
+         **({"acc16": True} if spec.acc16 else {}), "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
         for key, (r, spec) in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))

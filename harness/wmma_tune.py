@@ -272,7 +272,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                 ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
                 if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
                     ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
-                if ok and getattr(spec, "stages", 0):   # and the raw packed ring's
+                if ok and takes_shape and spec.stages:   # and the general kernel's raw packed ring
                     packed_shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
                     ok, err = gpu_check(f, spec.precision, *packed_shape, takes_shape, batch=2000, packed=True)
             except Exception as exc:   # a launch failure is a result

@@ -1,5 +1,7 @@
 """The small family's spec: its rules refuse bad tuples by name, names round-trip, and every
 variant the heuristic or the sweep proposes is valid."""
+from dataclasses import replace
+
 import pytest
 
 from generator.precision import PRECISION_ORDER
@@ -47,6 +49,8 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("s", 29, 29, 29, 10, 10, 1, False, 2), "ring chunks"),   # 3364-byte blocks: not whole 16 B chunks
     (("d", 13, 13, 13, 4, 4, 4, False, 0, 4), "array ring stages"),
     (("s", 8, 8, 8, 4, 4, 4, False, 2, 2), "array ring stages"),   # the ring serves pointer arrays already
+    (("s", 8, 8, 8, 4, 4, 4, False, 2, 0, True), "acc16"),       # fp16 accumulation is for h and hc
+    (("h", 8, 8, 8, 4, 4, 4, False, 0, 0, True), "acc16"),       # only the ring kernel has it
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -168,3 +172,28 @@ def test_ring_must_fit_the_target_architecture_but_not_every_one():
     with pytest.raises(SpecError) as info:
         spec.validate("sm_86")   # 99 kB per block
     assert info.value.rule == "shared memory"
+
+
+def test_acc16_round_trips_and_is_swept_as_the_twin_of_every_fp16_ring_tuple():
+    spec = SmallSpec.parse("small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16")
+    assert (spec.acc16, spec.stages, spec.hoist) == (True, 2, True)
+    assert spec.name == "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16"
+    assert SmallSpec.parse("small_h_m20n20k20_dim5x5_tba1_hoist_aring2_acc16").array_stages == 2
+    assert not SmallSpec.parse("small_h_m13n13k13_dim7x5_tba8_ring2").acc16
+    row = {"precision": "h", "m": 13, "n": 13, "k": 13, "dim_m": 7, "dim_n": 5, "tba": 8, "stages": 2, "acc16": True}
+    assert SmallSpec.from_row(row).name == "small_h_m13n13k13_dim7x5_tba8_ring2_acc16"
+    for precision in ("h", "hc"):
+        candidates = set(sweep_candidates(precision, 13, 13, 13))
+        rings = {s for s in candidates if s.stages and not s.acc16}
+        assert rings and {replace(s, acc16=True) for s in rings} <= candidates
+        assert all(s.stages or s.array_stages for s in candidates if s.acc16)
+    assert not any(s.acc16 for s in sweep_candidates("s", 20, 20, 20))
+
+
+def test_neighbourhood_measures_each_fp16_ring_tuple_with_both_accumulators():
+    row = {"precision": "hc", "m": 15, "n": 15, "k": 15, "dim_m": 5, "dim_n": 8, "tba": 8, "stages": 2,
+           "acc16": True}
+    out = neighbourhood(row)
+    rings = [s for s in out if s.stages]
+    assert rings and all(replace(s, acc16=not s.acc16) in out for s in rings)
+    assert SmallSpec.from_row(row) in out and replace(SmallSpec.from_row(row), acc16=False) in out

@@ -105,3 +105,18 @@ def test_no_array_ring_where_the_dispatch_runs_a_tensor_core_kernel(tmp_path, mo
     specs = tune.table_specs(_write(tmp_path, rows), "H100", "sm_90")
     assert specs[("h", 20, 20, 20)][1].array_stages == 2
     assert specs[("h", 25, 25, 25)][1].array_stages == 0
+
+
+def test_fp16_accumulation_wins_only_by_the_minimum_gain(tmp_path):
+    from harness.tune_small import ACC16_MIN_GAIN, table_specs
+
+    fp32 = {**_row("small_h_m19n19k19_dim5x7_tba4_ring2", time_us=10.0), "precision": "h", "stages": 2}
+    twin = {**fp32, "name": fp32["name"] + "_acc16", "acc16": True}
+    # faster, but by less than the minimum gain: the fp32 tuple stays
+    rows = [fp32, {**twin, "time_us": 10.0 / ACC16_MIN_GAIN * 1.01}]
+    assert best_variants(_write(tmp_path, rows), "H100", "sm_90")[("h", 19, 19, 19)]["name"] == fp32["name"]
+    rows = [fp32, {**twin, "time_us": 10.0 / ACC16_MIN_GAIN * 0.99}]
+    path = _write(tmp_path, rows)
+    assert best_variants(path, "H100", "sm_90")[("h", 19, 19, 19)]["name"] == twin["name"]
+    _, spec = table_specs(path, "H100", "sm_90")[("h", 19, 19, 19)]
+    assert spec.acc16 and spec.name == twin["name"]

@@ -49,7 +49,10 @@ int gemmgen_tallskinny_is_generated(const char* precision, int n);
 /* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL. */
 const char* gemmgen_tallskinny_selected_kernel(const char* precision, int m, int n, int k);
 
-/* h: fp16 storage, fp32 accumulation */
+/* h: fp16 storage; alpha·op(A)·op(B) + beta·C formed in fp32.  The sums of
+   op(A)·op(B) are fp32 or fp16 per kernel, as tuned: fp16 in the wmma kernels named `_f16` and in the ring of the small
+   kernels named `_acc16` (gemmgen_small_selected_kernel names the one a shape runs); the error stays within
+   c·k·2^-11 of ‖A‖·‖B‖ either way, but fp16 sums also take fp16's range (±65504). */
 int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
     float alpha, const __half* A, int lda, long long strideA,
     const __half* B, int ldb, long long strideB,
@@ -64,7 +67,10 @@ int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, int k,
     float alpha, const __half* A, int lda, const __half* B, int ldb,
     float beta, __half* C, int ldc, cudaStream_t stream);
 
-/* hc: interleaved half complex (.x real, .y imaginary), fp32 accumulation */
+/* hc: interleaved half complex (.x real, .y imaginary); alpha·op(A)·op(B) + beta·C formed in fp32.  The sums of
+   op(A)·op(B) are fp32 or fp16 per kernel, as tuned: fp16 in the wmma kernels named `_f16` and in the ring of the small
+   kernels named `_acc16` (gemmgen_small_selected_kernel names the one a shape runs); the error stays within
+   c·k·2^-11 of ‖A‖·‖B‖ either way, but fp16 sums also take fp16's range (±65504). */
 int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const __half2* A, int lda, long long strideA,
     const __half2* B, int ldb, long long strideB,

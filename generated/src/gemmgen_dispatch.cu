@@ -266,81 +266,81 @@ extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_strided(char, char, double, cons
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m10n10k10_dim5x4_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m10n10k10_dim5x4_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m13n13k13_dim5x4_tba8_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m15n15k16_dim8x5_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m15n15k16_dim8x5_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m16n16k16_dim8x8_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim8x8_tba4_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m16n16k16_dim8x8_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m17n17k16_dim6x6_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m17n17k16_dim6x6_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m18n18k16_dim9x6_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m18n18k16_dim9x6_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m19n19k16_dim7x7_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m19n19k16_dim7x7_tba1_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -350,81 +350,81 @@ extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, floa
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m20n20k16_dim7x7_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m20n20k16_dim7x7_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m21n21k16_dim7x7_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m21n21k16_dim7x7_tba1_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m22n22k16_dim8x8_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m22n22k16_dim8x8_tba1_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m22n22k22_dim8x8_tba2_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m23n23k16_dim8x8_tba4_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m23n23k16_dim8x8_tba4_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m24n24k16_dim8x8_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m24n24k16_dim8x8_tba1_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m25n25k16_dim9x7_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m25n25k16_dim9x7_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m26n26k16_dim9x7_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m26n26k16_dim9x7_tba1_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m26n26k26_dim7x9_tba2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m27n27k27_dim7x9_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m27n27k27_dim7x7_tba8_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m27n27k27_dim7x9_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m28n28k16_dim10x7_tba4_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m28n28k16_dim10x7_tba4_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m28n28k28_dim7x7_tba1_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m29n29k16_dim10x10_tba1_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m29n29k16_dim10x10_tba1_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m29n29k29_dim15x10_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -438,25 +438,25 @@ extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, con
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m30n30k30_dim8x10_tba2_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m31n31k16_dim11x11_tba1_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m31n31k16_dim11x11_tba1_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m31n31k31_dim11x11_tba1_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m31n31k31_dim11x11_tba1_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m32n32k32_dim8x8_tba2_hoist_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -510,9 +510,9 @@ extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided(char, char, float
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim5x3_tba8_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim5x3_tba8_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -522,9 +522,9 @@ extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_strided(char, char, cuFloatC
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m11n11k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -538,53 +538,57 @@ extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided(char, char, cu
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m15n15k15_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m15n15k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m15n15k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m17n17k16_dim6x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m17n17k16_dim6x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x6_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m19n19k16_dim5x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m19n19k16_dim5x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim7x10_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -594,45 +598,73 @@ extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuF
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m20n20k16_dim5x5_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m20n20k16_dim5x5_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim8x8_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m24n24k24_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m25n25k25_dim7x9_tba4_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m26n26k26_dim7x9_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m27n27k27_dim9x14_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m27n27k27_dim9x14_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m28n28k28_dim14x14_tba2_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m28n28k28_dim14x14_tba2_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m29n29k29_dim10x15_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -646,17 +678,17 @@ extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided(char, char, cuF
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m30n30k30_dim10x15_tba1_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m30n30k30_dim10x15_tba1_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m31n31k31_dim16x16_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m31n31k31_dim16x16_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m32n32k32_dim8x8_tba2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m32n32k32_dim8x8_tba2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -710,9 +742,9 @@ extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_s_m10n10k10_dim5x5_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -1113,52 +1145,52 @@ const SmallEntry<__half, float> small_h[] = {
     {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
     {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba16_hoist_ring3", small_h_m9n9k9_dim5x3_tba16_hoist_ring3_strided, small_h_m9n9k9_dim5x3_tba16_hoist_ring3_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba8_ring3", small_h_m9n9k9_dim5x3_tba8_ring3_strided, small_h_m9n9k9_dim5x3_tba8_ring3_array, 0},
     {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim5x4_tba8_hoist_ring2", small_h_m10n10k10_dim5x4_tba8_hoist_ring2_strided, small_h_m10n10k10_dim5x4_tba8_hoist_ring2_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim5x4_tba16_hoist_ring3", small_h_m10n10k10_dim5x4_tba16_hoist_ring3_strided, small_h_m10n10k10_dim5x4_tba16_hoist_ring3_array, 0},
     {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
-    {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba16_hoist_ring3", small_h_m11n11k11_dim6x4_tba16_hoist_ring3_strided, small_h_m11n11k11_dim6x4_tba16_hoist_ring3_array, 0},
+    {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16", small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0},
-    {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba16_hoist_ring2", small_h_m12n12k12_dim6x4_tba16_hoist_ring2_strided, small_h_m12n12k12_dim6x4_tba16_hoist_ring2_array, 0},
+    {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0},
     {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
-    {13, 13, 13, 75, "small_h_m13n13k13_dim5x4_tba8_ring2", small_h_m13n13k13_dim5x4_tba8_ring2_strided, small_h_m13n13k13_dim5x4_tba8_ring2_array, 0},
-    {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2", small_h_m13n13k16_dim7x5_tba8_ring2_strided, small_h_m13n13k16_dim7x5_tba8_ring2_array, 0},
-    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_hoist_ring2", small_h_m14n14k14_dim7x5_tba8_hoist_ring2_strided, small_h_m14n14k14_dim7x5_tba8_hoist_ring2_array, 0},
-    {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_array, 0},
+    {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
+    {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
+    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
+    {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
-    {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba4_hoist_ring2", small_h_m15n15k16_dim8x5_tba4_hoist_ring2_strided, small_h_m15n15k16_dim8x5_tba4_hoist_ring2_array, 0},
-    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba4_ring3", small_h_m16n16k16_dim8x8_tba4_ring3_strided, small_h_m16n16k16_dim8x8_tba4_ring3_array, 0},
-    {17, 17, 16, 75, "small_h_m17n17k16_dim6x6_tba4_hoist_ring2", small_h_m17n17k16_dim6x6_tba4_hoist_ring2_strided, small_h_m17n17k16_dim6x6_tba4_hoist_ring2_array, 0},
-    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_hoist_ring2", small_h_m17n17k17_dim6x6_tba8_hoist_ring2_strided, small_h_m17n17k17_dim6x6_tba8_hoist_ring2_array, 0},
-    {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_hoist_ring2", small_h_m18n18k16_dim9x6_tba1_hoist_ring2_strided, small_h_m18n18k16_dim9x6_tba1_hoist_ring2_array, 0},
-    {18, 18, 18, 75, "small_h_m18n18k18_dim6x6_tba4_hoist_ring2", small_h_m18n18k18_dim6x6_tba4_hoist_ring2_strided, small_h_m18n18k18_dim6x6_tba4_hoist_ring2_array, 0},
-    {19, 19, 16, 75, "small_h_m19n19k16_dim7x7_tba1_ring3", small_h_m19n19k16_dim7x7_tba1_ring3_strided, small_h_m19n19k16_dim7x7_tba1_ring3_array, 0},
-    {19, 19, 19, 75, "small_h_m19n19k19_dim5x7_tba8_hoist_ring2", small_h_m19n19k19_dim5x7_tba8_hoist_ring2_strided, small_h_m19n19k19_dim5x7_tba8_hoist_ring2_array, 0},
-    {20, 20, 16, 75, "small_h_m20n20k16_dim7x7_tba1_hoist_ring3", small_h_m20n20k16_dim7x7_tba1_hoist_ring3_strided, small_h_m20n20k16_dim7x7_tba1_hoist_ring3_array, 0},
-    {20, 20, 20, 75, "small_h_m20n20k20_dim5x5_tba1_hoist_aring2", small_h_m20n20k20_dim5x5_tba1_hoist_aring2_strided, small_h_m20n20k20_dim5x5_tba1_hoist_aring2_array, 0},
-    {21, 21, 16, 75, "small_h_m21n21k16_dim7x7_tba1_ring3", small_h_m21n21k16_dim7x7_tba1_ring3_strided, small_h_m21n21k16_dim7x7_tba1_ring3_array, 0},
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x7_tba8_hoist_aring3", small_h_m21n21k21_dim7x7_tba8_hoist_aring3_strided, small_h_m21n21k21_dim7x7_tba8_hoist_aring3_array, 0},
-    {22, 22, 16, 75, "small_h_m22n22k16_dim8x8_tba1_ring2", small_h_m22n22k16_dim8x8_tba1_ring2_strided, small_h_m22n22k16_dim8x8_tba1_ring2_array, 0},
-    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba2_ring2", small_h_m22n22k22_dim8x8_tba2_ring2_strided, small_h_m22n22k22_dim8x8_tba2_ring2_array, 0},
-    {23, 23, 16, 75, "small_h_m23n23k16_dim8x8_tba4_ring2", small_h_m23n23k16_dim8x8_tba4_ring2_strided, small_h_m23n23k16_dim8x8_tba4_ring2_array, 0},
+    {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_ring2_acc16_array, 0},
+    {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
+    {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
+    {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+    {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist_aring2", small_h_m19n19k19_dim7x5_tba8_hoist_aring2_strided, small_h_m19n19k19_dim7x5_tba8_hoist_aring2_array, 0},
+    {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+    {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+    {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist_aring2", small_h_m21n21k21_dim7x6_tba8_hoist_aring2_strided, small_h_m21n21k21_dim7x6_tba8_hoist_aring2_array, 0},
+    {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0},
+    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0},
+    {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
-    {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_ring2", small_h_m24n24k16_dim8x8_tba1_ring2_strided, small_h_m24n24k16_dim8x8_tba1_ring2_array, 0},
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_aring2", small_h_m24n24k24_dim8x8_tba2_hoist_aring2_strided, small_h_m24n24k24_dim8x8_tba2_hoist_aring2_array, 0},
-    {25, 25, 16, 75, "small_h_m25n25k16_dim9x7_tba1_hoist_ring2", small_h_m25n25k16_dim9x7_tba1_hoist_ring2_strided, small_h_m25n25k16_dim9x7_tba1_hoist_ring2_array, 0},
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist", small_h_m25n25k25_dim7x7_tba8_hoist_strided, small_h_m25n25k25_dim7x7_tba8_hoist_array, 1},
-    {26, 26, 16, 75, "small_h_m26n26k16_dim9x7_tba1_ring2", small_h_m26n26k16_dim9x7_tba1_ring2_strided, small_h_m26n26k16_dim9x7_tba1_ring2_array, 0},
-    {26, 26, 26, 75, "small_h_m26n26k26_dim7x9_tba2", small_h_m26n26k26_dim7x9_tba2_strided, small_h_m26n26k26_dim7x9_tba2_array, 1},
-    {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring3", small_h_m27n27k16_dim14x9_tba1_hoist_ring3_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring3_array, 0},
-    {27, 27, 27, 75, "small_h_m27n27k27_dim7x7_tba8_hoist", small_h_m27n27k27_dim7x7_tba8_hoist_strided, small_h_m27n27k27_dim7x7_tba8_hoist_array, 1},
-    {28, 28, 16, 75, "small_h_m28n28k16_dim10x7_tba4_ring2", small_h_m28n28k16_dim10x7_tba4_ring2_strided, small_h_m28n28k16_dim10x7_tba4_ring2_array, 0},
-    {28, 28, 28, 75, "small_h_m28n28k28_dim7x7_tba1_hoist", small_h_m28n28k28_dim7x7_tba1_hoist_strided, small_h_m28n28k28_dim7x7_tba1_hoist_array, 1},
-    {29, 29, 16, 75, "small_h_m29n29k16_dim10x10_tba1_ring3", small_h_m29n29k16_dim10x10_tba1_ring3_strided, small_h_m29n29k16_dim10x10_tba1_ring3_array, 0},
+    {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+    {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
+    {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0},
+    {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0},
+    {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0},
+    {27, 27, 27, 75, "small_h_m27n27k27_dim7x9_tba8_hoist_ring2", small_h_m27n27k27_dim7x9_tba8_hoist_ring2_strided, small_h_m27n27k27_dim7x9_tba8_hoist_ring2_array, 1},
+    {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0},
+    {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+    {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0},
     {29, 29, 29, 75, "small_h_m29n29k29_dim15x10_tba1", small_h_m29n29k29_dim15x10_tba1_strided, small_h_m29n29k29_dim15x10_tba1_array, 1},
-    {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2", small_h_m30n30k16_dim15x10_tba1_ring2_strided, small_h_m30n30k16_dim15x10_tba1_ring2_array, 0},
-    {30, 30, 30, 75, "small_h_m30n30k30_dim8x10_tba2_hoist", small_h_m30n30k30_dim8x10_tba2_hoist_strided, small_h_m30n30k30_dim8x10_tba2_hoist_array, 1},
-    {31, 31, 16, 75, "small_h_m31n31k16_dim11x11_tba1_hoist_ring3", small_h_m31n31k16_dim11x11_tba1_hoist_ring3_strided, small_h_m31n31k16_dim11x11_tba1_hoist_ring3_array, 0},
+    {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0},
+    {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0},
+    {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0},
     {31, 31, 31, 75, "small_h_m31n31k31_dim11x11_tba1", small_h_m31n31k31_dim11x11_tba1_strided, small_h_m31n31k31_dim11x11_tba1_array, 1},
-    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba2_hoist", small_h_m32n32k32_dim8x8_tba2_hoist_strided, small_h_m32n32k32_dim8x8_tba2_hoist_array, 1},
+    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1222,40 +1254,48 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2", small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_strided, small_hc_m9n9k9_dim3x5_tba8_hoist_ring2_array, 0},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba16_ring2", small_hc_m10n10k10_dim5x5_tba16_ring2_strided, small_hc_m10n10k10_dim5x5_tba16_ring2_array, 0},
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
-    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2", small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_strided, small_hc_m11n11k11_dim4x6_tba16_hoist_ring2_array, 0},
+    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
     {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {13, 13, 13, 75, "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2", small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_strided, small_hc_m13n13k13_dim4x4_tba4_hoist_ring2_array, 0},
-    {13, 13, 16, 75, "small_hc_m13n13k16_dim4x4_tba2_hoist_ring2", small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m13n13k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2", small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_strided, small_hc_m14n14k14_dim4x4_tba4_hoist_ring2_array, 0},
-    {15, 15, 15, 75, "small_hc_m15n15k15_dim4x4_tba8_ring2", small_hc_m15n15k15_dim4x4_tba8_ring2_strided, small_hc_m15n15k15_dim4x4_tba8_ring2_array, 0},
-    {15, 15, 16, 75, "small_hc_m15n15k16_dim4x4_tba2_ring2", small_hc_m15n15k16_dim4x4_tba2_ring2_strided, small_hc_m15n15k16_dim4x4_tba2_ring2_array, 0},
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {17, 17, 16, 75, "small_hc_m17n17k16_dim6x5_tba2_ring2", small_hc_m17n17k16_dim6x5_tba2_ring2_strided, small_hc_m17n17k16_dim6x5_tba2_ring2_array, 0},
-    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x6_tba8_hoist", small_hc_m17n17k17_dim6x6_tba8_hoist_strided, small_hc_m17n17k17_dim6x6_tba8_hoist_array, 0},
-    {18, 18, 16, 75, "small_hc_m18n18k16_dim6x5_tba2_hoist_ring2", small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_strided, small_hc_m18n18k16_dim6x5_tba2_hoist_ring2_array, 0},
-    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2", small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_strided, small_hc_m18n18k18_dim6x5_tba1_hoist_aring2_array, 0},
-    {19, 19, 16, 75, "small_hc_m19n19k16_dim5x5_tba2_ring2", small_hc_m19n19k16_dim5x5_tba2_ring2_strided, small_hc_m19n19k16_dim5x5_tba2_ring2_array, 0},
-    {19, 19, 19, 75, "small_hc_m19n19k19_dim7x10_tba4_hoist", small_hc_m19n19k19_dim7x10_tba4_hoist_strided, small_hc_m19n19k19_dim7x10_tba4_hoist_array, 0},
-    {20, 20, 16, 75, "small_hc_m20n20k16_dim5x5_tba2_ring2", small_hc_m20n20k16_dim5x5_tba2_ring2_strided, small_hc_m20n20k16_dim5x5_tba2_ring2_array, 0},
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2", small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_strided, small_hc_m20n20k20_dim5x5_tba2_hoist_ring2_array, 0},
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2", small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_hc_m21n21k21_dim7x7_tba4_hoist_ring2_array, 1},
-    {22, 22, 22, 75, "small_hc_m22n22k22_dim8x8_tba1_hoist", small_hc_m22n22k22_dim8x8_tba1_hoist_strided, small_hc_m22n22k22_dim8x8_tba1_hoist_array, 0},
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_ring2", small_hc_m23n23k23_dim8x12_tba4_ring2_strided, small_hc_m23n23k23_dim8x12_tba4_ring2_array, 1},
-    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba2_hoist", small_hc_m24n24k24_dim8x8_tba2_hoist_strided, small_hc_m24n24k24_dim8x8_tba2_hoist_array, 1},
-    {25, 25, 25, 75, "small_hc_m25n25k25_dim7x9_tba4_hoist", small_hc_m25n25k25_dim7x9_tba4_hoist_strided, small_hc_m25n25k25_dim7x9_tba4_hoist_array, 1},
-    {26, 26, 26, 75, "small_hc_m26n26k26_dim7x9_tba1_hoist", small_hc_m26n26k26_dim7x9_tba1_hoist_strided, small_hc_m26n26k26_dim7x9_tba1_hoist_array, 1},
-    {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba1", small_hc_m27n27k27_dim9x14_tba1_strided, small_hc_m27n27k27_dim9x14_tba1_array, 1},
-    {28, 28, 28, 75, "small_hc_m28n28k28_dim14x14_tba2_hoist", small_hc_m28n28k28_dim14x14_tba2_hoist_strided, small_hc_m28n28k28_dim14x14_tba2_hoist_array, 1},
+    {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
+    {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_array, 0},
+    {14, 14, 16, 75, "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+    {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
+    {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_ring2", small_hc_m16n16k16_dim4x4_tba2_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_ring2_array, 0},
+    {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
+    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_array, 0},
+    {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
+    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
+    {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
+    {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16", small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_array, 0},
+    {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_array, 0},
+    {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_array, 0},
+    {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0},
+    {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_array, 0},
+    {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_array, 0},
+    {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+    {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0},
+    {25, 25, 25, 75, "small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16", small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16_strided, small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16_array, 1},
+    {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0},
+    {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0},
+    {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0},
+    {27, 27, 27, 75, "small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16", small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16_strided, small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16_array, 1},
+    {28, 28, 28, 75, "small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16", small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16_array, 1},
     {29, 29, 29, 75, "small_hc_m29n29k29_dim10x15_tba1", small_hc_m29n29k29_dim10x15_tba1_strided, small_hc_m29n29k29_dim10x15_tba1_array, 1},
-    {30, 30, 30, 75, "small_hc_m30n30k30_dim10x15_tba1_hoist", small_hc_m30n30k30_dim10x15_tba1_hoist_strided, small_hc_m30n30k30_dim10x15_tba1_hoist_array, 1},
+    {30, 30, 30, 75, "small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16", small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16_array, 1},
     {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array, 1},
-    {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba2", small_hc_m32n32k32_dim8x8_tba2_strided, small_hc_m32n32k32_dim8x8_tba2_array, 1},
+    {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba1_ring2_acc16", small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_strided, small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_array, 1},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -1529,54 +1569,54 @@ const char* const kernel_names[] = {
     "small_d_m7n7k7_dim7x4_tba2_hoist",
     "small_d_m8n8k8_dim4x4_tba16",
     "small_d_m9n9k9_dim9x5_tba2_hoist",
-    "small_h_m10n10k10_dim5x4_tba8_hoist_ring2",
+    "small_h_m10n10k10_dim5x4_tba16_hoist_ring3",
     "small_h_m10n10k16_dim4x4_tba8_ring2",
-    "small_h_m11n11k11_dim6x4_tba16_hoist_ring3",
+    "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16",
     "small_h_m11n11k16_dim6x4_tba4_ring2",
-    "small_h_m12n12k12_dim6x4_tba16_hoist_ring2",
+    "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16",
     "small_h_m12n12k16_dim6x4_tba4_hoist_ring2",
-    "small_h_m13n13k13_dim5x4_tba8_ring2",
-    "small_h_m13n13k16_dim7x5_tba8_ring2",
-    "small_h_m14n14k14_dim7x5_tba8_hoist_ring2",
-    "small_h_m14n14k16_dim7x5_tba8_hoist_ring2",
+    "small_h_m13n13k13_dim7x5_tba8_ring2_acc16",
+    "small_h_m13n13k16_dim7x5_tba8_ring2_acc16",
+    "small_h_m14n14k14_dim7x5_tba8_ring2",
+    "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
     "small_h_m15n15k15_dim8x5_tba8_ring2",
-    "small_h_m15n15k16_dim8x5_tba4_hoist_ring2",
-    "small_h_m16n16k16_dim8x8_tba4_ring3",
-    "small_h_m17n17k16_dim6x6_tba4_hoist_ring2",
-    "small_h_m17n17k17_dim6x6_tba8_hoist_ring2",
-    "small_h_m18n18k16_dim9x6_tba1_hoist_ring2",
-    "small_h_m18n18k18_dim6x6_tba4_hoist_ring2",
-    "small_h_m19n19k16_dim7x7_tba1_ring3",
-    "small_h_m19n19k19_dim5x7_tba8_hoist_ring2",
+    "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16",
+    "small_h_m16n16k16_dim8x8_tba2_ring2_acc16",
+    "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16",
+    "small_h_m17n17k17_dim6x6_tba8_ring2",
+    "small_h_m18n18k16_dim9x6_tba1_ring2_acc16",
+    "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16",
+    "small_h_m19n19k16_dim10x7_tba2_ring2_acc16",
+    "small_h_m19n19k19_dim7x5_tba8_hoist_aring2",
     "small_h_m1n1k16_dim1x1_tba64_hoist_ring2",
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
-    "small_h_m20n20k16_dim7x7_tba1_hoist_ring3",
-    "small_h_m20n20k20_dim5x5_tba1_hoist_aring2",
-    "small_h_m21n21k16_dim7x7_tba1_ring3",
-    "small_h_m21n21k21_dim7x7_tba8_hoist_aring3",
-    "small_h_m22n22k16_dim8x8_tba1_ring2",
-    "small_h_m22n22k22_dim8x8_tba2_ring2",
-    "small_h_m23n23k16_dim8x8_tba4_ring2",
+    "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16",
+    "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16",
+    "small_h_m21n21k16_dim11x7_tba1_ring2_acc16",
+    "small_h_m21n21k21_dim7x6_tba8_hoist_aring2",
+    "small_h_m22n22k16_dim11x8_tba1_ring2_acc16",
+    "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16",
+    "small_h_m23n23k16_dim12x8_tba1_ring2_acc16",
     "small_h_m23n23k23_dim8x8_tba8_ring2",
-    "small_h_m24n24k16_dim8x8_tba1_ring2",
-    "small_h_m24n24k24_dim8x8_tba2_hoist_aring2",
-    "small_h_m25n25k16_dim9x7_tba1_hoist_ring2",
-    "small_h_m25n25k25_dim7x7_tba8_hoist",
-    "small_h_m26n26k16_dim9x7_tba1_ring2",
-    "small_h_m26n26k26_dim7x9_tba2",
-    "small_h_m27n27k16_dim14x9_tba1_hoist_ring3",
-    "small_h_m27n27k27_dim7x7_tba8_hoist",
-    "small_h_m28n28k16_dim10x7_tba4_ring2",
-    "small_h_m28n28k28_dim7x7_tba1_hoist",
-    "small_h_m29n29k16_dim10x10_tba1_ring3",
+    "small_h_m24n24k16_dim8x8_tba1_hoist_ring2",
+    "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16",
+    "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16",
+    "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16",
+    "small_h_m26n26k16_dim13x9_tba1_ring2_acc16",
+    "small_h_m26n26k26_dim9x7_tba2_ring2_acc16",
+    "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16",
+    "small_h_m27n27k27_dim7x9_tba8_hoist_ring2",
+    "small_h_m28n28k16_dim14x10_tba1_ring2_acc16",
+    "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16",
+    "small_h_m29n29k16_dim15x10_tba1_ring2_acc16",
     "small_h_m29n29k29_dim15x10_tba1",
     "small_h_m2n2k16_dim1x2_tba16_ring2",
     "small_h_m2n2k2_dim1x1_tba256_ring2",
-    "small_h_m30n30k16_dim15x10_tba1_ring2",
-    "small_h_m30n30k30_dim8x10_tba2_hoist",
-    "small_h_m31n31k16_dim11x11_tba1_hoist_ring3",
+    "small_h_m30n30k16_dim15x10_tba1_ring2_acc16",
+    "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16",
+    "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16",
     "small_h_m31n31k31_dim11x11_tba1",
-    "small_h_m32n32k32_dim8x8_tba2_hoist",
+    "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16",
     "small_h_m3n3k16_dim3x3_tba32_hoist_ring2",
     "small_h_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_h_m4n4k16_dim4x4_tba16_ring3",
@@ -1590,43 +1630,51 @@ const char* const kernel_names[] = {
     "small_h_m8n8k16_dim4x4_tba2_ring2",
     "small_h_m8n8k8_dim4x4_tba16_ring2",
     "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
-    "small_h_m9n9k9_dim5x3_tba16_hoist_ring3",
+    "small_h_m9n9k9_dim5x3_tba8_ring3",
     "small_hc_m10n10k10_dim5x5_tba16_ring2",
     "small_hc_m10n10k16_dim4x4_tba8_ring2",
-    "small_hc_m11n11k11_dim4x6_tba16_hoist_ring2",
+    "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16",
     "small_hc_m11n11k16_dim4x4_tba8_ring2",
     "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2",
     "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2",
-    "small_hc_m13n13k13_dim4x4_tba4_hoist_ring2",
-    "small_hc_m13n13k16_dim4x4_tba2_hoist_ring2",
-    "small_hc_m14n14k14_dim4x4_tba4_hoist_ring2",
-    "small_hc_m15n15k15_dim4x4_tba8_ring2",
-    "small_hc_m15n15k16_dim4x4_tba2_ring2",
-    "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
-    "small_hc_m17n17k16_dim6x5_tba2_ring2",
-    "small_hc_m17n17k17_dim6x6_tba8_hoist",
-    "small_hc_m18n18k16_dim6x5_tba2_hoist_ring2",
-    "small_hc_m18n18k18_dim6x5_tba1_hoist_aring2",
-    "small_hc_m19n19k16_dim5x5_tba2_ring2",
-    "small_hc_m19n19k19_dim7x10_tba4_hoist",
+    "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16",
+    "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16",
+    "small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16",
+    "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
+    "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16",
+    "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16",
+    "small_hc_m16n16k16_dim4x4_tba2_ring2",
+    "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16",
+    "small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16",
+    "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16",
+    "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16",
+    "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16",
+    "small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16",
     "small_hc_m1n1k16_dim1x1_tba128_ring2",
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
-    "small_hc_m20n20k16_dim5x5_tba2_ring2",
-    "small_hc_m20n20k20_dim5x5_tba2_hoist_ring2",
-    "small_hc_m21n21k21_dim7x7_tba4_hoist_ring2",
-    "small_hc_m22n22k22_dim8x8_tba1_hoist",
-    "small_hc_m23n23k23_dim8x12_tba4_ring2",
-    "small_hc_m24n24k24_dim8x8_tba2_hoist",
-    "small_hc_m25n25k25_dim7x9_tba4_hoist",
-    "small_hc_m26n26k26_dim7x9_tba1_hoist",
-    "small_hc_m27n27k27_dim9x14_tba1",
-    "small_hc_m28n28k28_dim14x14_tba2_hoist",
+    "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16",
+    "small_hc_m20n20k20_dim5x5_tba1_ring2_acc16",
+    "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16",
+    "small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16",
+    "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16",
+    "small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16",
+    "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16",
+    "small_hc_m23n23k23_dim8x12_tba4_ring2_acc16",
+    "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16",
+    "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16",
+    "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16",
+    "small_hc_m25n25k25_dim9x13_tba4_hoist_ring2_acc16",
+    "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16",
+    "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16",
+    "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16",
+    "small_hc_m27n27k27_dim9x14_tba4_hoist_ring2_acc16",
+    "small_hc_m28n28k28_dim7x7_tba1_hoist_ring2_acc16",
     "small_hc_m29n29k29_dim10x15_tba1",
     "small_hc_m2n2k16_dim1x2_tba64_ring2",
     "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2",
-    "small_hc_m30n30k30_dim10x15_tba1_hoist",
+    "small_hc_m30n30k30_dim8x8_tba1_hoist_ring2_acc16",
     "small_hc_m31n31k31_dim16x16_tba1",
-    "small_hc_m32n32k32_dim8x8_tba2",
+    "small_hc_m32n32k32_dim8x8_tba1_ring2_acc16",
     "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2",
     "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2",
@@ -1640,7 +1688,7 @@ const char* const kernel_names[] = {
     "small_hc_m8n8k16_dim4x4_tba2_ring2",
     "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2",
     "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2",
-    "small_hc_m9n9k9_dim3x5_tba8_hoist_ring2",
+    "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16",
     "small_s_m10n10k10_dim5x5_tba8",
     "small_s_m11n11k11_dim4x4_tba4_hoist",
     "small_s_m12n12k12_dim4x3_tba8",
@@ -1999,11 +2047,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 264; }
+extern "C" int gemmgen_kernel_count(void) { return 272; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 264) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 272) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,

@@ -296,6 +296,123 @@ __device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T
     }
 }
 
+// The `acc16` knob (h and hc, the ring kernel): the same product accumulated in fp16 with paired
+// FMAs (HFMA2), for ring buffers that hold the operands as stored.  The fp32 multiply above spends,
+// per step l of a TM×TN tile, TM + TN shared-memory reads, as many conversions to fp32 and TM·TN
+// FMAs; fp16 kernels from N ≈ 12 are limited by those instructions, not by memory.  Here:
+//   h: two columns of the tile per fp16 pair, so TM + TN reads, TN/2 packs (no conversion) and
+//      TM·⌈TN/2⌉ HFMA2 (a broadcast to both halves is an operand swizzle, free);
+//   hc: an element is already a pair (re, im); P += aᵣ·(bᵣ, bᵢ) and Q += aᵢ·(bᵣ, bᵢ) are two HFMA2
+//      (the broadcasts of aᵣ and aᵢ are operand swizzles) and C = (Pᵣ − Qᵢ, Pᵢ + Qᵣ) is formed once
+//      in fp32 at the end, so TM + TN reads and 2·TM·TN HFMA2 against 4·TM·TN FMAs and 2(TM + TN)
+//      conversions.  (Q += aᵢ·(bᵢ, bᵣ) instead needs the swapped b, which the compiler re-makes at
+//      every use: a PRMT per HFMA2 pair.)
+// The sums are rounded to fp16 at every step, as in the wmma tuples with fp16 accumulators: the error
+// stays within DESIGN.md's c·k·u with u = 2⁻¹¹ (the bound the checks apply to every h and hc
+// kernel), but the sums also take fp16's range (±65504).  acc is returned in fp32.
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, int TM, int TN>
+__device__ __forceinline__ void multiply_acc16(float (&acc)[TM][TN], const __half* a_s, const __half* b_s, int tx,
+                                               int ty, float, float)
+{
+    constexpr int PAIRS = (TN + 1) / 2;   // an odd TN's last pair repeats its column in the high half
+    __half2 sum[TM][PAIRS];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p)
+            sum[i][p] = __float2half2_rn(0.0f);
+#pragma unroll
+    for (int l = 0; l < K; ++l) {
+        __half a[TM];
+        __half2 b[PAIRS];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+            a[i] = a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL];
+#pragma unroll
+        for (int p = 0; p < PAIRS; ++p) {
+            const int j0 = 2 * p, j1 = 2 * p + 1 < TN ? 2 * p + 1 : 2 * p;
+            b[p] = __halves2half2(b_s[l * B_ROW + min(ty + j0 * DIM_N, N - 1) * B_COL],
+                                  b_s[l * B_ROW + min(ty + j1 * DIM_N, N - 1) * B_COL]);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int p = 0; p < PAIRS; ++p)
+                sum[i][p] = __hfma2(__half2half2(a[i]), b[p], sum[i][p]);
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            acc[i][j] = j % 2 == 0 ? __low2float(sum[i][j / 2]) : __high2float(sum[i][j / 2]);
+}
+
+// The sign bit of an hc element's imaginary half where `sign` (opaque_sign, or a literal 1 that folds
+// away) conjugates.
+__device__ __forceinline__ unsigned imaginary_sign_bit(float sign) { return sign < 0.0f ? 0x80000000u : 0u; }
+
+__device__ __forceinline__ __half2 flip_bits(__half2 v, unsigned bits)
+{
+    unsigned raw = *reinterpret_cast<unsigned*>(&v) ^ bits;
+    return *reinterpret_cast<__half2*>(&raw);
+}
+
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, int TM, int TN>
+__device__ __forceinline__ void multiply_acc16(float2 (&acc)[TM][TN], const __half2* a_s, const __half2* b_s, int tx,
+                                               int ty, float sign_a, float sign_b)
+{
+    const unsigned conj_a = imaginary_sign_bit(sign_a), conj_b = imaginary_sign_bit(sign_b);
+    __half2 p[TM][TN], q[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            p[i][j] = q[i][j] = __float2half2_rn(0.0f);
+#pragma unroll
+    for (int l = 0; l < K; ++l) {
+        __half2 a[TM], b[TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+            a[i] = flip_bits(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL], conj_a);
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            b[j] = flip_bits(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL], conj_b);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                p[i][j] = __hfma2(__low2half2(a[i]), b[j], p[i][j]);
+                q[i][j] = __hfma2(__high2half2(a[i]), b[j], q[i][j]);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const float2 pf = __half22float2(p[i][j]), qf = __half22float2(q[i][j]);
+            acc[i][j] = make_float2(pf.x - qf.y, pf.y + qf.x);
+        }
+}
+
+// The ring kernel's multiply: fp32 accumulation, or fp16 where the tuple's `acc16` knob asks.
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R,
+          typename T, int TM, int TN>
+__device__ __forceinline__ void multiply_stored(std::false_type, R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx,
+                                                int ty, typename RealOf<R>::type sign_a,
+                                                typename RealOf<R>::type sign_b)
+{
+    multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+}
+
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R,
+          typename T, int TM, int TN>
+__device__ __forceinline__ void multiply_stored(std::true_type, R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx,
+                                                int ty, typename RealOf<R>::type sign_a,
+                                                typename RealOf<R>::type sign_b)
+{
+    multiply_acc16<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+}
+
 // C = alpha·acc + beta·C_old for the thread's elements (C_old only when beta ≠ 0).
 template <int M, int N, int DIM_M, int DIM_N, typename R, typename S, typename Scalar, int TM, int TN>
 __device__ __forceinline__ void write_c(S* C, int ldc, int tx, int ty, const R (&acc)[TM][TN],
@@ -586,7 +703,7 @@ struct RingAddressTable {
 };
 
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          bool ARRAY, typename Scalar>
+          bool ARRAY, bool ACC16, typename Scalar>
 // Pointer arrays: ptxas's own register target (it aims at a round number of resident blocks) made
 // several array kernels spill 4-8 bytes (c N = 26, 28, 30, z N = 21), whichever way the copies were
 // written; a minimum of one block per SM lets it take the registers it needs (it then takes more:
@@ -705,11 +822,13 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
                                        (K * N * sizeof(S)) % 16 == 0;
         const int a_offset = ARRAY ? offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0] : 0;
         const int b_offset = ARRAY ? offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0] : 0;
+        using Accumulate16 = std::integral_constant<bool, ACC16>;
         if (!ARRAY || (KNOWN_OFFSETS && __all_sync(warp_lanes, (a_offset | b_offset) == 0)))
-            multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+            multiply_stored<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(Accumulate16(), acc, a_s, b_s, tx, ty,
+                                                                              sign_a, sign_b);
         else
-            multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s + a_offset, b_s + b_offset, tx, ty,
-                                                                       sign_a, sign_b);
+            multiply_stored<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(
+                Accumulate16(), acc, a_s + a_offset, b_s + b_offset, tx, ty, sign_a, sign_b);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
         stage = stage + 1 == STAGES ? 0 : stage + 1;
@@ -719,7 +838,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 
 // Launch the ring kernel for one interface where it fits the device; 1 where it does not.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          bool ARRAY, typename Scalar>
+          bool ACC16, bool ARRAY, typename Scalar>
 int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch, Conjugate conj,
                        cudaStream_t stream)
 {
@@ -728,7 +847,7 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
     constexpr int STATIC_BYTES = (int)sizeof(RingAddressTable<S, TBA, STAGES, ARRAY>);
     if (BYTES + STATIC_BYTES > device_info().smem_per_block)
         return 1;
-    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, Scalar>;
+    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, ACC16, Scalar>;
     const unsigned grid =
         persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA, STATIC_BYTES);
     if (grid == 0)
@@ -739,19 +858,19 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
 
 // Strided batches: the ring kernel where the operands are packed on 16-byte boundaries and the
 // tuple's ring is for strided batches too (stages > 0); 1 otherwise.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
           typename Scalar>
 int launch_strided_ring(std::true_type, const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
                         Conjugate conj, cudaStream_t stream)
 {
     if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
         return 1;
-    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, false>(ptrs, ldc, alpha, beta, batch,
-                                                                                   conj, stream);
+    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16, false>(ptrs, ldc, alpha, beta,
+                                                                                          batch, conj, stream);
 }
 
 // A ring for pointer arrays only (array_stages): no strided ring kernel is instantiated.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
           typename Scalar>
 int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, Scalar, int, Conjugate, cudaStream_t)
 {
@@ -761,23 +880,23 @@ int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, S
 // The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
 // pointer arrays always, strided batches where launch_strided_ring takes them): returns 0 or
 // GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
-          typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+          bool STRIDED, typename Scalar>
 int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
                       Scalar beta, int batch, Conjugate conj, cudaStream_t stream)
 {
     if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
         return 1;
     if (ptrs.A_array)
-        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, true>(ptrs, ldc, alpha, beta,
-                                                                                      batch, conj, stream);
-    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES>(
+        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16, true>(ptrs, ldc, alpha, beta,
+                                                                                             batch, conj, stream);
+    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16>(
         std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, conj, stream);
 }
 
 // No ring for either interface: no ring kernel is instantiated at all.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool STRIDED,
-          typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+          bool STRIDED, typename Scalar>
 int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, Conjugate,
                       cudaStream_t)
 {
@@ -786,14 +905,15 @@ int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, S
 
 // Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  TA, TB: the stored layouts ('N' or
 // 'T'), conj: which of them op() conjugates.  STAGES: the ring of both interfaces; ARRAY_STAGES
-// (only where STAGES = 0): a ring for pointer arrays alone.
+// (only where STAGES = 0): a ring for pointer arrays alone; ACC16: the ring sums in fp16.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
-          int STAGES, int ARRAY_STAGES, typename Scalar>
+          int STAGES, int ARRAY_STAGES, bool ACC16, typename Scalar>
 int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
                  int batch, cudaStream_t stream)
 {
     constexpr int RING = STAGES > 1 ? STAGES : ARRAY_STAGES;
-    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), (STAGES > 1)>(
+    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), ACC16,
+                                       (STAGES > 1)>(
         std::integral_constant<bool, (RING > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, conj, stream);
     if (ring != 1)
         return ring;

@@ -17,6 +17,7 @@ constexpr int M = 2, N = 2, K = 2;
 constexpr int DIM_M = 2, DIM_N = 2, TBA = 64;
 constexpr bool HOIST = false;
 constexpr int STAGES = 0, ARRAY_STAGES = 0;
+constexpr bool ACC16 = false;
 
 int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int lda, int ldb, int ldc,
            Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
@@ -28,16 +29,16 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     const gemmgen::Conjugate conj{ta == 'C', tb == 'C'};
     switch (gemmgen::trans_code(gemmgen::stored_layout(ta), gemmgen::stored_layout(tb))) {
     case gemmgen::trans_code('N', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES, ACC16>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'N', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES, ACC16>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'N', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES, ACC16>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
-        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES>(
+        return gemmgen::launch_small<S, M, N, K, 'T', 'T', DIM_M, DIM_N, TBA, HOIST, STAGES, ARRAY_STAGES, ACC16>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
