@@ -264,6 +264,21 @@ __device__ __forceinline__ void read_old_c(R (&c_in)[TM][TN], const S* C, int ld
         }
 }
 
+// Where a multiply reads element i of the thread's tile of op(A) at step l (op(A)(tx + i·DIM_M, l) at
+// a[row·A_ROW + l·A_COL]) and element j of its tile of op(B) (op(B)(l, ty + j·DIM_N) at b[l·B_ROW +
+// col·B_COL]).  Partial tiles read a clamped (valid) element instead of branching.
+template <int M, int N, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL>
+struct TileReads {
+    static __device__ __forceinline__ int a(int tx, int i, int l)
+    {
+        return min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL;
+    }
+    static __device__ __forceinline__ int b(int ty, int j, int l)
+    {
+        return l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL;
+    }
+};
+
 // acc = op(A)·op(B) for the thread's elements, from shared memory where op(A)(i, l) is
 // a[i·A_ROW + l·A_COL] and op(B)(l, j) is b[l·B_ROW + j·B_COL], each imaginary part read times
 // sign_a, sign_b (-1 conjugates: the ring kernel, whose buffers hold the operands as stored; 1 is
@@ -273,6 +288,7 @@ template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B
 __device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx, int ty,
                                          typename RealOf<R>::type sign_a, typename RealOf<R>::type sign_b)
 {
+    using Reads = TileReads<M, N, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>;
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -281,13 +297,12 @@ __device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T
 #pragma unroll
     for (int l = 0; l < K; ++l) {
         R a[TM], b[TN];
-        // Partial tiles read a clamped (valid) element instead of branching.
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-            a[i] = conjugate_by(widen_value(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL]), sign_a);
+            a[i] = conjugate_by(widen_value(a_s[Reads::a(tx, i, l)]), sign_a);
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            b[j] = conjugate_by(widen_value(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL]), sign_b);
+            b[j] = conjugate_by(widen_value(b_s[Reads::b(ty, j, l)]), sign_b);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -314,6 +329,7 @@ template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B
 __device__ __forceinline__ void multiply_acc16(float (&acc)[TM][TN], const __half* a_s, const __half* b_s, int tx,
                                                int ty, float, float)
 {
+    using Reads = TileReads<M, N, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>;
     constexpr int PAIRS = (TN + 1) / 2;   // an odd TN's last pair repeats its column in the high half
     __half2 sum[TM][PAIRS];
 #pragma unroll
@@ -327,12 +343,11 @@ __device__ __forceinline__ void multiply_acc16(float (&acc)[TM][TN], const __hal
         __half2 b[PAIRS];
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-            a[i] = a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL];
+            a[i] = a_s[Reads::a(tx, i, l)];
 #pragma unroll
         for (int p = 0; p < PAIRS; ++p) {
-            const int j0 = 2 * p, j1 = 2 * p + 1 < TN ? 2 * p + 1 : 2 * p;
-            b[p] = __halves2half2(b_s[l * B_ROW + min(ty + j0 * DIM_N, N - 1) * B_COL],
-                                  b_s[l * B_ROW + min(ty + j1 * DIM_N, N - 1) * B_COL]);
+            const int j1 = 2 * p + 1 < TN ? 2 * p + 1 : 2 * p;
+            b[p] = __halves2half2(b_s[Reads::b(ty, 2 * p, l)], b_s[Reads::b(ty, j1, l)]);
         }
 #pragma unroll
         for (int i = 0; i < TM; ++i)
@@ -361,6 +376,7 @@ template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B
 __device__ __forceinline__ void multiply_acc16(float2 (&acc)[TM][TN], const __half2* a_s, const __half2* b_s, int tx,
                                                int ty, float sign_a, float sign_b)
 {
+    using Reads = TileReads<M, N, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>;
     const unsigned conj_a = imaginary_sign_bit(sign_a), conj_b = imaginary_sign_bit(sign_b);
     __half2 p[TM][TN], q[TM][TN];
 #pragma unroll
@@ -373,10 +389,10 @@ __device__ __forceinline__ void multiply_acc16(float2 (&acc)[TM][TN], const __ha
         __half2 a[TM], b[TN];
 #pragma unroll
         for (int i = 0; i < TM; ++i)
-            a[i] = flip_bits(a_s[min(tx + i * DIM_M, M - 1) * A_ROW + l * A_COL], conj_a);
+            a[i] = flip_bits(a_s[Reads::a(tx, i, l)], conj_a);
 #pragma unroll
         for (int j = 0; j < TN; ++j)
-            b[j] = flip_bits(b_s[l * B_ROW + min(ty + j * DIM_N, N - 1) * B_COL], conj_b);
+            b[j] = flip_bits(b_s[Reads::b(ty, j, l)], conj_b);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
