@@ -31,6 +31,8 @@ DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 # `__CUDA_ARCH__ >= 800`, and its sources say so with a `gemmgen-code-paths:` line (see
 # harness.build.gencode_flags), so builds give each side of the branch its own PTX.
 CP_ASYNC_MIN_CC = 80
+# The tensor copy engine (cp.async.bulk.tensor, mbarrier transaction counts): the wmma whole-GEMM path.
+TENSOR_COPY_MIN_CC = 90
 
 
 def parse_archs(text: str) -> tuple[str, ...]:

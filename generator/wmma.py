@@ -161,6 +161,15 @@ class WmmaSpec(Spec):
         return self.stages * self.blk_n * (self.blk_m + SKEW) * 2
 
     @property
+    def whole_path(self) -> bool:
+        """Whether the tuple's source also holds the sm_90 whole-GEMM kernel (h with fp16
+        accumulators): for rank-k updates (k ≤ 16, m, n ≤ 128, m·n ≥ 64·64, multiples of 8) with
+        beta = 0 and aligned columns, a launch takes whole GEMMs through the tensor copy engine instead
+        of the tuple's own kernels (the template's `wmma_whole_kernel` says why and what it measured).
+        It has its own 8 warps, not the tuple's blocking."""
+        return self.precision == "h" and self.acc == "f16"
+
+    @property
     def register_estimate(self) -> int:
         """32-bit registers per thread: the prefetch buffers of A and B (one register per element;
         a __half2 is one), the accumulators, one A and one B fragment, and ~40 for addresses."""

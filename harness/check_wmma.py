@@ -9,7 +9,8 @@ top of the cases of harness.check_small.
   path; with beta ≠ 0 the ring also copies C), on a batch of 2000 (each resident thread block works
   through several C blocks), and with C alone between 16-byte boundaries (the ring without C);
   and, with beta ≠ 0, on packed batches of odd sizes that fit one C block (the raw packed ring), every
-  transpose pair.
+  transpose pair; h tuples with fp16 sums also on rank-k updates up to 128×128 with beta = 0 (the sm_90
+  whole-GEMM path through the tensor copy engine), every transpose pair, padded and packed.
 - The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
   ranges are exercised as a user reaches them.
 - The small-family kernels the tuned table passes over for the general kernel (prefer_general),
@@ -71,6 +72,14 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
             yield Case(prec, 1, 1, 1, "N", "N", "strided", 3001, "packed-ring-1x1x1", 1.0, 0.5, pad=0, kernel=name)
             # beta = 0 on the same batch takes the register-staged kernel instead.
             yield Case(prec, m, n, k, "N", "N", "strided", 1999, "packed-beta0-nan", 1.0, 0.0, pad=0, kernel=name)
+        if spec.whole_path:   # sm_90: rank-k updates of whole GEMMs through the tensor copy engine (beta = 0)
+            for m, n, k in ((64, 64, 16), (128, 72, 8), (72, 128, 16), (128, 128, 16)):
+                for ta, tb in pairs:   # leading dimensions padded (align = 8): strides of the tensor maps
+                    alpha, _ = _scalars(rng, prec)
+                    yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 6)), "beta0-nan", alpha, 0.0,
+                               align=8, kernel=name)
+            # several GEMMs per thread block: the ring of stages wraps, the mbarriers change phase
+            yield Case(prec, 96, 96, 16, "N", "T", "strided", 2000, "beta0-nan", 1.0, 0.0, pad=0, align=8, kernel=name)
         if prec not in big_batch_done:   # more than 65,535 blocks in the grid, once per precision
             big_batch_done.add(prec)
             yield Case(prec, 3, 3, 3, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0, kernel=name)

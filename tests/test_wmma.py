@@ -71,7 +71,7 @@ def test_async_rules_refuse_bad_tuples_naming_the_rule(change, rule):
 
 
 def test_async_names_round_trip_and_sources_carry_the_code_path():
-    from generator.arch import CP_ASYNC_MIN_CC
+    from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
     from generator.emit import kernel_source
     from harness.build import code_paths
 
@@ -79,8 +79,9 @@ def test_async_names_round_trip_and_sources_carry_the_code_path():
     space = wmma.async_sweep_space("h")
     assert space and all(s.stages and s.is_valid("sm_90") and s.is_valid() for s in space)
     assert not wmma.async_sweep_space("hc") and not wmma.async_sweep_space("h", "sm_75")
-    # the ring's source has an sm_80 code path (and the register kernel below it); others have none
-    assert code_paths(kernel_source(ASYNC, "test")) == (CP_ASYNC_MIN_CC,)
+    # the ring's source has an sm_80 code path (and the register kernel below it), an h tuple with fp16
+    # sums an sm_90 one too (the whole-GEMM path); others have none
+    assert code_paths(kernel_source(ASYNC, "test")) == (CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC)
     assert code_paths(kernel_source(GOOD, "test")) == ()
 
 
@@ -151,6 +152,15 @@ def test_the_cut_off_sweep_times_the_small_kernels_the_table_names():
     assert ranks and all(specs[(prec, "rank", size)].shape == (size, size, 16) for prec, size in ranks)
 
 
+def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
+    """The sm_90 whole-GEMM path sums in fp16, so only tuples that do so anyway may take it."""
+    h16 = wmma.WmmaSpec("h", 16, 16, 16, 32, 32, 32, 16, 8, 4, "f16").validate()
+    hc16 = wmma.WmmaSpec("hc", 16, 16, 16, 32, 32, 32, 16, 8, 4, "f16").validate()
+    assert h16.whole_path and "launch_wmma_whole<" in kernel_source(h16, "test")
+    for spec in (GOOD, hc16):
+        assert not spec.whole_path and "launch_wmma_whole<" not in kernel_source(spec, "test")
+
+
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     """Compile one emitted general kernel and one tiny kernel for sm_90 and read the SASS."""
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
@@ -162,12 +172,14 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     generated = Path(__file__).resolve().parent.parent / "generated"
     listing = json.loads((generated / "manifest.json").read_text())
     general = listing["wmma"]["kernels"][0]["name"]
+    # An h tuple with fp16 sums also holds the whole-GEMM kernel: tensor copies in, tensor copies out.
+    whole = next(k["name"] for k in listing["wmma"]["kernels"] if wmma.WmmaSpec.parse(k["name"]).whole_path)
     # The tuned set has no tiny kernel (the small family won there): emit one beside the set.
     tiny = wmma.WmmaTinySpec.parse("wmmatiny_h_m4n4k16_w1").validate()
     tiny_source = tmp_path / "src" / "wmmatiny" / "h" / f"{tiny.name}.cu"
     tiny_source.parent.mkdir(parents=True)
     tiny_source.write_text(kernel_source(tiny, "test"))
-    for name in (general, tiny.name):
+    for name in dict.fromkeys((general, whole, tiny.name)):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
@@ -180,3 +192,5 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
         sass = subprocess.run([str(cuobjdump), "-sass", str(obj)], check=True, capture_output=True,
                               text=True, env=nvcc_environment(cuobjdump)).stdout
         assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
+        if name == whole:
+            assert "UTMALDG" in sass and "UTMASTG" in sass, f"{name}: no tensor copy in the SASS"

@@ -9,6 +9,12 @@
 #include <mma.h>
 #include <type_traits>
 
+#include <cuda_runtime.h>
+#if CUDART_VERSION >= 12000
+#include <cuda.h>           // CUtensorMap (the whole-GEMM path)
+#include <cudaTypedefs.h>   // PFN_cuTensorMapEncodeTiled
+#endif
+
 #include "gemmgen_device.cuh"
 
 namespace gemmgen {
@@ -795,6 +801,296 @@ inline bool async_aligned(const BatchPointers<__half>& p, int lda, int ldb)
 inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 {
     return !p.C_array && ldc % 8 == 0 && p.stride_c % 8 == 0 && aligned16(p.C);
+}
+
+// ---- sm_90, beta = 0: whole GEMMs through the tensor copy engine (h, f16 accumulators) ------------
+// Profiled on the H100 (ncu, h squares 64-128 and rank 96, docs/experiments/wmma_profile.sh), the ring
+// above is bound by instruction issue, not by memory: 12,200 warp instructions per GEMM at N = 72 where
+// cuBLAS's kernel needs 1,700 (the 16-byte cp.async copies with their index arithmetic, the epilogue's
+// per-element conversions and 2-byte stores, the per-slice barriers), DRAM 40 % busy.  Where a whole GEMM
+// fits in shared memory (m, n, k ≤ 128 and multiples of 8, aligned columns), a thread block instead takes
+// whole GEMMs, STAGES ahead: one tensor copy (cp.async.bulk.tensor, sm_90) brings all of a GEMM's A, one
+// all of its B, each completing on the stage's mbarrier, and one writes all of its C.  The tensor maps
+// describe each strided batch as a 3-d tensor (stored rows, stored columns, batch entry); a copy's box is
+// longer than the matrix along both axes (rows up to a multiple of 16, plus 8; columns up to a multiple of
+// 16), and the engine fills what lies outside the tensor with zeros (loads) or leaves it out (stores).
+// So each stored column lands on a line of L halves, L an odd multiple of 8 (the 8 rows one ldmatrix
+// reads fall on different banks), partial Tensor Core tiles read zeros, and the products are scaled in
+// registers, staged column-major with the same padding and written back in one copy.
+// Taken only for updates of rank k ≤ 16 with C of at least 64×64 elements (4096), where C's traffic
+// dominates.  A/B in one run (docs/experiments/wmma_whole_sm_90.json, fraction of the floor, ≫ L2 /
+// batch 1000): rank-16 m = 72 0.34 -> 0.84 / 0.29 -> 0.51, 96 0.56 -> 0.91 / 0.46 -> 0.66, 128 0.80 -> 0.95
+// / 0.73 -> 0.72, 64 0.81 -> 0.90 / 0.59 -> 0.54; at m = 40 and 48 within ±0.08 either way.  Squares lost
+// (N = 56-128 0.62-0.89 -> 0.24-0.71; with 16 warps 0.38-0.84): their Tensor Core phase is long and runs
+// on one or two blocks per SM, where the ring overlaps it across more blocks.
+// Tried first: one cp.async.bulk per stored column (no tensor maps).  Same results to the bit, but 3-4
+// times slower than the ring (h N = 128 0.86 -> 0.28 of the floor): the copy engine took hundreds of
+// small requests per GEMM, about one per 100 cycles, and the block waited on them.
+struct WholeGeometry {
+    int a_rows, a_lines, a_ld;   // stored rows and columns of A, halves per line in shared memory
+    int b_rows, b_lines, b_ld;
+    int c_ld;                    // halves per column of the C staging
+    int a_halves, stage_halves, c_halves;
+
+    __host__ __device__ static int round16(int x) { return (x + 15) / 16 * 16; }
+    __host__ __device__ WholeGeometry(int m, int n, int k, char ta, char tb)
+        : a_rows(ta == 'N' ? m : k), a_lines(ta == 'N' ? k : m), a_ld(round16(a_rows) + 8),
+          b_rows(tb == 'N' ? k : n), b_lines(tb == 'N' ? n : k), b_ld(round16(b_rows) + 8), c_ld(round16(m) + 8),
+          a_halves(a_ld * round16(a_lines)), stage_halves((a_halves + b_ld * round16(b_lines) + 63) / 64 * 64),
+          c_halves(c_ld * round16(n)) {}
+    // Bytes that land in one stage (the boxes, zeros included).
+    __host__ __device__ int stage_bytes() const { return 2 * (a_halves + b_ld * round16(b_lines)); }
+    // Shared memory of a block: the mbarriers (128 bytes), the stages, the C staging.
+    __host__ __device__ int bytes(int stages) const { return 128 + 2 * (stages * stage_halves + c_halves); }
+};
+
+#if CUDART_VERSION >= 12000
+__device__ __forceinline__ unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, int count)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, int bytes)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity)
+{
+#if __CUDA_ARCH__ >= 900
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+// Orders this thread's ordinary shared-memory writes before the copy engine's (async proxy) accesses.
+__device__ __forceinline__ void fence_proxy_async()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// The box of batch entry `entry` of a 3-d tensor map into shared memory, completing on `bar`.
+__device__ __forceinline__ void tensor_load(void* dst, const CUtensorMap& map, int entry, unsigned bar)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4 }], [%5];\n"
+                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(0), "r"(0), "r"(entry),
+                 "r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void tensor_store(const CUtensorMap& map, int entry, const void* src)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, { %1, %2, %3 }], [%4];\n"
+                 ::"l"(reinterpret_cast<unsigned long long>(&map)), "r"(0), "r"(0), "r"(entry), "r"(smem_address(src))
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// READ_ONLY: until the staging has been read (it may be written again); otherwise until the writes are done.
+template <bool READ_ONLY>
+__device__ __forceinline__ void tensor_store_wait()
+{
+#if __CUDA_ARCH__ >= 900
+    if (READ_ONLY)
+        asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// At most 8×8 Tensor Core tiles of C (m, n ≤ 128), dealt to the warps round robin as in TileMap.  Thread 0
+// issues every copy; the tensor maps live in the kernel's parameters (__grid_constant__).
+template <int WARPS, char TA, char TB>
+__global__ void __launch_bounds__(32 * WARPS)
+wmma_whole_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                  const __grid_constant__ CUtensorMap map_c, int m, int n, int k, float alpha, int batch,
+                  WholeGeometry g, int stages)
+{
+#if __CUDA_ARCH__ >= 900
+    constexpr int NFRAG = (64 + WARPS - 1) / WARPS;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned bars = smem_address(smem);   // one 8-byte mbarrier per stage
+    __half* ring = reinterpret_cast<__half*>(smem + 128);
+    __half* sC = ring + stages * g.stage_halves;
+    const int warp = threadIdx.x / 32;
+    const int tm = (m + 15) / 16, tiles = tm * ((n + 15) / 16), ksteps = (k + 15) / 16;
+    const bool issuer = threadIdx.x == 0;
+
+    if (issuer)
+        for (int s = 0; s < stages; ++s)
+            mbarrier_init(bars + 8 * s, 1);
+    fence_proxy_async();
+    __syncthreads();
+
+    const int step = gridDim.x;
+    auto copy = [&](long long entry, int stage) {
+        if (issuer && entry < batch) {
+            __half* sA = ring + stage * g.stage_halves;
+            mbarrier_arrive_expect_tx(bars + 8 * stage, g.stage_bytes());
+            tensor_load(sA, map_a, (int)entry, bars + 8 * stage);
+            tensor_load(sA + g.a_halves, map_b, (int)entry, bars + 8 * stage);
+        }
+    };
+    for (int s = 0; s < stages; ++s)
+        copy(blockIdx.x + (long long)s * step, s);
+
+    const bool scale = alpha != 1.0f;
+    unsigned parity = 0;   // of the phase each stage completes next (flips after every pass over the ring)
+    int stage = 0;
+    for (int entry = blockIdx.x; entry < batch; entry += step) {
+        mbarrier_wait(bars + 8 * stage, parity);
+        const __half* sA = ring + stage * g.stage_halves;
+        const __half* sB = sA + g.a_halves;
+        Accumulator<__half, 16, 16, 16> fC[NFRAG];
+#pragma unroll
+        for (int f = 0; f < NFRAG; ++f)
+            wmma::fill_fragment(fC[f], __float2half(0.0f));
+        for (int kk = 0; kk < ksteps * 16; kk += 16) {
+            FragmentA<16, 16, 16, TA != 'N'> fa;
+            FragmentB<16, 16, 16, TB == 'N'> fb;
+            int row = -1, col = -1;   // of the fragments held: a warp's tiles often share them
+#pragma unroll
+            for (int f = 0; f < NFRAG; ++f) {
+                const int t = f * WARPS + warp;
+                if (t < tiles) {
+                    const int r = t % tm * 16, c = t / tm * 16;
+                    if (r != row)
+                        wmma::load_matrix_sync(fa, sA + (TA != 'N' ? r * g.a_ld + kk : kk * g.a_ld + r), g.a_ld);
+                    if (c != col)
+                        wmma::load_matrix_sync(fb, sB + (TB == 'N' ? c * g.b_ld + kk : kk * g.b_ld + c), g.b_ld);
+                    row = r;
+                    col = c;
+                    wmma::mma_sync(fC[f], fa, fb, fC[f]);
+                }
+            }
+        }
+        if (scale)
+#pragma unroll
+            for (int f = 0; f < NFRAG; ++f)
+#pragma unroll
+                for (int e = 0; e < fC[f].num_elements; ++e)
+                    fC[f].x[e] = __float2half(alpha * __half2float(fC[f].x[e]));
+        if (issuer)
+            tensor_store_wait<true>();   // the previous GEMM's C has left the staging
+        __syncthreads();                 // ... and every warp is done with this stage: refill it
+        copy(entry + (long long)stages * step, stage);
+#pragma unroll
+        for (int f = 0; f < NFRAG; ++f) {
+            const int t = f * WARPS + warp;
+            if (t < tiles)
+                wmma::store_matrix_sync(sC + t % tm * 16 + t / tm * 16 * g.c_ld, fC[f], g.c_ld, wmma::mem_col_major);
+        }
+        fence_proxy_async();
+        __syncthreads();
+        if (issuer)
+            tensor_store(map_c, entry, sC);
+        if (++stage == stages) {
+            stage = 0;
+            parity ^= 1;
+        }
+    }
+    if (issuer)
+        tensor_store_wait<false>();
+#endif
+}
+
+// cuTensorMapEncodeTiled, from the driver through the runtime (no link to libcuda); null if unavailable.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t rc = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                                                &found);
+#else
+        const cudaError_t rc = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+        return rc == cudaSuccess && found == cudaDriverEntryPointSuccess
+                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
+    }();
+    return encode;
+}
+
+// A strided batch of fp16 matrices (rows × cols, ld and stride in elements) as a 3-d tensor map whose box is
+// box_rows × box_cols of one entry.  False where the driver refuses it.
+inline bool batch_tensor_map(CUtensorMap* map, const __half* base, int rows, int cols, int ld, long long stride,
+                             int batch, int box_rows, int box_cols)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode)
+        return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)rows, (cuuint64_t)cols, (cuuint64_t)batch};
+    const cuuint64_t strides[2] = {(cuuint64_t)ld * 2, (cuuint64_t)stride * 2};   // bytes, dimensions 1 and 2
+    const cuuint32_t box[3] = {(cuuint32_t)box_rows, (cuuint32_t)box_cols, 1};
+    const cuuint32_t unit[3] = {1, 1, 1};
+    return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(base), dims, strides, box, unit,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+#endif
+
+// The whole-GEMM path's launch where it applies (sm_90+, a strided batch with beta = 0, f16 accumulators,
+// m, n, k multiples of 8, k ≤ 16 and 64·64 ≤ m·n, m, n ≤ 128, 16-byte aligned columns, non-zero strides,
+// tensor maps from the driver, the shared memory for two stages); -1 where it does not.  Stages: as many (up to 4) as let two blocks
+// share an SM, else two.
+template <typename ACC, char TA, char TB>
+int launch_wmma_whole(const BatchPointers<__half>& p, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
+                      float beta, int batch, cudaStream_t stream)
+{
+#if CUDART_VERSION >= 12000
+    if (!std::is_same<ACC, __half>::value || !is_zero(beta) || is_zero(alpha) || k <= 0 || k > 16 || m > 128 ||
+        n > 128 || m * n < 64 * 64 || m % 8 != 0 || n % 8 != 0 || k % 8 != 0 || !async_aligned(p, lda, ldb) || !async_aligned_c(p, ldc) ||
+        p.stride_a <= 0 || p.stride_b <= 0 || p.stride_c <= 0)
+        return -1;
+    const DeviceInfo dev = device_info();
+    if (dev.cc < 90)
+        return -1;
+    constexpr int WARPS = 8;   // whatever the tuple's: up to 8 tiles of C per warp, 56 registers
+    const WholeGeometry g(m, n, k, TA, TB);
+    constexpr int SM_BYTES = 227 * 1024;   // shared memory of an sm_90 SM that blocks may take
+    int stages = 4;
+    while (stages > 2 && 2 * (g.bytes(stages) + 1024) > SM_BYTES)
+        --stages;
+    const int bytes = g.bytes(stages);
+    if (bytes > dev.smem_per_block)
+        return -1;
+    CUtensorMap map_a, map_b, map_c;
+    if (!batch_tensor_map(&map_a, p.A, g.a_rows, g.a_lines, lda, p.stride_a, batch, g.a_ld, WholeGeometry::round16(g.a_lines)) ||
+        !batch_tensor_map(&map_b, p.B, g.b_rows, g.b_lines, ldb, p.stride_b, batch, g.b_ld, WholeGeometry::round16(g.b_lines)) ||
+        !batch_tensor_map(&map_c, p.C, m, n, ldc, p.stride_c, batch, g.c_ld, WholeGeometry::round16(n)))
+        return -1;
+    auto kernel = wmma_whole_kernel<WARPS, TA, TB>;
+    // The kernel's body exists only in code compiled from compute_90 PTX or later (a build that makes
+    // sm_90 code from compute_80 PTX, or a newer GPU running older PTX, would run an empty kernel).
+    static const int ptx_version = [kernel] {
+        cudaFuncAttributes attributes;
+        return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.ptxVersion : 0;
+    }();
+    if (ptx_version < 90)
+        return -1;
+    const unsigned grid = persistent_grid(kernel, 32 * WARPS, bytes, batch);
+    if (grid == 0)
+        return GEMMGEN_LAUNCH_FAILED;
+    kernel<<<grid, 32 * WARPS, bytes, stream>>>(map_a, map_b, map_c, m, n, k, alpha, batch, g, stages);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+#else
+    (void)p, (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc, (void)alpha, (void)beta, (void)batch, (void)stream;
+    return -1;
+#endif
 }
 
 // sm_80+ with aligned operands: the ring, with as many thread blocks as fit on the device at once;

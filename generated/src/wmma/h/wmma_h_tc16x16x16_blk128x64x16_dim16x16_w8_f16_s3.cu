@@ -8,7 +8,9 @@
 //   From sm_80 on, with 16-byte aligned operands: a 3-slice cp.async ring and a
 //   persistent grid, 44032 bytes of shared memory at most (96256 with
 //   beta ≠ 0 and C aligned too: then the old C blocks ride the ring); otherwise the kernel above.
-//   gemmgen-code-paths: 80
+//   From sm_90 on, beta = 0, rank-k updates (k ≤ 16) up to 128×128: whole GEMMs through the tensor
+//   copy engine (gemmgen_wmma.cuh, wmma_whole_kernel).
+//   gemmgen-code-paths: 80 90
 #include "gemmgen_wmma.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
@@ -30,15 +32,47 @@ int launch(char transa, char transb, int m, int n, int k, const gemmgen::BatchPo
     const gemmgen::Conjugate conj{ta == 'C', tb == 'C'};
     switch (gemmgen::trans_code(gemmgen::stored_layout(ta), gemmgen::stored_layout(tb))) {
     case gemmgen::trans_code('N', 'N'):
+        // sm_90, beta = 0, rank-k updates up to 128×128: whole GEMMs through the tensor copy engine
+        // where the shape and the operands allow it (-1: they do not).
+        {
+            const int rc = gemmgen::tc::launch_wmma_whole<Acc, 'N', 'N'>(ptrs, m, n, k, lda, ldb, ldc,
+                                                                                 alpha, beta, batch, stream);
+            if (rc != -1)
+                return rc;
+        }
         return gemmgen::tc::launch_wmma_async<Acc, 16, 16, 16, 128, 64, 16, 16, 16, 8, 3, 'N', 'N'>(
             conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
+        // sm_90, beta = 0, rank-k updates up to 128×128: whole GEMMs through the tensor copy engine
+        // where the shape and the operands allow it (-1: they do not).
+        {
+            const int rc = gemmgen::tc::launch_wmma_whole<Acc, 'N', 'T'>(ptrs, m, n, k, lda, ldb, ldc,
+                                                                                 alpha, beta, batch, stream);
+            if (rc != -1)
+                return rc;
+        }
         return gemmgen::tc::launch_wmma_async<Acc, 16, 16, 16, 128, 64, 16, 16, 16, 8, 3, 'N', 'T'>(
             conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
+        // sm_90, beta = 0, rank-k updates up to 128×128: whole GEMMs through the tensor copy engine
+        // where the shape and the operands allow it (-1: they do not).
+        {
+            const int rc = gemmgen::tc::launch_wmma_whole<Acc, 'T', 'N'>(ptrs, m, n, k, lda, ldb, ldc,
+                                                                                 alpha, beta, batch, stream);
+            if (rc != -1)
+                return rc;
+        }
         return gemmgen::tc::launch_wmma_async<Acc, 16, 16, 16, 128, 64, 16, 16, 16, 8, 3, 'T', 'N'>(
             conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
+        // sm_90, beta = 0, rank-k updates up to 128×128: whole GEMMs through the tensor copy engine
+        // where the shape and the operands allow it (-1: they do not).
+        {
+            const int rc = gemmgen::tc::launch_wmma_whole<Acc, 'T', 'T'>(ptrs, m, n, k, lda, ldb, ldc,
+                                                                                 alpha, beta, batch, stream);
+            if (rc != -1)
+                return rc;
+        }
         return gemmgen::tc::launch_wmma_async<Acc, 16, 16, 16, 128, 64, 16, 16, 16, 8, 3, 'T', 'T'>(
             conj, ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
