@@ -219,6 +219,10 @@ __device__ __forceinline__ void async_wait()
 #endif
 }
 
+// The 32-bit shared-memory address of a generic pointer into shared memory (what cp.async and the
+// tensor copy engine take).
+__device__ __forceinline__ unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
 // SIZE (4, 8 or 16) bytes, of which the first `bytes` come from src and the rest are zero; dst and
 // src aligned to SIZE (src too when bytes = 0: pass any aligned address, nothing is read).  16-byte
 // copies bypass L1 (.cg, which cp.async allows for 16 bytes only: the operands stream through
@@ -228,7 +232,7 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes
 {
     static_assert(SIZE == 4 || SIZE == 8 || SIZE == 16, "cp.async copies 4, 8 or 16 bytes");
 #if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const unsigned d = smem_address(dst);
     if (SIZE == 16)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
     else

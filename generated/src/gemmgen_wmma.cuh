@@ -845,8 +845,6 @@ struct WholeGeometry {
 };
 
 #if CUDART_VERSION >= 12000
-__device__ __forceinline__ unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
 __device__ __forceinline__ void mbarrier_init(unsigned bar, int count)
 {
 #if __CUDA_ARCH__ >= 900
@@ -889,6 +887,8 @@ __device__ __forceinline__ void tensor_load(void* dst, const CUtensorMap& map, i
 #endif
 }
 
+// The box of batch entry `entry` from shared memory into a 3-d tensor map, as a bulk group of its own
+// (committed here; tensor_store_wait waits for it).
 __device__ __forceinline__ void tensor_store(const CUtensorMap& map, int entry, const void* src)
 {
 #if __CUDA_ARCH__ >= 900
