@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import cpu, small, tsm2, wmma
-from .arch import ARCHS, DEFAULT_ARCHS, parse_archs
+from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, parse_ranges
 from .tuning import load_table
@@ -97,7 +97,7 @@ class DispatchEntry:
     n: int
     k: int
     cc: int
-    kernel: small.SmallSpec | wmma.WmmaTinySpec
+    kernel: small.SmallSpec | wmma.WmmaTinySpec | wmma.WmmaWarpSpec
     source: str   # "tuned (device, time)" or "heuristic"
     prefer_general: bool = False   # h/hc: the tuned general wmma kernel beats this one here
 
@@ -121,7 +121,7 @@ class Manifest:
 
     @property
     def kernels(self) -> tuple:
-        """The fixed-shape kernels of the exact-shape table (small family and tiny wmma)."""
+        """The fixed-shape kernels of the exact-shape table (small family, tiny and warp wmma)."""
         return tuple(sorted({e.kernel for e in self.dispatch}, key=lambda s: s.name))
 
     def to_json(self) -> dict:
@@ -202,28 +202,33 @@ def build_manifest(selection: Selection) -> Manifest:
         for m, n, k in sorted(shapes):
             previous = None
             for arch in selection.archs:
-                row = tuned[arch].get((precision, m, n, k))
+                # h/hc: the tuned cut-off between the small family, the Tensor Core kernels of one
+                # shape (tiny, warp) and the general one.
+                choice = _shape_choice(wmma_rows[arch][1].get(precision), m, n, k, arch, notes)
                 spec, source = None, "heuristic"
-                if row is not None:
+                if choice is not None and choice["choice"] in ("wmmatiny", "wmmawarp"):
                     try:
-                        spec = small.SmallSpec.from_row(row, precision, (m, n, k)).validate(arch)
-                        source = _tuned_label(row, row["arch"], arch)
+                        spec = wmma.parse_name(choice["kernel"]).validate(arch)
+                        source = _tuned_label(choice, wmma_rows[arch][0], arch)
                     except SpecError as err:
-                        notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")
+                        notes.append(f"{arch} wmma row for {precision} {m}x{n}x{k} refused: {err}")
+                        choice = None
+                prefer_general = choice is not None and choice["choice"] == "wmma"
+                if spec is None and prefer_general and "warp_kernel" in choice:
+                    # the entry only sends the shape to the general kernel; it names the warp kernel that
+                    # serves newer devices (compiled anyway) rather than a small kernel that never runs
+                    spec = wmma.parse_name(choice["warp_kernel"]).validate(arch)
+                    source = _tuned_label(choice, wmma_rows[arch][0], arch)
+                if spec is None:
+                    row = tuned[arch].get((precision, m, n, k))
+                    if row is not None:
+                        try:
+                            spec = small.SmallSpec.from_row(row, precision, (m, n, k)).validate(arch)
+                            source = _tuned_label(row, row["arch"], arch)
+                        except SpecError as err:
+                            notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")
                 if spec is None:
                     spec = small.heuristic(precision, m, n, k).validate(arch)
-                # h/hc: the tuned cut-off between the small family, the tiny Tensor Core kernel
-                # and the general one.
-                prefer_general = False
-                choice = wmma.shape_choice(wmma_rows[arch][1].get(precision), m, n, k)
-                if choice is not None:
-                    if choice["choice"] == "wmmatiny":
-                        try:
-                            spec = wmma.WmmaTinySpec.parse(choice["kernel"]).validate(arch)
-                            source = _tuned_label(choice, wmma_rows[arch][0], arch)
-                        except SpecError as err:
-                            notes.append(f"{arch} wmma row for {precision} {m}x{n}x{k} refused: {err}")
-                    prefer_general = choice["choice"] == "wmma"
                 entry = DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source, prefer_general)
                 if previous is None or (spec, prefer_general) != (previous.kernel, previous.prefer_general):
                     entries.append(entry)
@@ -249,6 +254,21 @@ def build_manifest(selection: Selection) -> Manifest:
                     tallskinny=tallskinny, cpu_kernels=tuple(cpu_kernels),
                     wmma_ranges=tuple(sorted(ranges, key=lambda r: (PRECISION_ORDER.index(r.precision),
                                                                      r.kind, r.lo, r.cc))))
+
+
+def _shape_choice(rows, m: int, n: int, k: int, arch: str, notes: list) -> dict | None:
+    """The tuned row's choice for an exact shape on `arch`.  The warp kernel needs sm_80 (cp.async,
+    mma.sync.m16n8k16; before it its element-by-element path is slow), so on older architectures the
+    row's fastest other choice serves, with `warp_kernel` naming the warp kernel for an entry that has
+    no small kernel of its shape."""
+    choice = wmma.shape_choice(rows, m, n, k)
+    if choice is None or choice["choice"] != "wmmawarp" or ARCHS[arch].cc >= CP_ASYNC_MIN_CC:
+        return choice
+    if "fallback_choice" not in choice:
+        notes.append(f"{arch}: the wmma row for {m}x{n}x{k} chose the warp kernel and names no other; "
+                     "the general kernel serves there")
+    return {**choice, "choice": choice.get("fallback_choice", "wmma"),
+            "kernel": choice.get("fallback_kernel", choice["wmma"]), "warp_kernel": choice["kernel"]}
 
 
 def _entry_key(e: DispatchEntry):

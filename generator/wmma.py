@@ -61,6 +61,8 @@ _NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\
 MAX_STAGES = 8
 ASYNC_TC = (16, 16, 16)   # fragment pointers along a contiguous M or N must stay 32-byte aligned
 _TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
+_WARP = re.compile(r"^wmmawarp_(h)_m(\d+)n(\d+)k(\d+)_w(\d+)_s(\d+)_(f32|f16)$")
+WARP_MAX_SIZE = 64          # one warp per GEMM: M, N, K up to this
 
 
 @dataclass(frozen=True, order=True)
@@ -312,7 +314,91 @@ class WmmaTinySpec(Spec):
         return self
 
 
+@dataclass(frozen=True, order=True)
+class WmmaWarpSpec(Spec):
+    """One warp per GEMM of a fixed shape (M, N, K ≤ 64) on raw mma.sync.m16n8k16, each warp with its
+    own ring of `stages` stages that hold a GEMM's A, B and C as stored (gemmgen_wmma.cuh,
+    wmma_warp_kernel, says why); `warps` warps per block, fp32 or fp16 sums.  h only: hc would need
+    its planes split on the way, which the stored-as-is stages do not do."""
+    precision: str
+    m: int
+    n: int
+    k: int
+    warps: int
+    stages: int
+    acc: str
+
+    family = "wmmawarp"
+
+    @property
+    def name(self) -> str:
+        return f"wmmawarp_{self.precision}_m{self.m}n{self.n}k{self.k}_w{self.warps}_s{self.stages}_{self.acc}"
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaWarpSpec":
+        match = _WARP.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a warp wmma kernel name "
+                                    "(wmmawarp_h_m<M>n<N>k<K>_w<W>_s<S>_<f32|f16>)")
+        prec, m, n, k, w, st, acc = match.groups()
+        spec = cls(prec, int(m), int(n), int(k), int(w), int(st), acc)
+        spec.validate()
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @staticmethod
+    def _cover_halves(elems: int) -> int:
+        return 8 * ((elems + 14) // 8)   # whole 16-byte chunks, room for any start within a chunk
+
+    @property
+    def stage_bytes(self) -> int:
+        m, n, k = self.m, self.n, self.k
+        return 2 * (self._cover_halves(m * k) + self._cover_halves(k * n) + self._cover_halves(m * n))
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.warps * self.stages * self.stage_bytes
+
+    def validate(self, arch: str | None = None) -> "WmmaWarpSpec":
+        require(self.precision == "h", "precision",
+                f"the warp kernel covers h, not {self.precision!r} (its stages hold the operands as stored)")
+        # Up to 64: the accumulators of a 64×64 C take 128 registers per thread with fp32 sums.
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= WARP_MAX_SIZE, "size",
+                    f"{dim}={value} is outside 1..{WARP_MAX_SIZE} (one warp per GEMM)")
+        require(1 <= self.warps <= 8, "warps", f"warps={self.warps} must be in 1..8 (blocks of up to 256 threads)")
+        require(2 <= self.stages <= 4, "stages", f"stages={self.stages} must be in 2..4")
+        require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
+        # One warp's stages must fit a block's opt-in shared memory (the launcher runs fewer warps per
+        # block where all of them do not).
+        for a in ([arch] if arch else DEFAULT_ARCHS):
+            limit = ARCHS[a].smem_per_sm - 1024
+            require(self.stages * self.stage_bytes <= limit, "shared memory",
+                    f"{self.stages} stages of {self.stage_bytes} bytes exceed {limit} on {a}")
+        return self
+
+
+SWEEP_WARP = tuple((w, s, acc) for w in (4, 8) for s in (2, 3) for acc in ACCUMULATORS)
+
+
+def warp_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[WmmaWarpSpec]:
+    """The warp kernels the sweep times at a shape (valid on `arch` and every default architecture)."""
+    if precision != "h":
+        return []
+    return [s for w, st, acc in SWEEP_WARP
+            if (s := WmmaWarpSpec(precision, m, n, k, w, st, acc)).is_valid(arch) and s.is_valid()]
+
+
 def parse_name(name: str):
+    if name.startswith("wmmawarp_"):
+        return WmmaWarpSpec.parse(name)
     return (WmmaTinySpec if name.startswith("wmmatiny_") else WmmaSpec).parse(name)
 
 
@@ -454,11 +540,11 @@ def build_ranges(precision: str, arch: str, rows: dict[tuple[str, int], dict] | 
 
 
 def fixed_shapes(rows: dict[tuple[str, int], dict] | None) -> set[tuple[int, int, int]]:
-    """Shapes where the tuned table chose a fixed-shape kernel (the tiny one, or the small family
-    at a rank-16 update): they join the exact-shape table next to the requested square sizes."""
+    """Shapes where the tuned table chose a fixed-shape kernel (the tiny or the warp one, or the small
+    family at a rank-16 update): they join the exact-shape table next to the requested square sizes."""
     out = set()
     for (kind, size), row in (rows or {}).items():
-        if row["choice"] == "wmmatiny" or (row["choice"] == "small" and kind == "rank"):
+        if row["choice"] in ("wmmatiny", "wmmawarp") or (row["choice"] == "small" and kind == "rank"):
             out.add((size, size, size) if kind == "square" else (size, size, RANK_K_MAX))
     return out
 

@@ -84,9 +84,12 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
     import numpy as np
 
     rng = np.random.default_rng(20261122)
+    # Shapes whose kernel copies contiguous matrices through a cp.async ring: a small kernel with
+    # `stages` or `array_stages`, or a warp wmma kernel (each warp its own ring).
     ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
-                            if e["kernel"].startswith("small_")
-                            and (lambda spec: spec.stages or spec.array_stages)(small.SmallSpec.parse(e["kernel"])))
+                            if e["kernel"].startswith("wmmawarp_") or (
+                                e["kernel"].startswith("small_")
+                                and (lambda spec: spec.stages or spec.array_stages)(small.SmallSpec.parse(e["kernel"]))))
     cases = list(check_small.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
     cases += list(check_small.edge_cases(list(shapes)))
     if manifest.get("wmma", {}).get("kernels"):

@@ -44,6 +44,7 @@ UNMEASURED = 3.0        # cost of a size where no chosen tuple was timed (the ne
 BUNDLE = 12             # variants per nvcc call in the sweep
 MEGABYTES = 64          # data per launch (≫ L2 would cost more device time; 64 MB is past L2)
 MIN_BATCH = 100
+WARP_MIN_GAIN = 1.10    # a warp kernel (one more source per shape) replaces the choice only this much faster
 
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
@@ -196,11 +197,13 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
 
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
-             max_tuples: int | None, async_only: bool = False, small_only: bool = False) -> int:
+             max_tuples: int | None, async_only: bool = False, small_only: bool = False,
+             warp_only: bool = False) -> int:
     """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
     family's present table kernels at the square sizes up to 32 and the rank-16 updates it was
     tuned for (after a re-tune of that family),
-    so the cut-off between the families is measured again.  Either way stage 2 compares with the
+    so the cut-off between the families is measured again; warp_only: only the warp kernels
+    (WmmaWarpSpec, h) at every stage-2 shape they cover.  Either way stage 2 compares with the
     results already in the file for the rest."""
     from .run_check import device_arch
     from .timing import copy_bandwidth
@@ -215,17 +218,22 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             if r.get("device") == device}
     refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
                and r["status"] != "ok"}
+    only = async_only or small_only or warp_only
     general = [s for p in precisions for s in wmma.sweep_space(p, arch)
-               if (s.stages or not async_only) and not small_only]
-    tiny = [] if small_only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
+               if (s.stages or not async_only) and not (small_only or warp_only)]
+    tiny = [] if small_only or warp_only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
                                          for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
     small_specs = sorted({spec for (p, _, _), spec in smalls.items() if p in precisions})
-    if async_only:   # the other kernels' results are in the file already; stage 2 compares with them
+    if async_only or warp_only:   # the other kernels' results are in the file already; stage 2 compares with them
         tiny, small_specs = [], []
-    specs = general + tiny + small_specs
+    warp_points = {(p, kind, size): wmma.warp_candidates(p, *shape_of(kind, size), arch)
+                   for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
+                   if size <= wmma.WARP_MAX_SIZE and (warp_only or not only)}
+    warps = sorted({s for cands in warp_points.values() for s in cands})
+    specs = general + tiny + small_specs + warps
     click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, "
-               f"{len(small_specs)} small kernels; {len(done)} results already in {results_path}")
+               f"{len(small_specs)} small, {len(warps)} warp kernels; {len(done)} results already in {results_path}")
     root = build_dir / arch
     bundles = _write_sources(root, specs, BUNDLE)
     with click.progressbar(length=len(bundles), label="nvcc sweep", show_pos=True) as bar:
@@ -272,6 +280,8 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                 ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
                 if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
                     ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
+                if ok and spec.family == "wmmawarp":   # and its copies of contiguous matrices
+                    ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, packed=True)
                 if ok and takes_shape and spec.stages:   # and the general kernel's raw packed ring
                     packed_shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
                     ok, err = gpu_check(f, spec.precision, *packed_shape, takes_shape, batch=2000, packed=True)
@@ -338,10 +348,11 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     for coarse in _nearest(STAGE1[kind], size):
                         names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
                     cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
-                    if (prec, kind, size) in smalls and not async_only:
+                    if (prec, kind, size) in smalls and not (async_only or warp_only):
                         cands.append(smalls[(prec, kind, size)])
-                    if size <= wmma.TINY_TC and not async_only and not small_only:
+                    if size <= wmma.TINY_TC and not only:
                         cands += wmma.tiny_candidates(prec, m, n, k, arch)
+                    cands += warp_points.get((prec, kind, size), [])
                     plan.extend((spec, kind, size) for spec in cands)
         with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:
             for spec, kind, size in bar:
@@ -431,14 +442,21 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
                 continue
             w = min(mine, key=lambda r: r["time_us"])
             others = [r for r in times[pt].values() if r["family"] != "wmma"]
-            fastest = min(others + [w], key=lambda r: r["time_us"])
+            # The warp kernel needs sm_80; before it, the fastest of the rest serves (manifest.py).
+            rest = min([r for r in others if r["family"] != "wmmawarp"] + [w], key=lambda r: r["time_us"])
+            warps = [r for r in others if r["family"] == "wmmawarp"]
+            warp = min(warps, key=lambda r: r["time_us"]) if warps else None
+            # Each warp kernel adds a source to the set (its tuple is its shape): it must be clearly faster.
+            fastest = warp if warp and warp["time_us"] * WARP_MIN_GAIN <= rest["time_us"] else rest
+            fallback = {"fallback_choice": rest["family"], "fallback_kernel": rest["name"]} \
+                if fastest is warp else {}
             out_rows.append({
                 "precision": prec, "kind": kind, "size": size, "wmma": w["name"],
                 "wmma_time_us": round(w["time_us"], 3), "best_wmma_time_us": round(best[pt], 3),
                 "choice": fastest["family"], "kernel": fastest["name"],
                 "time_us": round(fastest["time_us"], 3),
                 "floor_fraction": round(fastest["floor_fraction"], 4), "batch": fastest["batch"],
-                "candidates_tried": len(times[pt]), "device": device})
+                "candidates_tried": len(times[pt]), "device": device, **fallback})
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["wmma"] = (
         f"gemmgen tune wmma (results: {results_path}); stage 2 batch: {MEGABYTES} MB of data, "
@@ -460,7 +478,8 @@ def verify_table(results_path: Path, arch: str, device: str, build_dir: Path, jo
     while True:
         write_tuning_table(results_path, arch, device, max_tuples)
         rows = load_table(arch)["wmma"]
-        names = sorted({r["wmma"] for r in rows} | {r["kernel"] for r in rows if r["choice"] == "wmmatiny"})
+        names = sorted({r["wmma"] for r in rows}
+                       | {r["kernel"] for r in rows if r["choice"] in ("wmmatiny", "wmmawarp")})
         specs = [wmma.parse_name(n) for n in names]
         root = build_dir / "verify"
         command = "gemmgen tune wmma (verify)"

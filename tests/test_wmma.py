@@ -126,7 +126,9 @@ def test_rank_16_updates_the_small_family_wins_join_the_exact_shape_table():
     assert wmma.fixed_shapes(rows) == {(4, 4, 16), (2, 2, 16)}   # square sizes come from --sizes
     # the sm_90 table: h rank-16 updates up to m = 15 run a tuned small kernel of that very shape
     m = build_manifest(Selection())
-    rank = {e.m: e for e in m.dispatch if e.precision == "h" and e.k == 16 and e.m == e.n and e.m != 16}
+    rank = {e.m: e for e in m.dispatch if e.precision == "h" and e.k == 16 and e.m == e.n and e.m != 16
+            and e.cc == 75 and not e.prefer_general}   # (from sm_80 the warp kernel serves m = 13-15,
+    # test_warp_kernel_serves_from_sm_80_and_the_rows_fallback_before)
     assert set(range(1, 16)) <= set(rank)
     for size, entry in rank.items():
         assert entry.kernel.family == "small" and entry.kernel.shape == (size, size, 16)
@@ -162,7 +164,7 @@ def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
 
 
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
-    """Compile one emitted general kernel and one tiny kernel for sm_90 and read the SASS."""
+    """Compile one emitted general kernel, one tiny and one warp kernel for sm_90 and read the SASS."""
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
 
     try:
@@ -179,7 +181,9 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     tiny_source = tmp_path / "src" / "wmmatiny" / "h" / f"{tiny.name}.cu"
     tiny_source.parent.mkdir(parents=True)
     tiny_source.write_text(kernel_source(tiny, "test"))
-    for name in dict.fromkeys((general, whole, tiny.name)):
+    # and a warp kernel (raw mma.sync rather than the WMMA API)
+    warp = next(k["name"] for k in listing["kernels"] if k["family"] == "wmmawarp")
+    for name in dict.fromkeys((general, whole, tiny.name, warp)):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
@@ -194,3 +198,71 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
         assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
         if name == whole:
             assert "UTMALDG" in sass and "UTMASTG" in sass, f"{name}: no tensor copy in the SASS"
+
+
+WARP = wmma.WmmaWarpSpec("h", 33, 33, 16, 8, 3, "f16")
+
+
+@pytest.mark.parametrize("change, rule", [
+    (dict(precision="hc"), "precision"),
+    (dict(m=wmma.WARP_MAX_SIZE + 1), "size"),
+    (dict(k=0), "size"),
+    (dict(warps=9), "warps"),
+    (dict(stages=1), "stages"),
+    (dict(stages=5), "stages"),
+    (dict(acc="f64"), "accumulator"),
+    (dict(m=64, n=64, k=64, stages=3), "shared memory"),   # 3 stages of 24 KB: over sm_75's 63 KB
+])
+def test_warp_rules_refuse_bad_tuples_naming_the_rule(change, rule):
+    fields = {f: getattr(WARP, f) for f in WARP.__dataclass_fields__}
+    fields.update(change)
+    with pytest.raises(SpecError) as err:
+        wmma.WmmaWarpSpec(**fields).validate()
+    assert err.value.rule == rule
+
+
+def test_warp_names_round_trip_and_sources_carry_the_code_path():
+    for spec in wmma.warp_candidates("h", 33, 33, 16) + wmma.warp_candidates("h", 9, 9, 9):
+        assert wmma.parse_name(spec.name) == spec
+        assert "gemmgen-code-paths: 80" in kernel_source(spec, "test")
+    assert len(wmma.warp_candidates("h", 33, 33, 16)) == len(wmma.SWEEP_WARP)
+    assert wmma.warp_candidates("hc", 33, 33, 16) == []
+    # 64x64x64 with 3 stages does not fit sm_75: the sweep leaves those candidates out
+    assert all(s.stages == 2 for s in wmma.warp_candidates("h", 64, 64, 64))
+    with pytest.raises(SpecError) as err:
+        wmma.parse_name("wmmawarp_h_m33n33k16_w8_s3")   # accumulator missing
+    assert err.value.rule == "name"
+    assert WARP.stage_bytes == 2 * 8 * ((33 * 16 + 14) // 8 * 2 + (33 * 33 + 14) // 8)
+
+
+def test_warp_kernel_serves_from_sm_80_and_the_rows_fallback_before():
+    """The warp kernel needs cp.async and mma.sync.m16n8k16: from sm_80 the table's choice serves,
+    before it the row's fastest other kernel (a small kernel, or the general one, whose entry then
+    names the warp kernel so no small kernel is compiled that never runs)."""
+    m = build_manifest(Selection())
+    entries = {}
+    for e in m.dispatch:
+        if e.precision == "h":
+            entries.setdefault((e.m, e.n, e.k), []).append(e)
+    # 33x33x16: only the general kernel was faster than it before sm_80
+    old, new = entries[(33, 33, 16)]
+    assert (old.cc, new.cc) == (75, 80)
+    assert old.prefer_general and old.kernel == new.kernel and new.kernel.family == "wmmawarp"
+    assert not new.prefer_general and new.source.startswith("tuned") and old.source.startswith("tuned")
+    # 13x13x13: the small kernel before sm_80
+    old, new = entries[(13, 13, 13)]
+    assert old.kernel.family == "small" and not old.prefer_general
+    assert new.kernel.family == "wmmawarp" and new.kernel.shape == (13, 13, 13)
+    # the fixed shapes the warp kernel won join the exact-shape table, squares and rank-16 updates
+    assert wmma.fixed_shapes({("square", 40): {"choice": "wmmawarp"}, ("rank", 50): {"choice": "wmmawarp"}}) \
+        == {(40, 40, 40), (50, 50, 16)}
+
+
+def test_warp_choice_without_a_fallback_falls_back_to_the_general_kernel():
+    from generator.manifest import _shape_choice
+
+    row = {"choice": "wmmawarp", "kernel": WARP.name, "wmma": GOOD.name}
+    notes = []
+    assert _shape_choice({("rank", 33): row}, 33, 33, 16, "sm_90", notes) is row
+    old = _shape_choice({("rank", 33): row}, 33, 33, 16, "sm_75", notes)
+    assert old["choice"] == "wmma" and old["warp_kernel"] == WARP.name and notes

@@ -1126,6 +1126,280 @@ int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, 
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
+// ---- one warp per GEMM, raw mma.sync at fixed shapes (h; WmmaWarpSpec) -----------------------------
+// Up to 64×64×64, one warp takes a whole GEMM and each warp runs its own pipeline: no block-wide
+// barrier anywhere.  Its lanes copy, with cp.async, the 16-byte chunks that cover the GEMM's A and B
+// (and C when beta ≠ 0) into one of STAGES stages, STAGES − 1 GEMMs ahead.  A matrix whose columns are
+// contiguous (ld = stored rows) is one contiguous range, so its copy is a handful of 16-byte copies per
+// lane whatever its size, odd sizes included: the stage holds it exactly as stored, shifted by its
+// offset from a 16-byte boundary (the chunks' other bytes are the neighbouring GEMMs', in the same
+// allocation).  The fragments of mma.sync.m16n8k16 are then read element by element at offsets the
+// compiler knows (M, N, K are template constants), zero outside the matrix, so nothing needs aligning.
+// alpha·AB (+ beta·C) goes into a staging of C laid out as C is in global memory, which the lanes write
+// as 16-byte chunks, the few elements shared with the neighbouring GEMMs one by one.
+// Why: the general kernel's blocks waste most of their tiles at odd sizes and take the register-staged
+// path there (their columns are not on 16-byte boundaries); the small family runs out of issue slots
+// from N ≈ 17 in h.  Measured on the H100 (docs/experiments/packed_warp/, ≫ L2, beta = 0): squares
+// 13–61 0.44–0.77 → 0.88–0.98 of the bandwidth floor, rank-16 updates m = 33–63 0.30–0.57 → 0.92–0.95.
+// Leading dimensions larger than the matrix, and devices before sm_80 (no cp.async, no m16n8k16), take
+// the same kernel's element-by-element path: correct everywhere, fast where the dispatch sends it.
+template <int ELEMS> struct WarpCover {          // halves of a stage region for ELEMS contiguous halves
+    static constexpr int CHUNKS = (ELEMS + 7 + 7) / 8;   // room for any start within a chunk
+    static constexpr int HALVES = 8 * CHUNKS;
+};
+
+template <int M, int N, int K> struct WarpLayout {
+    static constexpr int A = WarpCover<M * K>::HALVES, B = WarpCover<K * N>::HALVES, C = WarpCover<M * N>::HALVES;
+    static constexpr int STAGE = A + B + C;                              // halves of one stage
+    static constexpr int RT = (M + 15) / 16, CT = (N + 7) / 8, KT = (K + 15) / 16;   // m16n8k16 tiles
+};
+
+// 256-thread blocks that must fit an SM's registers: two while the accumulators take at most 48
+// registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).
+template <int M, int N, int K, typename ACC> struct WarpMinBlocks {
+    static constexpr int value = WarpLayout<M, N, K>::RT * WarpLayout<M, N, K>::CT * (int)sizeof(ACC) > 48 ? 1 : 2;
+};
+
+// Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary.
+__device__ __forceinline__ int chunk_offset(const void* p) { return (int)((unsigned long long)p & 15) >> 1; }
+
+// Copy the ELEMS contiguous halves from src into dst as the 16-byte chunks that cover them.
+template <int ELEMS>
+__device__ __forceinline__ void copy_cover(__half* dst, const __half* src, int lane)
+{
+    const char* base = (const char*)((unsigned long long)src & ~15ull);
+    const int chunks = (chunk_offset(src) + ELEMS + 7) >> 3;
+#pragma unroll
+    for (int i = 0; i < (WarpCover<ELEMS>::CHUNKS + 31) / 32; ++i) {
+        const int c = lane + 32 * i;
+        if (c < chunks) {
+#if __CUDA_ARCH__ >= 800
+            copy_async<16>(dst + 8 * c, base + 16 * c, 16);
+#else
+            reinterpret_cast<int4*>(dst)[c] = reinterpret_cast<const int4*>(base)[c];
+#endif
+        }
+    }
+}
+
+// Copy a ROWS × COLS stored matrix with leading dimension ld into dst, packed (element by element).
+template <int ROWS, int COLS>
+__device__ __forceinline__ void copy_strided(__half* dst, const __half* src, int ld, int lane)
+{
+    for (int e = lane; e < ROWS * COLS; e += 32)
+        dst[e] = src[e % ROWS + (long long)(e / ROWS) * ld];
+}
+
+// op(A)(r, k) of an M × K op(A) stored packed in s ('N': M × K column-major, 'T': K × M), zero outside.
+template <int M, int K, char TA>
+__device__ __forceinline__ __half warp_op_a(const __half* s, int r, int k)
+{
+    return r < M && k < K ? s[TA == 'N' ? r + k * M : k + r * K] : __ushort_as_half(0);
+}
+// op(B)(k, c) of a K × N op(B) stored packed in s ('N': K × N column-major, 'T': N × K), zero outside.
+template <int K, int N, char TB>
+__device__ __forceinline__ __half warp_op_b(const __half* s, int k, int c)
+{
+    return k < K && c < N ? s[TB == 'N' ? k + c * K : c + k * N] : __ushort_as_half(0);
+}
+
+__device__ __forceinline__ unsigned pack_halves(__half lo, __half hi)
+{
+    return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
+}
+
+// The accumulators of one m16n8 tile of C: fp16 sums (2 registers) or fp32 sums (4).  value(i) is the
+// thread's element i, at row g + 8·(i / 2) and column 2t + i % 2 of the tile (g = lane / 4, t = lane % 4).
+template <typename ACC> struct MmaTile;
+template <> struct MmaTile<__half> {
+    unsigned d[2];
+    __device__ __forceinline__ void zero() { d[0] = d[1] = 0u; }
+    __device__ __forceinline__ void mma(const unsigned (&a)[4], const unsigned (&b)[2])
+    {
+#if __CUDA_ARCH__ >= 800
+        asm("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 { %0, %1 }, { %2, %3, %4, %5 }, { %6, %7 }, { %0, %1 };\n"
+            : "+r"(d[0]), "+r"(d[1])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+    }
+    __device__ __forceinline__ float value(int i) const
+    {
+        const unsigned w = d[i >> 1];
+        return __half2float(__ushort_as_half((unsigned short)((i & 1) ? w >> 16 : w & 0xffffu)));
+    }
+};
+template <> struct MmaTile<float> {
+    float d[4];
+    __device__ __forceinline__ void zero() { d[0] = d[1] = d[2] = d[3] = 0.0f; }
+    __device__ __forceinline__ void mma(const unsigned (&a)[4], const unsigned (&b)[2])
+    {
+#if __CUDA_ARCH__ >= 800
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, "
+            "{ %0, %1, %2, %3 };\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+    }
+    __device__ __forceinline__ float value(int i) const { return d[i]; }
+};
+
+// alpha·op(A)·op(B) + beta·C_old (C_old in Cs when read_c) into Cs, the staging of C (packed, column-major).
+template <int M, int N, int K, char TA, char TB, typename ACC>
+__device__ __forceinline__ void warp_product(const __half* As, const __half* Bs, __half* Cs, float alpha,
+                                             float beta, bool read_c, int lane)
+{
+#if __CUDA_ARCH__ >= 800
+    using L = WarpLayout<M, N, K>;
+    const int g = lane >> 2, t = lane & 3;
+    MmaTile<ACC> acc[L::RT][L::CT];
+#pragma unroll
+    for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct)
+            acc[rt][ct].zero();
+#pragma unroll
+    for (int kt = 0; kt < L::KT; ++kt) {
+        unsigned a[L::RT][4];   // the m16n8k16 A fragment: rows g, g + 8; columns 2t, 2t + 1 (+ 8)
+#pragma unroll
+        for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = rt * 16 + g + 8 * (i & 1), k = kt * 16 + 2 * t + 8 * (i >> 1);
+                a[rt][i] = pack_halves(warp_op_a<M, K, TA>(As, r, k), warp_op_a<M, K, TA>(As, r, k + 1));
+            }
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct) {
+            unsigned b[2];   // the B fragment: rows 2t, 2t + 1 (+ 8); column g
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int k = kt * 16 + 2 * t + 8 * j, c = ct * 8 + g;
+                b[j] = pack_halves(warp_op_b<K, N, TB>(Bs, k, c), warp_op_b<K, N, TB>(Bs, k + 1, c));
+            }
+#pragma unroll
+            for (int rt = 0; rt < L::RT; ++rt)
+                acc[rt][ct].mma(a[rt], b);
+        }
+    }
+#pragma unroll
+    for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = rt * 16 + g + 8 * (i >> 1), c = ct * 8 + 2 * t + (i & 1);
+                if (r < M && c < N) {
+                    float v = alpha * acc[rt][ct].value(i);
+                    if (read_c)
+                        v += beta * __half2float(Cs[r + c * M]);
+                    Cs[r + c * M] = __float2half_rn(v);
+                }
+            }
+#else
+    // Before sm_80 (or from older PTX): fp32 sums, one element of C per lane at a time.
+    for (int e = lane; e < M * N; e += 32) {
+        const int r = e % M, c = e / M;
+        float sum = 0.0f;
+        for (int k = 0; k < K; ++k)
+            sum += __half2float(warp_op_a<M, K, TA>(As, r, k)) * __half2float(warp_op_b<K, N, TB>(Bs, k, c));
+        const float v = alpha * sum + (read_c ? beta * __half2float(Cs[e]) : 0.0f);
+        Cs[e] = __float2half_rn(v);
+    }
+#endif
+}
+
+template <int M, int N, int K, char TA, char TB, typename ACC, int STAGES>
+__global__ void __launch_bounds__(256, (WarpMinBlocks<M, N, K, ACC>::value))
+wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float alpha, float beta, int batch)
+{
+    using L = WarpLayout<M, N, K>;
+    constexpr int A_ROWS = TA == 'N' ? M : K, A_COLS = TA == 'N' ? K : M;   // A and B as stored
+    constexpr int B_ROWS = TB == 'N' ? K : N, B_COLS = TB == 'N' ? N : K;
+    extern __shared__ __align__(16) __half warp_smem[];
+    const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, warps = (int)blockDim.x >> 5;
+    __half* ring = warp_smem + warp * STAGES * L::STAGE;
+    const long long step = (long long)gridDim.x * warps;
+    const bool read_c = beta != 0.0f;
+    // Contiguous columns: copy chunks (sm_80+: cp.async); otherwise element by element, packed.
+    const bool contiguous = lda == A_ROWS && ldb == B_ROWS && ldc == M;
+
+    auto issue = [&](long long item, int s) {
+        if (item < batch) {
+            __half* st = ring + s * L::STAGE;
+            const __half* a = p.operand<OPERAND_A>(item);
+            const __half* b = p.operand<OPERAND_B>(item);
+            if (contiguous) {
+                copy_cover<M * K>(st, a, lane);
+                copy_cover<K * N>(st + L::A, b, lane);
+                if (read_c)
+                    copy_cover<M * N>(st + L::A + L::B, p.output(item), lane);
+            } else {
+                copy_strided<A_ROWS, A_COLS>(st, a, lda, lane);
+                copy_strided<B_ROWS, B_COLS>(st + L::A, b, ldb, lane);
+                if (read_c)
+                    copy_strided<M, N>(st + L::A + L::B, p.output(item), ldc, lane);
+            }
+        }
+        async_commit();
+    };
+
+    long long next = blockIdx.x * (long long)warps + warp;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s, next += step)
+        issue(next, s);
+    int s = 0;
+    for (long long item = blockIdx.x * (long long)warps + warp; item < batch; item += step) {
+        issue(next, s == 0 ? STAGES - 1 : s - 1);   // the stage the last GEMM released
+        next += step;
+        async_wait<STAGES - 1>();
+        __syncwarp();
+        const __half* a = p.operand<OPERAND_A>(item);
+        const __half* b = p.operand<OPERAND_B>(item);
+        __half* Cg = p.output(item);
+        const int oa = contiguous ? chunk_offset(a) : 0, ob = contiguous ? chunk_offset(b) : 0;
+        const int oc = contiguous ? chunk_offset(Cg) : 0;
+        __half* st = ring + s * L::STAGE;
+        __half* Cs = st + L::A + L::B + oc;
+        warp_product<M, N, K, TA, TB, ACC>(st + oa, st + L::A + ob, Cs, alpha, beta, read_c, lane);
+        __syncwarp();
+        if (contiguous) {   // whole chunks with 16-byte stores, the ends shared with the neighbours one by one
+            constexpr int MN = M * N;
+            const int head = min(MN, (8 - oc) & 7);
+            const int body = (MN - head) >> 3, tail = (MN - head) & 7;
+            for (int c = lane; c < body; c += 32)
+                reinterpret_cast<int4*>(Cg + head)[c] = reinterpret_cast<const int4*>(Cs + head)[c];
+            if (lane < head)
+                Cg[lane] = Cs[lane];
+            else if (lane >= 8 && lane - 8 < tail)
+                Cg[head + 8 * body + lane - 8] = Cs[head + 8 * body + lane - 8];
+        } else {
+            for (int e = lane; e < M * N; e += 32)
+                Cg[e % M + (long long)(e / M) * ldc] = Cs[e];
+        }
+        __syncwarp();   // every lane is done with stage s before it is refilled
+        s = s + 1 == STAGES ? 0 : s + 1;
+    }
+    async_wait<0>();
+}
+
+// (The Conjugate flags of the fixed-shape launchers' signature: h has nothing to conjugate.)
+template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, char TB>
+int launch_wmma_warp(Conjugate, const BatchPointers<__half>& p, int lda, int ldb, int ldc, float alpha, float beta, int batch,
+                     cudaStream_t stream)
+{
+    auto kernel = wmma_warp_kernel<M, N, K, TA, TB, ACC, STAGES>;
+    constexpr int PER_WARP = STAGES * WarpLayout<M, N, K>::STAGE * 2;
+    const DeviceInfo dev = device_info();
+    int warps = WARPS;   // fewer where the device's shared memory holds fewer warps' stages
+    while (warps > 1 && warps * PER_WARP > dev.smem_per_block)
+        --warps;
+    const long long blocks = ((long long)batch + warps - 1) / warps;
+    const unsigned grid = persistent_grid(kernel, 32 * warps, warps * PER_WARP, blocks);
+    if (grid == 0)
+        return GEMMGEN_LAUNCH_FAILED;
+    kernel<<<grid, 32 * warps, warps * PER_WARP, stream>>>(p, lda, ldb, ldc, alpha, beta, batch);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
 // ---- §8.1: several tiny GEMMs per Tensor Core operation ------------------------------------------
 // Warp w of a block owns G = min(16/M, 16/N) GEMMs: their op(A)s stacked down the rows of a 16×16
 // A tile (k along the columns, zero beyond K), their op(B)s side by side across the columns of a
