@@ -37,7 +37,7 @@ extern "C" {
 /* 1 if the batched entry points cover precision ("h", "hc", "s", "d", "c", "z") and m x n x k
  * (an exact-shape kernel, or for h and hc the general Tensor Core kernel, which covers any shape). */
 int gemmgen_is_generated(const char* precision, int m, int n, int k);
-/* 1 if an exact-shape kernel (family "small", or the tiny Tensor Core kernel) covers m x n x k. */
+/* 1 if an exact-shape kernel (family "small", or the tiny or warp Tensor Core kernel) covers m x n x k. */
 int gemmgen_small_is_generated(const char* precision, int m, int n, int k);
 /* The emitted kernels, by name (0 <= i < gemmgen_kernel_count()). */
 int gemmgen_kernel_count(void);
