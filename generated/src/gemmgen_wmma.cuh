@@ -1157,7 +1157,8 @@ template <int M, int N, int K> struct WarpLayout {
 // 256-thread blocks that must fit an SM's registers: two while the accumulators take at most 48
 // registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).
 template <int M, int N, int K, typename ACC> struct WarpMinBlocks {
-    static constexpr int value = WarpLayout<M, N, K>::RT * WarpLayout<M, N, K>::CT * (int)sizeof(ACC) > 48 ? 1 : 2;
+    static constexpr int ACC_REGISTERS = WarpLayout<M, N, K>::RT * WarpLayout<M, N, K>::CT * (int)sizeof(ACC);
+    static constexpr int value = ACC_REGISTERS > 48 ? 1 : 2;
 };
 
 // Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary.
@@ -1322,40 +1323,68 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
     // Contiguous columns: copy chunks (sm_80+: cp.async); otherwise element by element, packed.
     const bool contiguous = lda == A_ROWS && ldb == B_ROWS && ldc == M;
 
-    auto issue = [&](long long item, int s) {
-        if (item < batch) {
+    // A batch entry's matrices.  Through pointer arrays each address is a global load that the copies
+    // wait for, so the warp reads them one GEMM before it copies (a queue in registers, every index a
+    // compile-time constant).  Not for the smallest shapes (accumulators of at most 8 registers): there
+    // the queue cost the strided interface up to 0.1 of the floor (h 13×13×13 0.89 → 0.78), more than
+    // pointer arrays gained (docs/experiments/wmma_warp_arrays_sm_90.json).
+    constexpr bool LOOKAHEAD = WarpMinBlocks<M, N, K, ACC>::ACC_REGISTERS > 8;
+    struct Entry { const __half* a; const __half* b; __half* c; bool valid; };
+    auto entry = [&](long long item) {
+        Entry e{nullptr, nullptr, nullptr, item < batch};
+        if (e.valid) {
+            e.a = p.operand<OPERAND_A>(item);
+            e.b = p.operand<OPERAND_B>(item);
+            e.c = p.output(item);
+        }
+        return e;
+    };
+    auto issue = [&](const Entry& e, int s) {
+        if (e.valid) {
             __half* st = ring + s * L::STAGE;
-            const __half* a = p.operand<OPERAND_A>(item);
-            const __half* b = p.operand<OPERAND_B>(item);
             if (contiguous) {
-                copy_cover<M * K>(st, a, lane);
-                copy_cover<K * N>(st + L::A, b, lane);
+                copy_cover<M * K>(st, e.a, lane);
+                copy_cover<K * N>(st + L::A, e.b, lane);
                 if (read_c)
-                    copy_cover<M * N>(st + L::A + L::B, p.output(item), lane);
+                    copy_cover<M * N>(st + L::A + L::B, e.c, lane);
             } else {
-                copy_strided<A_ROWS, A_COLS>(st, a, lda, lane);
-                copy_strided<B_ROWS, B_COLS>(st + L::A, b, ldb, lane);
+                copy_strided<A_ROWS, A_COLS>(st, e.a, lda, lane);
+                copy_strided<B_ROWS, B_COLS>(st + L::A, e.b, ldb, lane);
                 if (read_c)
-                    copy_strided<M, N>(st + L::A + L::B, p.output(item), ldc, lane);
+                    copy_strided<M, N>(st + L::A + L::B, e.c, ldc, lane);
             }
         }
         async_commit();
     };
 
-    long long next = blockIdx.x * (long long)warps + warp;
+    // With LOOKAHEAD, queue[0]: the GEMM being multiplied; queue[1 .. STAGES - 2]: those in flight;
+    // queue[STAGES - 1]: the next to copy.
+    const long long first = blockIdx.x * (long long)warps + warp;
+    Entry queue[STAGES];
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s, next += step)
-        issue(next, s);
+    for (int s = 0; s < STAGES; ++s) {
+        if (LOOKAHEAD || s < STAGES - 1)
+            queue[s] = entry(first + s * step);
+        if (s < STAGES - 1)
+            issue(queue[s], s);
+    }
+    long long next = first + (STAGES - 1) * step;   // without LOOKAHEAD: the next to copy
     int s = 0;
-    for (long long item = blockIdx.x * (long long)warps + warp; item < batch; item += step) {
-        issue(next, s == 0 ? STAGES - 1 : s - 1);   // the stage the last GEMM released
-        next += step;
+    for (long long item = first; item < batch; item += step) {
+        const int free_stage = s == 0 ? STAGES - 1 : s - 1;   // the stage the last GEMM released
+        Entry newest{nullptr, nullptr, nullptr, false};
+        if (LOOKAHEAD) {
+            issue(queue[STAGES - 1], free_stage);
+            newest = entry(item + STAGES * step);
+        } else {
+            issue(entry(next), free_stage);
+            next += step;
+        }
         async_wait<STAGES - 1>();
         __syncwarp();
-        const __half* a = p.operand<OPERAND_A>(item);
-        const __half* b = p.operand<OPERAND_B>(item);
-        __half* Cg = p.output(item);
-        const int oa = contiguous ? chunk_offset(a) : 0, ob = contiguous ? chunk_offset(b) : 0;
+        const Entry now = LOOKAHEAD ? queue[0] : entry(item);
+        __half* Cg = now.c;
+        const int oa = contiguous ? chunk_offset(now.a) : 0, ob = contiguous ? chunk_offset(now.b) : 0;
         const int oc = contiguous ? chunk_offset(Cg) : 0;
         __half* st = ring + s * L::STAGE;
         __half* Cs = st + L::A + L::B + oc;
@@ -1377,6 +1406,12 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
         }
         __syncwarp();   // every lane is done with stage s before it is refilled
         s = s + 1 == STAGES ? 0 : s + 1;
+        if (LOOKAHEAD) {
+#pragma unroll
+            for (int i = 0; i + 1 < STAGES; ++i)
+                queue[i] = queue[i + 1];
+            queue[STAGES - 1] = newest;
+        }
     }
     async_wait<0>();
 }
