@@ -204,8 +204,8 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
               small_only, warp_only, jobs):
-    """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1) and the
-    small-family cut-off, on square sizes and rank-16 updates up to 256."""
+    """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1), the h warp
+    kernels and the small-family cut-off, on square sizes and rank-16 updates up to 256."""
     from generator import wmma
     from harness import wmma_tune
 

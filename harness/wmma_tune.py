@@ -7,7 +7,10 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
    updates; a tuple is only timed where its blocks are not far larger than the problem;
 2. the best few tuples of the two nearest coarse points are timed at every size 1..64 and every
    8th size up to 256, next to the small-family kernel of that shape (square N ≤ 32, as the
-   dispatch would pick it) and the §8.1 tiny-size kernels (N ≤ 16).
+   dispatch would pick it), the §8.1 tiny-size kernels (N ≤ 16) and the h warp kernels (one warp
+   per GEMM, N ≤ 64; `--warp-only` times those alone).  A warp kernel replaces a row's choice only
+   where it is WARP_MIN_GAIN faster, and the row then names the fastest other kernel too, for the
+   architectures before sm_80.
 Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
 goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
 table keeps, per precision, kind and size, the fastest family and tuple, with at most
