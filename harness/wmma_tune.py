@@ -221,15 +221,16 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             if r.get("device") == device}
     refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
                and r["status"] != "ok"}
+    # Each --*-only run measures its part; the other kernels' results are in the file already, and stage 2
+    # compares with them.
     only = async_only or small_only or warp_only
     general = [s for p in precisions for s in wmma.sweep_space(p, arch)
                if (s.stages or not async_only) and not (small_only or warp_only)]
-    tiny = [] if small_only or warp_only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
-                                         for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
+    tiny = [] if only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
+                                   for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
-    small_specs = sorted({spec for (p, _, _), spec in smalls.items() if p in precisions})
-    if async_only or warp_only:   # the other kernels' results are in the file already; stage 2 compares with them
-        tiny, small_specs = [], []
+    small_specs = [] if async_only or warp_only else sorted(
+        {spec for (p, _, _), spec in smalls.items() if p in precisions})
     warp_points = {(p, kind, size): wmma.warp_candidates(p, *shape_of(kind, size), arch)
                    for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
                    if size <= wmma.WARP_MAX_SIZE and (warp_only or not only)}

@@ -526,7 +526,7 @@ struct PackedGeometry {
     int a_chunks, b_chunks;   // ring chunks of one GEMM's A and B: room for any start in a chunk
     int c_floats;             // the linear fp32 copy of one C, from its chunk's boundary (dense C only)
 
-    __host__ __device__ static int chunks(long long elems) { return (int)((elems + 7 + 7) / 8); }
+    __host__ __device__ static constexpr int chunks(long long elems) { return (int)((elems + 7 + 7) / 8); }
     __host__ __device__ PackedGeometry(int m, int n, int k, bool dense_c)
         : a_chunks(chunks((long long)m * k)), b_chunks(chunks((long long)k * n)),
           c_floats(dense_c ? chunks((long long)m * n) * 8 : 0) {}
@@ -1144,7 +1144,7 @@ int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, 
 // Leading dimensions larger than the matrix, and devices before sm_80 (no cp.async, no m16n8k16), take
 // the same kernel's element-by-element path: correct everywhere, fast where the dispatch sends it.
 template <int ELEMS> struct WarpCover {          // halves of a stage region for ELEMS contiguous halves
-    static constexpr int CHUNKS = (ELEMS + 7 + 7) / 8;   // room for any start within a chunk
+    static constexpr int CHUNKS = PackedGeometry::chunks(ELEMS);   // room for any start within a chunk
     static constexpr int HALVES = 8 * CHUNKS;
 };
 
