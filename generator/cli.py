@@ -201,11 +201,15 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--warp-only", is_flag=True,
               help="Measure only the one-warp-per-GEMM kernels (h, sizes up to 64) at every stage-2 shape, "
                    "comparing with the results already in the file.")
+@click.option("--block-only", is_flag=True,
+              help="Measure only the block kernels (raw mma.sync, h and hc, sizes from 32) at every stage-2 "
+                   "shape, comparing with the results already in the file.")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
-              small_only, warp_only, jobs):
+              small_only, warp_only, block_only, jobs):
     """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1), the h warp
-    kernels and the small-family cut-off, on square sizes and rank-16 updates up to 256."""
+    kernels, the block kernels and the small-family cut-off, on square sizes and rank-16 updates up
+    to 256."""
     from generator import wmma
     from harness import wmma_tune
 
@@ -223,10 +227,11 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
                    f"{refused} refused for local memory")
         click.echo(f"wrote generator/tuning/{table_arch}.json")
         return
-    if async_only + small_only + warp_only > 1:
-        raise click.ClickException("--async-only, --small-only and --warp-only each sweep a different part; give one")
+    if async_only + small_only + warp_only + block_only > 1:
+        raise click.ClickException("--async-only, --small-only, --warp-only and --block-only each sweep a "
+                                   "different part; give one")
     sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples, async_only, small_only,
-                                warp_only))
+                                warp_only, block_only))
 
 
 @tune.command("tsm2")

@@ -75,12 +75,12 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
         return tallskinny_source(spec, command, trans_pairs)
     p = PRECISIONS[spec.precision]
     template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
-                "wmmatiny": "wmma/wmma_tiny_variant.cu.j2", "wmmawarp": "wmma/wmma_warp_variant.cu.j2"}[spec.family]
+                "wmmablock": "wmma/wmma_variant.cu.j2", "wmmatiny": "wmma/wmma_tiny_variant.cu.j2", "wmmawarp": "wmma/wmma_warp_variant.cu.j2"}[spec.family]
     pairs = p.trans_pairs if trans_pairs is None else trans_pairs
-    # The small, the general and the warp wmma kernels conjugate at run time: one kernel per stored layout pair
+    # The small, the general (and block) and the warp wmma kernels conjugate at run time: one kernel per stored layout pair
     # serves 'T' and 'C' (a complex variant compiles 4 transpose kernels instead of 9).  The tiny
     # Tensor Core kernel keeps one per transpose pair.
-    conjugate_at_run_time = spec.family in ("small", "wmma", "wmmawarp")
+    conjugate_at_run_time = spec.family in ("small", "wmma", "wmmablock", "wmmawarp")
     if conjugate_at_run_time:
         pairs = layout_pairs(pairs)
     return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, tensor_copy_min_cc=TENSOR_COPY_MIN_CC,

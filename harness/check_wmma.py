@@ -35,7 +35,7 @@ def kernel_shapes(spec: wmma.WmmaSpec) -> list[tuple[int, int, int]]:
 def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: bool = True) -> Iterator[Case]:
     big_batch_done = set()
     for name in names:
-        spec = wmma.WmmaSpec.parse(name)
+        spec = wmma.parse_name(name)
         prec = spec.precision
         pairs = PRECISIONS[prec].trans_pairs
         for m, n, k in kernel_shapes(spec):
@@ -72,7 +72,7 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
             yield Case(prec, 1, 1, 1, "N", "N", "strided", 3001, "packed-ring-1x1x1", 1.0, 0.5, pad=0, kernel=name)
             # beta = 0 on the same batch takes the register-staged kernel instead.
             yield Case(prec, m, n, k, "N", "N", "strided", 1999, "packed-beta0-nan", 1.0, 0.0, pad=0, kernel=name)
-        if spec.whole_path:   # sm_90: rank-k updates of whole GEMMs through the tensor copy engine (beta = 0)
+        if getattr(spec, "whole_path", False):   # sm_90: rank-k updates of whole GEMMs through the tensor copy engine (beta = 0)
             for m, n, k in ((64, 64, 16), (128, 72, 8), (72, 128, 16), (128, 128, 16)):
                 for ta, tb in pairs:   # leading dimensions padded (align = 8): strides of the tensor maps
                     alpha, _ = _scalars(rng, prec)

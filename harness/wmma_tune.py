@@ -8,9 +8,12 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
 2. the best few tuples of the two nearest coarse points are timed at every size 1..64 and every
    8th size up to 256, next to the small-family kernel of that shape (square N ≤ 32, as the
    dispatch would pick it), the §8.1 tiny-size kernels (N ≤ 16) and the h warp kernels (one warp
-   per GEMM, N ≤ 64; `--warp-only` times those alone).  A warp kernel replaces a row's choice only
+   per GEMM, N ≤ 64; `--warp-only` times those alone) and the block kernels (raw mma.sync, h and hc,
+   sizes from 32; `--block-only` times those alone).  A warp kernel replaces a row's choice only
    where it is WARP_MIN_GAIN faster, and the row then names the fastest other kernel too, for the
-   architectures before sm_80.
+   architectures before sm_80; a block kernel serves a size's range from sm_80 on (the row's
+   `block`) where it is BLOCK_MIN_GAIN faster than the row's general tuple, which still serves
+   older devices.
 Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
 goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
 table keeps, per precision, kind and size, the fastest family and tuple, with at most
@@ -48,6 +51,8 @@ BUNDLE = 12             # variants per nvcc call in the sweep
 MEGABYTES = 64          # data per launch (≫ L2 would cost more device time; 64 MB is past L2)
 MIN_BATCH = 100
 WARP_MIN_GAIN = 1.10    # a warp kernel (one more source per shape) replaces the choice only this much faster
+BLOCK_MIN_GAIN = 1.05   # a block kernel replaces a range's general tuple (sm_80+) only this much faster
+MAX_BLOCKS = 8          # block kernels per precision in the table
 
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
@@ -61,6 +66,13 @@ def fits(spec: wmma.WmmaSpec, kind: str, size: int) -> bool:
     m, n, k = shape_of(kind, size)
     cap = lambda d: max(16, 1 << math.ceil(math.log2(d)))   # noqa: E731
     return spec.blk_m <= cap(m) and spec.blk_n <= cap(n) and spec.blk_k <= cap(k)
+
+
+def block_fits(spec: wmma.WmmaBlockSpec, kind: str, size: int) -> bool:
+    """Time a block kernel where its C blocks are at most the next power of two above the size (its
+    K slices may be longer than a rank-16 update's k: the zero-filled rest costs little)."""
+    cap = max(16, 1 << math.ceil(math.log2(size)))
+    return size >= wmma.BLOCK_MIN_SIZE and spec.blk_m <= cap and spec.blk_n <= cap
 
 
 def general_launcher(lib, name: str, prec: str):
@@ -201,13 +213,13 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
              max_tuples: int | None, async_only: bool = False, small_only: bool = False,
-             warp_only: bool = False) -> int:
+             warp_only: bool = False, block_only: bool = False) -> int:
     """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
     family's present table kernels at the square sizes up to 32 and the rank-16 updates it was
     tuned for (after a re-tune of that family),
     so the cut-off between the families is measured again; warp_only: only the warp kernels
-    (WmmaWarpSpec, h) at every stage-2 shape they cover.  Either way stage 2 compares with the
-    results already in the file for the rest."""
+    (WmmaWarpSpec, h) at every stage-2 shape they cover; block_only: only the block kernels
+    (WmmaBlockSpec).  Either way stage 2 compares with the results already in the file for the rest."""
     from .run_check import device_arch
     from .timing import copy_bandwidth
     from .toolchain import gpu_available
@@ -223,21 +235,25 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                and r["status"] != "ok"}
     # Each --*-only run measures its part; the other kernels' results are in the file already, and stage 2
     # compares with them.
-    only = async_only or small_only or warp_only
+    only = async_only or small_only or warp_only or block_only
     general = [s for p in precisions for s in wmma.sweep_space(p, arch)
-               if (s.stages or not async_only) and not (small_only or warp_only)]
+               if (s.stages or not async_only) and not (small_only or warp_only or block_only)]
     tiny = [] if only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
                                    for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
     smalls = _small_specs(arch)
-    small_specs = [] if async_only or warp_only else sorted(
+    small_specs = [] if async_only or warp_only or block_only else sorted(
         {spec for (p, _, _), spec in smalls.items() if p in precisions})
     warp_points = {(p, kind, size): wmma.warp_candidates(p, *shape_of(kind, size), arch)
                    for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
                    if size <= wmma.WARP_MAX_SIZE and (warp_only or not only)}
     warps = sorted({s for cands in warp_points.values() for s in cands})
-    specs = general + tiny + small_specs + warps
-    click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, "
-               f"{len(small_specs)} small, {len(warps)} warp kernels; {len(done)} results already in {results_path}")
+    block_points = {(p, kind, size): [s for s in wmma.block_candidates(p, arch) if block_fits(s, kind, size)]
+                    for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
+                    if block_only or not only}
+    blocks = sorted({s for cands in block_points.values() for s in cands})
+    specs = general + tiny + small_specs + warps + blocks
+    click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, {len(small_specs)} small, "
+               f"{len(warps)} warp, {len(blocks)} block kernels; {len(done)} results already in {results_path}")
     root = build_dir / arch
     bundles = _write_sources(root, specs, BUNDLE)
     with click.progressbar(length=len(bundles), label="nvcc sweep", show_pos=True) as bar:
@@ -270,7 +286,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     workloads = _Workloads()
 
     def launcher(spec):
-        takes_shape = spec.family == "wmma"
+        takes_shape = spec.family in ("wmma", "wmmablock")
         f = (general_launcher if takes_shape else shape_launcher)(lib, spec.name, spec.precision)
         return f, takes_shape
 
@@ -352,11 +368,12 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     for coarse in _nearest(STAGE1[kind], size):
                         names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
                     cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
-                    if (prec, kind, size) in smalls and not (async_only or warp_only):
+                    if (prec, kind, size) in smalls and not (async_only or warp_only or block_only):
                         cands.append(smalls[(prec, kind, size)])
                     if size <= wmma.TINY_TC and not only:
                         cands += wmma.tiny_candidates(prec, m, n, k, arch)
                     cands += warp_points.get((prec, kind, size), [])
+                    cands += block_points.get((prec, kind, size), [])
                     plan.extend((spec, kind, size) for spec in cands)
         with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:
             for spec, kind, size in bar:
@@ -375,12 +392,15 @@ def _spills(spec, built, stem) -> bool:
     import re
 
     spilled = [r.function for r in built.local_memory_kernels if Path(r.source).stem == stem]
-    if spec.family != "wmma":
+    if spec.family == "wmma":
+        want = [spec.tc_m, spec.tc_n, spec.tc_k, spec.blk_m, spec.blk_n, spec.blk_k, spec.dim_x, spec.dim_y, spec.warps]
+    elif spec.family == "wmmablock":
+        want = [spec.blk_m, spec.blk_n, spec.blk_k, spec.warps_m, spec.warps_n, spec.stages, spec.min_blocks]
+    else:
         return True
-    want = [spec.tc_m, spec.tc_n, spec.tc_k, spec.blk_m, spec.blk_n, spec.blk_k, spec.dim_x, spec.dim_y, spec.warps]
     for fn in spilled:
         ints = [int(x) for x in re.findall(r"Li(\d+)E", fn)]
-        if ints[:9] == want or not ints:
+        if ints[:len(want)] == want or not ints:
             return True
     return False
 
@@ -439,15 +459,25 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
         general = {pt: {n: r for n, r in t.items() if r["family"] == "wmma"} for pt, t in times.items()}
         best = {pt: min((r["time_us"] for r in g.values()), default=math.inf) for pt, g in general.items()}
         chosen = _cover(general, best, max_tuples)
+        block_times = {pt: {n: r for n, r in t.items() if r["family"] == "wmmablock"} for pt, t in times.items()}
+        best_block = {pt: min((r["time_us"] for r in g.values()), default=math.inf) for pt, g in block_times.items()}
+        chosen_blocks = _cover(block_times, best_block, MAX_BLOCKS)
         for pt in points:
             kind, size = pt
             mine = [general[pt][n] for n in chosen if n in general[pt]]
             if not mine:   # no chosen tuple was measured here: the closest-size row decides later
                 continue
             w = min(mine, key=lambda r: r["time_us"])
-            others = [r for r in times[pt].values() if r["family"] != "wmma"]
+            # From sm_80 the size's range takes the fastest chosen block kernel where it is clearly faster
+            # (one source serves many sizes; the general tuple still serves older devices).
+            blocks = [block_times[pt][n] for n in chosen_blocks if n in block_times[pt]]
+            block = min(blocks, key=lambda r: r["time_us"]) if blocks else None
+            block = block if block and block["time_us"] * BLOCK_MIN_GAIN <= w["time_us"] else None
+            ranged = {**(block or w), "family": "wmma"}   # "wmma": whichever kernel the range runs
+            block_fields = {"block": block["name"], "block_time_us": round(block["time_us"], 3)} if block else {}
+            others = [r for r in times[pt].values() if r["family"] not in ("wmma", "wmmablock")]
             # The warp kernel needs sm_80; before it, the fastest of the rest serves (manifest.py).
-            rest = min([r for r in others if r["family"] != "wmmawarp"] + [w], key=lambda r: r["time_us"])
+            rest = min([r for r in others if r["family"] != "wmmawarp"] + [ranged], key=lambda r: r["time_us"])
             warps = [r for r in others if r["family"] == "wmmawarp"]
             warp = min(warps, key=lambda r: r["time_us"]) if warps else None
             # Each warp kernel adds a source to the set (its tuple is its shape): it must be clearly faster.
@@ -460,7 +490,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
                 "choice": fastest["family"], "kernel": fastest["name"],
                 "time_us": round(fastest["time_us"], 3),
                 "floor_fraction": round(fastest["floor_fraction"], 4), "batch": fastest["batch"],
-                "candidates_tried": len(times[pt]), "device": device, **fallback})
+                "candidates_tried": len(times[pt]), "device": device, **block_fields, **fallback})
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["wmma"] = (
         f"gemmgen tune wmma (results: {results_path}); stage 2 batch: {MEGABYTES} MB of data, "
@@ -472,9 +502,11 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
 def verify_table(results_path: Path, arch: str, device: str, build_dir: Path, jobs: int,
                  max_tuples: int = MAX_TUPLES, archs: tuple[str, ...] | None = None) -> int:
     """The sweep compiles NN launchers for one architecture; a kernel in the table must also be
-    free of local memory with every transpose pair on every default architecture.  Write the
-    table, compile its kernels in full, record a refusal for each that spills, and repeat until
-    none does.  Needs nvcc only (no GPU).  Returns the number of refusals recorded."""
+    free of local memory with every transpose pair on every default architecture, and on the table's
+    own architecture alone (a build for it alone compiles its PTX at that level, where the registers
+    come out differently).  Write the table, compile its kernels in full, record a refusal for each
+    that spills, and repeat until none does.  Needs nvcc only (no GPU).  Returns the number of
+    refusals recorded."""
     from generator.arch import DEFAULT_ARCHS
 
     archs = archs or DEFAULT_ARCHS
@@ -482,7 +514,7 @@ def verify_table(results_path: Path, arch: str, device: str, build_dir: Path, jo
     while True:
         write_tuning_table(results_path, arch, device, max_tuples)
         rows = load_table(arch)["wmma"]
-        names = sorted({r["wmma"] for r in rows}
+        names = sorted({r["wmma"] for r in rows} | {r["block"] for r in rows if "block" in r}
                        | {r["kernel"] for r in rows if r["choice"] in ("wmmatiny", "wmmawarp")})
         specs = [wmma.parse_name(n) for n in names]
         root = build_dir / "verify"
@@ -498,10 +530,12 @@ def verify_table(results_path: Path, arch: str, device: str, build_dir: Path, jo
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)
             sources.append(path)
-        built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False)
         spilling = {}
-        for r in built.local_memory_kernels:
-            spilling.setdefault(Path(r.source).stem, r)
+        for arch_set in dict.fromkeys((tuple(archs), (arch,))):
+            built = build_library(root, root / f"build_{'_'.join(arch_set)}", arch_set, jobs or None, sources=sources,
+                                  link=False)
+            for r in built.local_memory_kernels:
+                spilling.setdefault(Path(r.source).stem, r)
         if not spilling:
             return refused
         for name, r in sorted(spilling.items()):

@@ -89,7 +89,7 @@ class Workload:
 
         m, n, k = self.m, self.n, self.k
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
-        public = function.__name__.startswith(("gemmgen_", "wmma_")) if takes_shape is None else takes_shape
+        public = function.__name__.startswith(("gemmgen_", "wmma_", "wmmablock_")) if takes_shape is None else takes_shape
 
         def launch(i: int, stream_ptr: int) -> None:
             A, B, C = self.offsets(i)

@@ -98,5 +98,5 @@ def test_what_was_generated_can_be_asked(lib):
         assert not lib.small_is_generated(prec, 3, 5, 7)   # not in the default set
     names = lib.kernel_names()
     assert len(names) == len(set(names))
-    assert all(n.split("_")[0] in ("small", "wmma", "wmmatiny", "wmmawarp") for n in names)
+    assert all(n.split("_")[0] in ("small", "wmma", "wmmablock", "wmmatiny", "wmmawarp") for n in names)
     assert any(n.startswith("wmma_h_") for n in names) and any(n.startswith("wmma_hc_") for n in names)

@@ -1,6 +1,7 @@
 """The wmma family without a GPU: §5.8's rules, names, the sweep space, the tuned table's dispatch
 ranges, and that the emitted kernels compile to Tensor Core instructions (cuobjdump on the SASS)."""
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -164,7 +165,7 @@ def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
 
 
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
-    """Compile one emitted general kernel, one tiny and one warp kernel for sm_90 and read the SASS."""
+    """Compile one emitted general kernel, one tiny, one warp and one block kernel for sm_90 and read the SASS."""
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
 
     try:
@@ -175,15 +176,17 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     listing = json.loads((generated / "manifest.json").read_text())
     general = listing["wmma"]["kernels"][0]["name"]
     # An h tuple with fp16 sums also holds the whole-GEMM kernel: tensor copies in, tensor copies out.
-    whole = next(k["name"] for k in listing["wmma"]["kernels"] if wmma.WmmaSpec.parse(k["name"]).whole_path)
+    whole = next(k["name"] for k in listing["wmma"]["kernels"]
+                 if getattr(wmma.parse_name(k["name"]), "whole_path", False))
     # The tuned set has no tiny kernel (the small family won there): emit one beside the set.
     tiny = wmma.WmmaTinySpec.parse("wmmatiny_h_m4n4k16_w1").validate()
     tiny_source = tmp_path / "src" / "wmmatiny" / "h" / f"{tiny.name}.cu"
     tiny_source.parent.mkdir(parents=True)
     tiny_source.write_text(kernel_source(tiny, "test"))
-    # and a warp kernel (raw mma.sync rather than the WMMA API)
+    # and a warp kernel and an hc block kernel (raw mma.sync rather than the WMMA API)
     warp = next(k["name"] for k in listing["kernels"] if k["family"] == "wmmawarp")
-    for name in dict.fromkeys((general, whole, tiny.name, warp)):
+    block = next(k["name"] for k in listing["wmma"]["kernels"] if k["name"].startswith("wmmablock_hc_"))
+    for name in dict.fromkeys((general, whole, tiny.name, warp, block)):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
@@ -266,3 +269,76 @@ def test_warp_choice_without_a_fallback_falls_back_to_the_general_kernel():
     assert _shape_choice({("rank", 33): row}, 33, 33, 16, "sm_90", notes) is row
     old = _shape_choice({("rank", 33): row}, 33, 33, 16, "sm_75", notes)
     assert old["choice"] == "wmma" and old["warp_kernel"] == WARP.name and notes
+
+
+BLOCK = wmma.WmmaBlockSpec("hc", 64, 64, 32, 2, 4, 3, "f16")
+
+
+@pytest.mark.parametrize("change, rule", [
+    (dict(precision="s"), "precision"),
+    (dict(acc="f64"), "accumulator"),
+    (dict(warps_m=0), "warps"),
+    (dict(warps_m=4, warps_n=8), "warps"),
+    (dict(blk_m=40), "warp tile rows"),
+    (dict(blk_n=36), "warp tile columns"),   # hc: 72 real columns do not split into 4 × 16
+    (dict(precision="h", blk_n=32), "warp tile columns"),   # h: 32 columns into 4 warps of 8
+    (dict(blk_k=12), "k steps"),
+    (dict(stages=1), "stages"),
+    (dict(blk_m=128, blk_n=128, warps_m=1, warps_n=1, acc="f32"), "registers"),
+    (dict(blk_m=128, blk_n=128, blk_k=64, warps_m=4, warps_n=4, stages=4), "shared memory"),
+])
+def test_block_rules_refuse_bad_tuples_naming_the_rule(change, rule):
+    fields = {f: getattr(BLOCK, f) for f in BLOCK.__dataclass_fields__}
+    fields.update(change)
+    with pytest.raises(SpecError) as err:
+        wmma.WmmaBlockSpec(**fields).validate()
+    assert err.value.rule == rule
+
+
+def test_block_kernels_need_sm_80():
+    with pytest.raises(SpecError) as err:
+        BLOCK.validate("sm_75")
+    assert err.value.rule == "architecture"
+    assert BLOCK.validate("sm_80") and BLOCK.validate("sm_90")
+
+
+def test_block_names_round_trip_and_sources_carry_the_code_path():
+    candidates = wmma.block_candidates("h") + wmma.block_candidates("hc")
+    assert {s.precision for s in candidates} == {"h", "hc"}
+    for spec in candidates:
+        assert wmma.parse_name(spec.name) == spec
+        source = kernel_source(spec, "test")
+        assert "gemmgen-code-paths: 80" in source and "launch_wmma_block<" in source
+        assert "launch_wmma_async<" not in source and "launch_wmma<" not in source
+    with pytest.raises(SpecError) as err:
+        wmma.parse_name("wmmablock_hc_blk64x64x32_w2x4_s3")   # accumulator missing
+    assert err.value.rule == "name"
+    # 2 bytes × (3 stages × (A and B: 64 lines of 64 + 8 halves) + 8 warps × 16 columns of 64 + 8 halves)
+    assert BLOCK.smem_bytes == 2 * (3 * 2 * 64 * 72 + 8 * 16 * 72)
+    assert BLOCK.acc_registers == 2 * 4 * 2   # a 32×16 complex tile: 2 × 4 m16n8 tiles of 2 registers
+
+
+def test_block_kernel_serves_ranges_from_sm_80_and_the_general_tuple_before():
+    rows = {("square", 64): {"kind": "square", "size": 64, "wmma": GOOD.name, "block": BLOCK.name},
+            ("square", 128): {"kind": "square", "size": 128, "wmma": GOOD.name}}
+    old = wmma.build_ranges("hc", "sm_75", rows, "tuned", [])
+    new = wmma.build_ranges("hc", "sm_90", rows, "tuned", [])
+    assert [(r.lo, r.hi, r.kernel) for r in old if r.kind == "square"] == [(1, 0, GOOD)]
+    assert [(r.lo, r.hi, r.kernel) for r in new if r.kind == "square"] == [(1, 64, BLOCK), (65, 0, GOOD)]
+    # the default set: some h and hc ranges run block kernels from sm_80, none before
+    m = build_manifest(Selection())
+    for prec in ("h", "hc"):
+        ranges = [r for r in m.wmma_ranges if r.precision == prec]
+        assert any(r.kernel.family == "wmmablock" and r.cc >= 80 for r in ranges)
+        assert not any(r.kernel.family == "wmmablock" and r.cc < 80 for r in ranges)
+
+
+def test_the_dispatch_passes_over_block_kernels_for_operands_off_16_byte_chunks():
+    """A block kernel copies element by element where the stored columns are not on 16-byte chunks;
+    its dispatch entries say so, and the dispatch then takes the general tuple of the same sizes."""
+    source = (Path(__file__).resolve().parent.parent / "generated" / "src" / "gemmgen_dispatch.cu").read_text()
+    entries = re.findall(r'\{(\d+), (\d+), (\d+), (\d+), ([01]), "(wmma\w+)"', source)
+    assert entries
+    for *_, chunked, name in entries:
+        assert chunked == ("1" if name.startswith("wmmablock_") else "0")
+    assert "e->chunked && !chunks" in source

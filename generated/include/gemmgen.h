@@ -42,7 +42,8 @@ int gemmgen_small_is_generated(const char* precision, int m, int n, int k);
 /* The emitted kernels, by name (0 <= i < gemmgen_kernel_count()). */
 int gemmgen_kernel_count(void);
 const char* gemmgen_kernel_name(int i);
-/* The name of the kernel the batched dispatch would run on the current device, or NULL. */
+/* The name of the kernel the batched dispatch would run on the current device, or NULL (for operands
+ * whose stored columns start on 16-byte boundaries, as in a packed batch of sizes that keep them there). */
 const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
 /* 1 if the tall-and-skinny families cover precision and n (any m, k). */
 int gemmgen_tallskinny_is_generated(const char* precision, int n);

@@ -1234,10 +1234,6 @@ extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
@@ -1294,14 +1290,6 @@ extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
@@ -1353,10 +1341,6 @@ extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_array(char, char, float, const __h
 extern "C" int wmmawarp_h_m63n63k16_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k16_w8_s3_f16_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m64n64k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m64n64k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1454,6 +1438,62 @@ extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided(char, char,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk96x96x32_w2x2_s3_f16_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk96x96x32_w2x2_s3_f16_b1_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_array(char, char, int, int, int, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 
 namespace {
 
@@ -1477,6 +1517,7 @@ template <typename S, typename Scalar>
 struct GeneralEntry {
     int kind, lo, hi;
     int cc;
+    int chunked;        // a block kernel (sm_80+): fast only where every stored column starts on 16 bytes
     const char* name;   // nullptr ends the table
     int (*strided)(char, char, int, int, int, Scalar, const S*, int, long long, const S*, int, long long,
                    Scalar, S*, int, long long, int, cudaStream_t);
@@ -1640,8 +1681,6 @@ const SmallEntry<__half, float> small_h[] = {
     {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0},
     {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1},
     {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0},
-    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 1},
-    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 0},
     {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 1},
     {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 0},
     {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s2_f32", wmmawarp_h_m49n49k49_w4_s2_f32_strided, wmmawarp_h_m49n49k49_w4_s2_f32_array, 1},
@@ -1670,10 +1709,6 @@ const SmallEntry<__half, float> small_h[] = {
     {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0},
     {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1},
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
-    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 1},
-    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 0},
-    {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1},
-    {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0},
     {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 1},
     {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 0},
     {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f32", wmmawarp_h_m57n57k57_w4_s2_f32_strided, wmmawarp_h_m57n57k57_w4_s2_f32_array, 1},
@@ -1700,52 +1735,101 @@ const SmallEntry<__half, float> small_h[] = {
     {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0},
     {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w8_s3_f16", wmmawarp_h_m63n63k16_w8_s3_f16_strided, wmmawarp_h_m63n63k16_w8_s3_f16_array, 1},
     {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w8_s3_f16", wmmawarp_h_m63n63k16_w8_s3_f16_strided, wmmawarp_h_m63n63k16_w8_s3_f16_array, 0},
-    {64, 64, 16, 75, "wmmawarp_h_m64n64k16_w4_s2_f32", wmmawarp_h_m64n64k16_w4_s2_f32_strided, wmmawarp_h_m64n64k16_w4_s2_f32_array, 1},
-    {64, 64, 16, 80, "wmmawarp_h_m64n64k16_w4_s2_f32", wmmawarp_h_m64n64k16_w4_s2_f32_strided, wmmawarp_h_m64n64k16_w4_s2_f32_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
 const GeneralEntry<__half, float> general_h[] = {
-    {1, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
-    {1, 17, 23, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {1, 24, 24, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
-    {1, 25, 31, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {1, 32, 32, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
-    {1, 33, 39, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 40, 40, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
-    {1, 41, 47, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 48, 48, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
-    {1, 49, 55, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 56, 56, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
-    {1, 57, 63, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
-    {1, 64, 64, 75, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
-    {1, 65, 112, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {1, 113, 120, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 121, 176, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {1, 177, 184, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 185, 208, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {1, 209, 216, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 217, 224, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {1, 225, 232, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 233, 240, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {1, 241, 248, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
-    {1, 249, 0, 75, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
-    {0, 1, 16, 75, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
-    {0, 17, 23, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {0, 24, 24, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
-    {0, 25, 31, 75, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
-    {0, 32, 32, 75, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
-    {0, 33, 48, 75, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
-    {0, 49, 64, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
-    {0, 65, 96, 75, "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array},
-    {0, 97, 128, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
-    {0, 129, 192, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
-    {0, 193, 200, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
-    {0, 201, 208, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
-    {0, 209, 216, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
-    {0, 217, 224, 75, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
-    {0, 225, 0, 75, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {1, 1, 16, 75, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 1, 16, 80, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 17, 23, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 17, 23, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 24, 24, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 24, 24, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 25, 31, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 25, 31, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {1, 32, 32, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 32, 32, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {1, 33, 39, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 33, 39, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 40, 40, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 40, 40, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 41, 47, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 41, 47, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 48, 48, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 48, 48, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f16_b1", wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_strided, wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_array},
+    {1, 49, 55, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 49, 55, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 56, 56, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 56, 56, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 57, 63, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 57, 63, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+    {1, 64, 64, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+    {1, 64, 64, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 65, 112, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 65, 96, 80, 1, "wmmablock_h_blk96x96x32_w3x2_s3_f32_b1", wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_strided, wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_array},
+    {1, 97, 104, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f16_b1", wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_strided, wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_array},
+    {1, 105, 112, 80, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 113, 120, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 113, 120, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f16_b2", wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_array},
+    {1, 121, 176, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 121, 128, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 129, 136, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f16_b2", wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f16_b2_array},
+    {1, 137, 192, 80, 1, "wmmablock_h_blk96x96x32_w3x2_s3_f32_b1", wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_strided, wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_array},
+    {1, 177, 184, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 185, 208, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 193, 200, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 201, 208, 80, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 209, 216, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 209, 216, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 217, 224, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 217, 224, 80, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 225, 232, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 225, 232, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 233, 240, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 233, 240, 80, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 241, 248, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+    {1, 241, 248, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {1, 249, 0, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+    {1, 249, 0, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f16_b1", wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_strided, wmmablock_h_blk64x64x32_w2x2_s4_f16_b1_array},
+    {0, 1, 16, 75, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 1, 16, 80, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 17, 23, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 17, 23, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 24, 24, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {0, 24, 24, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {0, 25, 31, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 25, 31, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+    {0, 32, 32, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {0, 32, 32, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+    {0, 33, 48, 75, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 33, 39, 80, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 40, 40, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+    {0, 41, 47, 80, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 48, 48, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+    {0, 49, 64, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+    {0, 49, 55, 80, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+    {0, 56, 56, 80, 1, "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2", wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_strided, wmmablock_h_blk64x64x32_w2x2_s4_f32_b2_array},
+    {0, 57, 63, 80, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+    {0, 64, 64, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+    {0, 65, 96, 75, 0, "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array},
+    {0, 65, 96, 80, 1, "wmmablock_h_blk96x96x32_w3x2_s3_f32_b1", wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_strided, wmmablock_h_blk96x96x32_w3x2_s3_f32_b1_array},
+    {0, 97, 128, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 97, 112, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b2", wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_array},
+    {0, 113, 120, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1", wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array},
+    {0, 121, 128, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b2", wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_array},
+    {0, 129, 192, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 129, 184, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b1", wmmablock_h_blk96x96x32_w2x2_s3_f16_b1_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b1_array},
+    {0, 185, 192, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+    {0, 193, 200, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 193, 224, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1", wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array},
+    {0, 201, 208, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 209, 216, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 217, 224, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+    {0, 225, 0, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+    {0, 225, 232, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b2", wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_array},
+    {0, 233, 248, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1", wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array},
+    {0, 249, 0, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b2", wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b2_array},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
@@ -1811,48 +1895,110 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
 };
 
 const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
-    {1, 1, 16, 75, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
-    {1, 17, 24, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
-    {1, 25, 25, 75, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
-    {1, 26, 28, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
-    {1, 29, 31, 75, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
-    {1, 32, 32, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
-    {1, 33, 40, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 41, 41, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 42, 42, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 43, 43, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 44, 45, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 46, 46, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 47, 58, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 59, 63, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 64, 160, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 161, 168, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 169, 216, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 217, 224, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 225, 232, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 233, 240, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {1, 241, 0, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 1, 16, 75, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
-    {0, 17, 31, 75, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
-    {0, 32, 32, 75, "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array},
-    {0, 33, 33, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
-    {0, 34, 35, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
-    {0, 36, 36, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
-    {0, 37, 40, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
-    {0, 41, 44, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
-    {0, 45, 47, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
-    {0, 48, 48, 75, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
-    {0, 49, 58, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 59, 59, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 60, 64, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 65, 96, 75, "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array},
-    {0, 97, 120, 75, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 121, 128, 75, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
-    {0, 129, 216, 75, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
-    {0, 217, 224, 75, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
-    {0, 225, 248, 75, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
-    {0, 249, 0, 75, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {1, 1, 16, 75, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 1, 16, 80, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {1, 17, 24, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 17, 24, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 25, 25, 75, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 25, 25, 80, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 26, 28, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 26, 28, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 29, 31, 75, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 29, 31, 80, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+    {1, 32, 32, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 32, 32, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+    {1, 33, 40, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 33, 35, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 36, 36, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {1, 37, 39, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 40, 40, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {1, 41, 41, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 41, 41, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 42, 42, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 42, 42, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 43, 43, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 43, 43, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 44, 45, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 44, 44, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {1, 45, 45, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 46, 46, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 46, 46, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 47, 58, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 47, 47, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 48, 48, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {1, 49, 58, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 59, 63, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 59, 59, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 60, 60, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array},
+    {1, 61, 63, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 64, 160, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 64, 64, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 65, 80, 80, 1, "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1", wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided, wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array},
+    {1, 81, 96, 80, 1, "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1", wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided, wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array},
+    {1, 97, 128, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 129, 144, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {1, 145, 160, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 161, 168, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 161, 168, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 169, 216, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 169, 216, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 217, 224, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 217, 224, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 225, 232, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 225, 232, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 233, 240, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 233, 240, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 241, 0, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {1, 241, 0, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 1, 16, 75, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 1, 16, 80, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+    {0, 17, 31, 75, 0, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
+    {0, 17, 31, 80, 0, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
+    {0, 32, 32, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array},
+    {0, 32, 32, 80, 1, "wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1", wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1_strided, wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1_array},
+    {0, 33, 33, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 33, 33, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 34, 35, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 34, 35, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 36, 36, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 36, 36, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 37, 40, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 37, 40, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 41, 44, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 41, 43, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 44, 44, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {0, 45, 47, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 45, 47, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+    {0, 48, 48, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+    {0, 48, 48, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+    {0, 49, 58, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 49, 51, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 52, 52, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array},
+    {0, 53, 55, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 56, 56, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array},
+    {0, 57, 58, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 59, 59, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 59, 59, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 60, 64, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 60, 60, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array},
+    {0, 61, 63, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 64, 64, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2_array},
+    {0, 65, 96, 75, 0, "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array},
+    {0, 65, 80, 80, 1, "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1", wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided, wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array},
+    {0, 81, 96, 80, 1, "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1", wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided, wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array},
+    {0, 97, 120, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 97, 112, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 113, 128, 80, 1, "wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1", wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1_strided, wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1_array},
+    {0, 121, 128, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+    {0, 129, 216, 75, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 129, 216, 80, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 217, 224, 75, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+    {0, 217, 224, 80, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+    {0, 225, 248, 75, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 225, 248, 80, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+    {0, 249, 0, 75, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+    {0, 249, 0, 80, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<float, float> small_s[] = {
@@ -1892,7 +2038,7 @@ const SmallEntry<float, float> small_s[] = {
 };
 
 const GeneralEntry<float, float> general_s[] = {
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<double, double> small_d[] = {
@@ -1932,7 +2078,7 @@ const SmallEntry<double, double> small_d[] = {
 };
 
 const GeneralEntry<double, double> general_d[] = {
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
@@ -1972,7 +2118,7 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
 };
 
 const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
@@ -2012,7 +2158,7 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
 };
 
 const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
-    {0, 0, 0, 0, nullptr, nullptr, nullptr},
+    {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const char* const kernel_names[] = {
@@ -2322,7 +2468,6 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m47n47k16_w4_s2_f32",
     "wmmawarp_h_m47n47k47_w4_s2_f16",
     "wmmawarp_h_m48n48k16_w4_s2_f32",
-    "wmmawarp_h_m48n48k48_w4_s3_f16",
     "wmmawarp_h_m49n49k16_w8_s3_f32",
     "wmmawarp_h_m49n49k49_w4_s2_f32",
     "wmmawarp_h_m50n50k16_w4_s2_f16",
@@ -2337,8 +2482,6 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m54n54k54_w4_s2_f32",
     "wmmawarp_h_m55n55k16_w4_s3_f32",
     "wmmawarp_h_m55n55k55_w4_s2_f32",
-    "wmmawarp_h_m56n56k16_w4_s2_f16",
-    "wmmawarp_h_m56n56k56_w4_s2_f32",
     "wmmawarp_h_m57n57k16_w4_s2_f16",
     "wmmawarp_h_m57n57k57_w4_s2_f32",
     "wmmawarp_h_m58n58k16_w8_s2_f16",
@@ -2352,7 +2495,6 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m62n62k16_w4_s2_f32",
     "wmmawarp_h_m62n62k62_w4_s2_f16",
     "wmmawarp_h_m63n63k16_w8_s3_f16",
-    "wmmawarp_h_m64n64k16_w4_s2_f32",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
     "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
@@ -2377,6 +2519,20 @@ const char* const kernel_names[] = {
     "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16",
     "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16",
     "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16",
+    "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1",
+    "wmmablock_h_blk128x128x64_w2x4_s3_f16_b2",
+    "wmmablock_h_blk64x64x32_w2x2_s4_f16_b1",
+    "wmmablock_h_blk64x64x32_w2x2_s4_f16_b2",
+    "wmmablock_h_blk64x64x32_w2x2_s4_f32_b2",
+    "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1",
+    "wmmablock_h_blk96x96x32_w2x2_s3_f16_b1",
+    "wmmablock_h_blk96x96x32_w3x2_s3_f32_b1",
+    "wmmablock_hc_blk128x64x32_w4x2_s3_f16_b1",
+    "wmmablock_hc_blk32x32x32_w2x2_s4_f32_b1",
+    "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2",
+    "wmmablock_hc_blk64x64x32_w2x4_s3_f32_b2",
+    "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1",
+    "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1",
     nullptr,
 };
 
@@ -2416,9 +2572,11 @@ const Entry* find_kernel(const Entry* table, int m, int n, int k, int cc)
     return best ? best : lowest;
 }
 
-// The general entry for this problem, like find_kernel (nullptr when the table is empty).
+// The general entry for this problem, like find_kernel (nullptr when the table is empty); without
+// `chunks` (operands not on 16-byte chunks), block kernels are passed over for the general tuple
+// that serves the same sizes on older devices, where there is one.
 template <class Entry>
-const Entry* find_general(const Entry* table, int m, int n, int k, int cc)
+const Entry* find_general(const Entry* table, int m, int n, int k, int cc, bool chunks = true)
 {
     const int kind = k <= 16 ? 1 : 0;
     int size = m > n ? m : n;
@@ -2427,7 +2585,7 @@ const Entry* find_general(const Entry* table, int m, int n, int k, int cc)
     const Entry* best = nullptr;
     const Entry* lowest = nullptr;
     for (const Entry* e = table; e->name; ++e) {
-        if (e->kind != kind || size < e->lo || (e->hi && size > e->hi))
+        if (e->kind != kind || size < e->lo || (e->hi && size > e->hi) || (e->chunked && !chunks))
             continue;
         if (!lowest || e->cc < lowest->cc)
             lowest = e;
@@ -2447,16 +2605,26 @@ struct Choice {
 
 template <typename S, typename Scalar>
 Choice<S, Scalar> choose(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general,
-                         int m, int n, int k, int cc)
+                         int m, int n, int k, int cc, bool chunks)
 {
     const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
-    const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc);
+    const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc, chunks);
+    if (!g)   // a block kernel copies element by element there: slow, but it is what was generated
+        g = find_general(general, m, n, k, cc);
     if (e && !(e->prefer_general && g))
         return {e, nullptr};
     return {nullptr, g};
 }
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
+
+// Whether a leading dimension and a stride keep every stored column on 16-byte chunks.
+template <typename S>
+bool on_chunks(int ld, long long stride = 0)
+{
+    constexpr int PER_CHUNK = 16 / (int)sizeof(S);
+    return ld % PER_CHUNK == 0 && stride % PER_CHUNK == 0;
+}
 
 // C = beta*C over the batch, for k = 0 or alpha = 0 (any m, n; beta = 0 writes zeros, reads nothing).
 template <typename S, typename Scalar>
@@ -2534,7 +2702,9 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
-    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc);
+    const bool chunks = on_chunks<S>(lda, strideA) && on_chunks<S>(ldb, strideB) && on_chunks<S>(ldc, strideC) &&
+                        gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, chunks);
     if (c.exact)
         return c.exact->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
     return c.general->strided(ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
@@ -2569,7 +2739,8 @@ int gemm_array(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
-    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc);
+    // (each pointer is inspected by a block kernel itself)
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, on_chunks<S>(lda) && on_chunks<S>(ldb) && on_chunks<S>(ldc));
     if (c.exact)
         return c.exact->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
     return c.general->array(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
@@ -2602,27 +2773,27 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
         return nullptr;
     const int cc = device_cc();
     if (!std::strcmp(precision, "h")) {
-        const auto c = choose(small_h, general_h, m, n, k, cc);
+        const auto c = choose(small_h, general_h, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
-        const auto c = choose(small_hc, general_hc, m, n, k, cc);
+        const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "s")) {
-        const auto c = choose(small_s, general_s, m, n, k, cc);
+        const auto c = choose(small_s, general_s, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "d")) {
-        const auto c = choose(small_d, general_d, m, n, k, cc);
+        const auto c = choose(small_d, general_d, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "c")) {
-        const auto c = choose(small_c, general_c, m, n, k, cc);
+        const auto c = choose(small_c, general_c, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "z")) {
-        const auto c = choose(small_z, general_z, m, n, k, cc);
+        const auto c = choose(small_z, general_z, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     return nullptr;
@@ -2647,11 +2818,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 361; }
+extern "C" int gemmgen_kernel_count(void) { return 371; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 361) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 371) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,

@@ -327,21 +327,19 @@ int launch_wmma(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n, int 
 }
 
 // ---- sm_80+: the cp.async ring and a persistent grid (h only; generator/wmma.py says why) -------
-// One BLK_K slice of op(X) in shared memory, laid out as X is stored: LINES stored columns of
-// CHUNKS_PER_LINE 16-byte chunks (plus SKEW halves of padding per line).  K_CONTIG: stored columns
-// are op(X)'s outer index (rows of op(A), columns of op(B)) and k runs along them; otherwise the
-// stored columns are k.
-template <int OUTER, int BLK_K, bool K_CONTIG>
-struct AsyncSlice {
-    static constexpr int ALONG = K_CONTIG ? BLK_K : OUTER;   // stored rows: contiguous in memory
-    static constexpr int LINES = K_CONTIG ? OUTER : BLK_K;   // stored columns
-    static constexpr int LD = ALONG + SKEW;
+// A slice of a stored matrix in shared memory, laid out as stored: LINES stored columns of ALONG
+// halves (CHUNKS_PER_LINE 16-byte chunks), each line padded by PAD halves.
+template <int ALONG_, int LINES_, int PAD = SKEW>
+struct StoredSlice {
+    static constexpr int ALONG = ALONG_;   // stored rows, in halves: contiguous in memory
+    static constexpr int LINES = LINES_;   // stored columns
+    static constexpr int LD = ALONG + PAD;
     static constexpr int HALVES = LINES * LD;
     static constexpr int CHUNKS_PER_LINE = ALONG / 8;
     static constexpr int CHUNKS = LINES * CHUNKS_PER_LINE;
 
-    // X: stored element (0, 0) of the slice, 16-byte aligned, ld a multiple of 8; rows, cols: the
-    // stored rows and columns inside the matrix.  Chunks past them are zero-filled.
+    // X: stored element (0, 0) of the slice, 16-byte aligned, ld (halves) a multiple of 8; rows (halves),
+    // cols: the stored rows and columns inside the matrix.  Chunks past them are zero-filled.
     template <int THREADS>
     __device__ __forceinline__ static void copy(__half* s, const __half* X, int ld, int rows, int cols)
     {
@@ -356,7 +354,25 @@ struct AsyncSlice {
             }
         }
     }
+
+    // The same from an X that is not on 16-byte chunks: element by element through registers (S: the
+    // stored element, ld, rows in elements), zero past the matrix.
+    template <int THREADS, typename S>
+    __device__ __forceinline__ static void copy_elements(__half* s, const S* X, int ld, int rows, int cols)
+    {
+        constexpr int PER_LINE = ALONG * 2 / (int)sizeof(S);
+        for (int e = (int)threadIdx.x; e < LINES * PER_LINE; e += THREADS) {
+            const int line = e / PER_LINE, r = e % PER_LINE;
+            reinterpret_cast<S*>(s + line * LD)[r] =
+                line < cols && r < rows ? X[r + (long long)line * ld] : storage_zero<S>();
+        }
+    }
 };
+
+// One BLK_K slice of op(X) as stored.  K_CONTIG: stored columns are op(X)'s outer index (rows of
+// op(A), columns of op(B)) and k runs along them; otherwise the stored columns are k.
+template <int OUTER, int BLK_K, bool K_CONTIG>
+using AsyncSlice = StoredSlice<K_CONTIG ? BLK_K : OUTER, K_CONTIG ? OUTER : BLK_K>;
 
 template <int BLK_M, int BLK_N, int BLK_K, int STAGES, char TA, char TB, typename ACC>
 struct AsyncLayout {
@@ -1432,6 +1448,341 @@ int launch_wmma_warp(Conjugate, const BatchPointers<__half>& p, int lda, int ldb
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, 32 * warps, warps * PER_WARP, stream>>>(p, lda, ldb, ldc, alpha, beta, batch);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// ---- several warps per block of C on raw mma.sync (h and hc; WmmaBlockSpec) ----------------------
+// The general kernels above spend their issue slots on WMMA bookkeeping: a Tensor Core tile dealt to
+// each warp in turn, so no fragment is reused; hc split into planes on the way to shared memory, four
+// real products per complex one; C staged block-wide behind a barrier and written two bytes at a time.
+// Here a thread block computes a BM×BN block of C (elements) with WM×WN warps, each warp a fixed
+// (BM/WM)×(BN/WN) tile of it on mma.sync.m16n8k16, whose A fragments serve every column of the tile and
+// B fragments every row.  BK slices of A and B go global -> shared memory as stored through a ring of
+// STAGES slices (16-byte cp.async chunks; element by element where the operands are not on 16-byte
+// chunks) in a persistent grid, as in wmma_async_kernel, and the fragments come straight from the stored
+// layout by ldmatrix (.trans where k runs across the stored columns).
+// hc is multiplied as the real product it embeds: an interleaved M×K complex A is an M×2K real matrix
+// whose 32-bit pairs are (re, im) of one element, and with B's complex b = (br, bi) expanded to the 2×2
+// real block [[br, bi], [-bi, br]] the real product M×2K · 2K×2N is C interleaved: column 2j holds
+// Re(AB), column 2j+1 Im(AB).  A fragment register of the real A is then one stored __half2, a B
+// fragment register (two consecutive real k of one real column) is one stored b with its halves
+// swapped (odd columns) and signs flipped, and an accumulator pair is one C element.  So hc takes the
+// same Tensor Core operations per complex multiply-add as four real products on planes, without any
+// planes: the data stays interleaved from global memory to the registers.  Conjugation folds into the
+// signs: with sa, sb = -1 where op(A), op(B) conjugate, column 2j takes (br, -sa·sb·bi) and column
+// 2j+1 (sb·bi, sa·br).
+// Each warp writes its own tile of C through its own staging (no block barrier): alpha·AB rounded to
+// the storage type, laid out as C is stored, then 16-byte chunks with beta·C (old chunks loaded before
+// the first store, since the compiler cannot move a load of C above a store to C).
+
+// How a slice is read: ldmatrix (8 lines of 16 bytes, conflict-free when LD / 8 is odd) or, for an hc
+// operand whose complex k runs across the stored columns, 32-bit loads of one element per lane, 4 lines
+// × 8 neighbouring elements at once (conflict-free when lines are 16 or 48 halves past a multiple of 64).
+__host__ __device__ constexpr int block_slice_pad(int along, bool words)
+{
+    return !words ? 8 : (16 - along % 64 + 64) % 64 < (48 - along % 64 + 64) % 64 ? (16 - along % 64 + 64) % 64
+                                                                                  : (48 - along % 64 + 64) % 64;
+}
+
+template <typename S, int BM, int BN, int BK, int WM, int WN, int STAGES, char TA, char TB>
+struct BlockGeometry {
+    static constexpr int P = Parts<S>::value;                    // halves per element
+    static constexpr bool A_KC = TA != 'N', B_KC = TB == 'N';   // k contiguous in the stored lines
+    using SliceA = StoredSlice<(A_KC ? BK : BM) * P, A_KC ? BM : BK, block_slice_pad((A_KC ? BK : BM) * P, P == 2 && !A_KC)>;
+    using SliceB = StoredSlice<(B_KC ? BK : BN) * P, B_KC ? BN : BK, block_slice_pad((B_KC ? BK : BN) * P, P == 2 && !B_KC)>;
+    static constexpr int STAGE_HALVES = SliceA::HALVES + SliceB::HALVES;
+    static constexpr int WTM = BM / WM, WTN = BN / WN;            // a warp's tile of C, in elements
+    static constexpr int RT = WTM / 16, CT = WTN * P / 8;          // its m16n8 Tensor Core tiles
+    static constexpr int KSTEPS = BK * P / 16;                     // k16 steps per slice (real k)
+    static constexpr int CLD = WTM * P + 8;                        // staging: halves per column
+    static constexpr int STAGING_HALVES = WTN * CLD;               // per warp
+    static constexpr int CPC = WTM * P / 8;                        // 16-byte chunks per column of the tile
+    static constexpr int CHUNKS_PER_LANE = (WTN * CPC + 31) / 32;
+    static constexpr int BYTES = 2 * (STAGES * STAGE_HALVES + WM * WN * STAGING_HALVES);
+};
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const __half* p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const __half* p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
+}
+__device__ __forceinline__ unsigned lds32(const __half* p)
+{
+    unsigned v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_address(p)));
+    return v;
+}
+
+// The A fragments (m16 × k16, real) of the warp's RT row tiles at real k step ks of a slice s.
+template <typename G>
+__device__ __forceinline__ void block_fragments_a(unsigned (&a)[G::RT][4], const __half* s, int ks, int row0, int lane)
+{
+    constexpr int LD = G::SliceA::LD;
+#pragma unroll
+    for (int rt = 0; rt < G::RT; ++rt) {
+        const int r = row0 + rt * 16;
+        if (G::A_KC) {   // lines are rows; matrices (rows 0-7 | 8-15) × (k 0-7 | 8-15)
+            ldmatrix_x4(a[rt], s + (r + (lane & 15)) * LD + ks * 16 + 8 * (lane >> 4));
+        } else if (G::P == 1) {   // lines are k: transposed 8×8 matrices
+            const int q = lane >> 3;
+            ldmatrix_x4_trans(a[rt], s + (ks * 16 + (lane & 7) + 8 * (q >> 1)) * LD + r + 8 * (q & 1));
+        } else {   // hc, lines are complex k: one stored element per register
+            const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                a[rt][i] = lds32(s + (ks * 8 + t + 4 * (i >> 1)) * LD + 2 * (r + g + 8 * (i & 1)));
+        }
+    }
+}
+
+// The B fragments (k16 × n8, real) of the warp's CT column tiles; for hc, the expanded 2×2 blocks.
+template <typename G>
+__device__ __forceinline__ void block_fragments_b(unsigned (&b)[G::CT][2], const __half* s, int ks, int col0, int lane,
+                                                  unsigned select, unsigned flip)
+{
+    constexpr int LD = G::SliceB::LD, P = G::P;
+    const int q = lane >> 3;
+#pragma unroll
+    for (int cp = 0; cp < G::CT / 2; ++cp) {   // two n8 tiles per step: 16 real columns, 16 / P stored ones
+        const int c = col0 + cp * (16 / P);
+        unsigned r[4];
+        if (G::B_KC) {   // lines are (complex) columns; hc: lanes 2j, 2j + 1 both read column j
+            ldmatrix_x4(r, s + (c + ((lane & 7) >> (P - 1)) + (8 / P) * (q >> 1)) * LD + ks * 16 + 8 * (q & 1));
+        } else if (P == 1) {   // lines are k
+            ldmatrix_x4_trans(r, s + (ks * 16 + (lane & 7) + 8 * (q & 1)) * LD + c + 8 * (q >> 1));
+        } else {   // hc, lines are complex k
+            const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                r[i] = lds32(s + (ks * 8 + t + 4 * (i & 1)) * LD + 2 * (c + 4 * (i >> 1) + (g >> 1)));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            b[2 * cp + (i >> 1)][i & 1] = P == 1 ? r[i] : __byte_perm(r[i], 0, select) ^ flip;
+    }
+}
+
+template <typename ACC> __device__ __forceinline__ float2 tile_pair(const MmaTile<ACC>& t, int h)
+{
+    return make_float2(t.value(2 * h), t.value(2 * h + 1));
+}
+// Staging alpha·(v.x, v.y), the pair of an m16n8 tile at (row, real columns col and col + 1): two
+// halves of neighbouring columns (h) or one complex element of column col / 2 (hc).
+__device__ __forceinline__ void stage_pair(__half* st, int cld, int row, int col, float2 v, float alpha)
+{
+    st[col * cld + row] = __float2half_rn(alpha * v.x);
+    st[(col + 1) * cld + row] = __float2half_rn(alpha * v.y);
+}
+__device__ __forceinline__ void stage_pair(__half2* st, int cld, int row, int col, float2 v, float2 alpha)
+{
+    st[col / 2 * cld + row] = __floats2half2_rn(alpha.x * v.x - alpha.y * v.y, alpha.x * v.y + alpha.y * v.x);
+}
+
+// staged + beta·old for a pair of halves: two reals (h, beta real) or one complex element (hc).
+__device__ __forceinline__ float2 add_scaled(float2 staged, float2 old, float beta)
+{
+    return make_float2(fmaf(beta, old.x, staged.x), fmaf(beta, old.y, staged.y));
+}
+__device__ __forceinline__ float2 add_scaled(float2 staged, float2 old, float2 beta)
+{
+    return make_float2(staged.x + beta.x * old.x - beta.y * old.y, staged.y + beta.x * old.y + beta.y * old.x);
+}
+
+// out = staged + beta·old over one 16-byte chunk of halves (h) or __half2 (hc).
+template <typename Scalar>
+__device__ __forceinline__ int4 chunk_add_scaled(int4 staged, int4 old, Scalar beta)
+{
+    const __half2* s = reinterpret_cast<const __half2*>(&staged);
+    const __half2* o = reinterpret_cast<const __half2*>(&old);
+    int4 out;
+    __half2* r = reinterpret_cast<__half2*>(&out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        r[i] = __float22half2_rn(add_scaled(__half22float2(s[i]), __half22float2(o[i]), beta));
+    return out;
+}
+
+// The warp's tile of C: alpha·acc into its staging, then out to C (the tile's element (0, 0); rows,
+// cols: how much of the tile lies inside C; vector: C on 16-byte chunks).
+template <typename G, typename S, typename ACC, typename Scalar>
+__device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, const MmaTile<ACC> (&acc)[G::RT][G::CT],
+                                              int rows, int cols, Scalar alpha, Scalar beta, bool read_c, bool vector,
+                                              int lane)
+{
+    using R = typename ComputeOf<S>::type;
+    constexpr int P = G::P, PER_CHUNK = 8 / P;
+    const int g = lane >> 2, t = lane & 3;
+    S* st = reinterpret_cast<S*>(staging);
+    constexpr int CLD = G::CLD / P;   // elements per staged column
+#pragma unroll
+    for (int rt = 0; rt < G::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < G::CT; ++ct)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                stage_pair(st, CLD, rt * 16 + g + 8 * h, ct * 8 + 2 * t, tile_pair(acc[rt][ct], h), alpha);
+    __syncwarp();
+    int4 old[G::CHUNKS_PER_LANE];
+    if (read_c && vector) {   // every old chunk first
+#pragma unroll
+        for (int j = 0; j < G::CHUNKS_PER_LANE; ++j) {
+            const int q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
+            if ((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC)
+                if (col < cols && row + PER_CHUNK <= rows)
+                    old[j] = *reinterpret_cast<const int4*>(C + row + (long long)col * ldc);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < G::CHUNKS_PER_LANE; ++j) {
+        const int q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
+        if (!((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC) || col >= cols || row >= rows)
+            continue;
+        S* out = C + row + (long long)col * ldc;
+        const S* in = st + col * CLD + row;
+        if (vector && row + PER_CHUNK <= rows) {
+            int4 v = *reinterpret_cast<const int4*>(in);
+            if (read_c)
+                v = chunk_add_scaled(v, old[j], beta);
+            *reinterpret_cast<int4*>(out) = v;
+        } else {   // the matrix's last rows, or C not on 16-byte chunks
+            for (int e = 0; e < PER_CHUNK && row + e < rows; ++e) {
+                R v = widen_value(in[e]);
+                if (read_c)
+                    v = mul_add(R(beta), load_c(out + e), v);
+                store_c(out + e, v);
+            }
+        }
+    }
+    __syncwarp();   // the staging is free for the warp's next tile
+}
+
+// MIN_BLOCKS (a tuning parameter): thread blocks ptxas must fit on an SM at once (2: at most 128
+// registers per thread for 256 threads), so that one block's epilogue and barriers overlap another's
+// Tensor Core work.
+template <typename S, typename ACC, int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS, char TA, char TB,
+          typename Scalar>
+__global__ void __launch_bounds__(32 * WM * WN, MIN_BLOCKS)
+wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
+                  int batch, int tiles_m, int tiles_n, Conjugate conj, bool vector_ab, bool vector_c)
+{
+#if __CUDA_ARCH__ >= 800
+    using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
+    constexpr int THREADS = 32 * WM * WN, P = G::P;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half* ring = reinterpret_cast<__half*>(smem);
+    const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    __half* staging = ring + STAGES * G::STAGE_HALVES + warp * G::STAGING_HALVES;
+    const int row0 = warp % WM * G::WTM, col0 = warp / WM * G::WTN;   // the warp's tile in the block
+    const bool read_c = !is_zero(beta);
+    const int tiles = tiles_m * tiles_n;
+    const int step_entries = gridDim.x / (unsigned)tiles, step_tiles = gridDim.x % (unsigned)tiles;
+    // hc: how this lane's B registers become the expanded real B (the module comment above says why).
+    const bool odd = (lane >> 2) & 1;
+    const unsigned select = odd ? 0x1032u : 0x3210u;
+    const unsigned flip = odd ? (conj.b ? 0x8000u : 0u) | (conj.a ? 0x80000000u : 0u) : (conj.a == conj.b ? 0x80000000u : 0u);
+
+    AsyncCursor load, work;   // the slice copied next, the slice the Tensor Cores take next
+    load.start(tiles);
+    work = load;
+    int load_stage = 0;
+    auto copy_next = [&]() {
+        if (load.entry < batch) {
+            __half* s = ring + load_stage * G::STAGE_HALVES;
+            const int m0 = load.m0(tiles_m, BM), n0 = load.n0(tiles_m, BN), kk = load.kk;
+            const S* A = ptrs.template operand<OPERAND_A>(load.entry)
+                + (TA == 'N' ? m0 + (long long)kk * lda : (long long)m0 * lda + kk);
+            const S* B = ptrs.template operand<OPERAND_B>(load.entry)
+                + (TB == 'N' ? kk + (long long)n0 * ldb : (long long)kk * ldb + n0);
+            const int a_rows = TA == 'N' ? M - m0 : K - kk, a_cols = TA == 'N' ? K - kk : M - m0;
+            const int b_rows = TB == 'N' ? K - kk : N - n0, b_cols = TB == 'N' ? N - n0 : K - kk;
+            if (vector_ab && (ptrs.A_array == nullptr || aligned16(A) && aligned16(B))) {
+                G::SliceA::template copy<THREADS>(s, reinterpret_cast<const __half*>(A), P * lda, P * a_rows, a_cols);
+                G::SliceB::template copy<THREADS>(s + G::SliceA::HALVES, reinterpret_cast<const __half*>(B), P * ldb,
+                                                  P * b_rows, b_cols);
+            } else {
+                G::SliceA::template copy_elements<THREADS>(s, A, lda, a_rows, a_cols);
+                G::SliceB::template copy_elements<THREADS>(s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
+            }
+        }
+        async_commit();   // empty groups too: the wait below counts groups
+        load.next(K, BK, tiles, step_entries, step_tiles);
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j)
+        copy_next();
+    MmaTile<ACC> acc[G::RT][G::CT];
+#pragma unroll
+    for (int rt = 0; rt < G::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < G::CT; ++ct)
+            acc[rt][ct].zero();
+    for (int stage = 0; work.entry < batch; stage = stage + 1 == STAGES ? 0 : stage + 1) {
+        async_wait<STAGES - 2>();   // this slice has landed (this thread's copies) ...
+        __syncthreads();            // ... everyone's, and the previous slice's stage is free again
+        copy_next();
+        const __half* sa = ring + stage * G::STAGE_HALVES;
+        const __half* sb = sa + G::SliceA::HALVES;
+#pragma unroll
+        for (int ks = 0; ks < G::KSTEPS; ++ks) {
+            unsigned a[G::RT][4], b[G::CT][2];
+            block_fragments_a<G>(a, sa, ks, row0, lane);
+            block_fragments_b<G>(b, sb, ks, col0, lane, select, flip);
+#pragma unroll
+            for (int rt = 0; rt < G::RT; ++rt)
+#pragma unroll
+                for (int ct = 0; ct < G::CT; ++ct)
+                    acc[rt][ct].mma(a[rt], b[ct]);
+        }
+        if (work.last_slice(K, BK)) {   // the warp's tile of this item's C block
+            const int m0 = work.m0(tiles_m, BM) + row0, n0 = work.n0(tiles_m, BN) + col0;
+            S* C = ptrs.output(work.entry);
+            if (m0 < M && n0 < N)
+                block_write_c<G>(C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0, alpha, beta, read_c,
+                                 vector_c && (ptrs.C_array == nullptr || aligned16(C)), lane);
+#pragma unroll
+            for (int rt = 0; rt < G::RT; ++rt)
+#pragma unroll
+                for (int ct = 0; ct < G::CT; ++ct)
+                    acc[rt][ct].zero();
+        }
+        work.next(K, BK, tiles, step_entries, step_tiles);
+    }
+    async_wait<0>();
+#endif
+}
+
+// sm_80+ only (cp.async, mma.sync.m16n8k16): the dispatch sends older devices to the general kernel,
+// and a direct call there gets GEMMGEN_NOT_GENERATED with nothing launched.
+template <typename S, typename ACC, int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS, char TA, char TB,
+          typename Scalar>
+int launch_wmma_block(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n, int k, int lda, int ldb, int ldc,
+                      Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
+{
+    using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
+    constexpr int PER_CHUNK = 8 / G::P;   // elements per 16-byte chunk
+    const DeviceInfo dev = device_info();
+    if (dev.cc < 80)
+        return GEMMGEN_NOT_GENERATED;
+    const long long tiles = (long long)((m + BM - 1) / BM) * ((n + BN - 1) / BN);
+    if (tiles > 0x7fffffffLL)
+        return GEMMGEN_NOT_GENERATED;
+    // 16-byte chunks where every stored column starts on one (pointer arrays: also each pointer, in the kernel)
+    const bool vector_ab = lda % PER_CHUNK == 0 && ldb % PER_CHUNK == 0 &&
+        (ptrs.A_array || (ptrs.stride_a % PER_CHUNK == 0 && ptrs.stride_b % PER_CHUNK == 0 && aligned16(ptrs.A) &&
+                          aligned16(ptrs.B)));
+    const bool vector_c = ldc % PER_CHUNK == 0 && (ptrs.C_array || (ptrs.stride_c % PER_CHUNK == 0 && aligned16(ptrs.C)));
+    auto kernel = wmma_block_kernel<S, ACC, BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, TA, TB, Scalar>;
+    const unsigned grid = persistent_grid(kernel, 32 * WM * WN, G::BYTES, tiles * batch);
+    if (grid == 0)
+        return GEMMGEN_LAUNCH_FAILED;
+    kernel<<<grid, 32 * WM * WN, G::BYTES, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, (m + BM - 1) / BM,
+                                                    (n + BN - 1) / BN, conj, vector_ab, vector_c);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
