@@ -1608,8 +1608,9 @@ __device__ __forceinline__ int4 chunk_add_scaled(int4 staged, int4 old, Scalar b
 }
 
 // The warp's tile of C: alpha·acc into its staging, then out to C (the tile's element (0, 0); rows,
-// cols: how much of the tile lies inside C; vector: C on 16-byte chunks).
-template <typename G, typename S, typename ACC, typename Scalar>
+// cols: how much of the tile lies inside C; vector: C on 16-byte chunks; GROUP: old C chunks a lane
+// has in flight at once).
+template <typename G, int GROUP, typename S, typename ACC, typename Scalar>
 __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, const MmaTile<ACC> (&acc)[G::RT][G::CT],
                                               int rows, int cols, Scalar alpha, Scalar beta, bool read_c, bool vector,
                                               int lane)
@@ -1627,34 +1628,40 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
             for (int h = 0; h < 2; ++h)
                 stage_pair(st, CLD, rt * 16 + g + 8 * h, ct * 8 + 2 * t, tile_pair(acc[rt][ct], h), alpha);
     __syncwarp();
-    int4 old[G::CHUNKS_PER_LANE];
-    if (read_c && vector) {   // every old chunk first
+    // Old C goes through GROUP chunks at a time, each group's loads issued before its stores: all of a
+    // lane's chunks at once would hold 4 registers each (32 in a 64×32 h tile) and push the tuples with
+    // two blocks per SM (at most 128 registers) into spills.
 #pragma unroll
-        for (int j = 0; j < G::CHUNKS_PER_LANE; ++j) {
-            const int q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
-            if ((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC)
-                if (col < cols && row + PER_CHUNK <= rows)
-                    old[j] = *reinterpret_cast<const int4*>(C + row + (long long)col * ldc);
+    for (int j0 = 0; j0 < G::CHUNKS_PER_LANE; j0 += GROUP) {
+        int4 old[GROUP];
+        if (read_c && vector) {
+#pragma unroll
+            for (int i = 0; i < GROUP && j0 + i < G::CHUNKS_PER_LANE; ++i) {
+                const int j = j0 + i, q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
+                if ((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC)
+                    if (col < cols && row + PER_CHUNK <= rows)
+                        old[i] = *reinterpret_cast<const int4*>(C + row + (long long)col * ldc);
+            }
         }
-    }
 #pragma unroll
-    for (int j = 0; j < G::CHUNKS_PER_LANE; ++j) {
-        const int q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
-        if (!((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC) || col >= cols || row >= rows)
-            continue;
-        S* out = C + row + (long long)col * ldc;
-        const S* in = st + col * CLD + row;
-        if (vector && row + PER_CHUNK <= rows) {
-            int4 v = *reinterpret_cast<const int4*>(in);
-            if (read_c)
-                v = chunk_add_scaled(v, old[j], beta);
-            *reinterpret_cast<int4*>(out) = v;
-        } else {   // the matrix's last rows, or C not on 16-byte chunks
-            for (int e = 0; e < PER_CHUNK && row + e < rows; ++e) {
-                R v = widen_value(in[e]);
+        for (int i = 0; i < GROUP && j0 + i < G::CHUNKS_PER_LANE; ++i) {
+            const int j = j0 + i, q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
+            if (!((j + 1) * 32 <= G::WTN * G::CPC || q < G::WTN * G::CPC) || col >= cols || row >= rows)
+                continue;
+            S* out = C + row + (long long)col * ldc;
+            const S* in = st + col * CLD + row;
+            if (vector && row + PER_CHUNK <= rows) {
+                int4 v = *reinterpret_cast<const int4*>(in);
                 if (read_c)
-                    v = mul_add(R(beta), load_c(out + e), v);
-                store_c(out + e, v);
+                    v = chunk_add_scaled(v, old[i], beta);
+                *reinterpret_cast<int4*>(out) = v;
+            } else {   // the matrix's last rows, or C not on 16-byte chunks
+                for (int e = 0; e < PER_CHUNK && row + e < rows; ++e) {
+                    R v = widen_value(in[e]);
+                    if (read_c)
+                        v = mul_add(R(beta), load_c(out + e), v);
+                    store_c(out + e, v);
+                }
             }
         }
     }
@@ -1742,9 +1749,11 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
         if (work.last_slice(K, BK)) {   // the warp's tile of this item's C block
             const int m0 = work.m0(tiles_m, BM) + row0, n0 = work.n0(tiles_m, BN) + col0;
             S* C = ptrs.output(work.entry);
+            // 4 / MIN_BLOCKS old C chunks per lane in flight: the same bytes per SM with one or two blocks
             if (m0 < M && n0 < N)
-                block_write_c<G>(C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0, alpha, beta, read_c,
-                                 vector_c && (ptrs.C_array == nullptr || aligned16(C)), lane);
+                block_write_c<G, 4 / MIN_BLOCKS>(C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0,
+                                                 alpha, beta, read_c,
+                                                 vector_c && (ptrs.C_array == nullptr || aligned16(C)), lane);
 #pragma unroll
             for (int rt = 0; rt < G::RT; ++rt)
 #pragma unroll
