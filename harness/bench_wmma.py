@@ -153,15 +153,33 @@ def run_bench(lib, device: str, arch: str, bandwidth: float, precisions, out_dir
             rows.append(_row(lib, prec, kind.split()[-1], m, n, k, batch, label, bandwidth, sets, extra,
                              betas=(0.0, 1.0) if label == "≫L2" else (0.0,)))
             rows[-1]["tiny_row"] = kind.startswith("tiny")
-    payload = {"device": device, "arch": arch, "copy_bandwidth_gbs": bandwidth / 1e9, "command": command,
-               "rows": rows}
+    runs = {prec: {"command": command, "copy_bandwidth_gbs": bandwidth / 1e9} for prec in precisions}
+    payload = {"device": device, "arch": arch, "runs": runs, "rows": rows}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"bench_wmma_{arch}"
+    if stem.with_suffix(".json").exists():
+        payload = keep_other_precisions(payload, json.loads(stem.with_suffix(".json").read_text()))
     stem.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(payload))
     plot(payload, stem.with_suffix(".png"))
     click.echo("\n".join(summary(payload)))
     return stem.with_suffix(".json")
+
+
+def keep_other_precisions(payload: dict, previous: dict) -> dict:
+    """A run of some precisions replaces only their rows: the rows of the others stay, with the run that
+    measured them (same device and architecture only; a file from elsewhere is replaced whole)."""
+    if (previous.get("device"), previous.get("arch")) != (payload["device"], payload["arch"]):
+        return payload
+    old_runs = previous.get("runs") or {   # files written before runs were kept per precision
+        p: {"command": previous["command"], "copy_bandwidth_gbs": previous["copy_bandwidth_gbs"]}
+        for p in {r["precision"] for r in previous["rows"]}}
+    kept = [p for p in old_runs if p not in payload["runs"]]
+    runs = {p: old_runs[p] for p in kept} | payload["runs"]
+    rows = [r for r in previous["rows"] if r["precision"] in kept] + payload["rows"]
+    order = {p: i for i, p in enumerate(("h", "hc"))}
+    return {**payload, "runs": dict(sorted(runs.items(), key=lambda kv: order.get(kv[0], 9))),
+            "rows": sorted(rows, key=lambda r: order.get(r["precision"], 9))}
 
 
 def _f(r: dict, who: str, key: str, fmt: str) -> str:
@@ -222,8 +240,8 @@ def _peak_gflops(payload) -> float:
 
 def markdown(payload: dict) -> str:
     lines = [f"# wmma family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
-             f"Command: `{payload['command']}`", "",
-             f"Copy bandwidth measured in the same run: {payload['copy_bandwidth_gbs']:.0f} GB/s. "
+             *(f"{prec} rows: `{run['command']}`, copy bandwidth measured in the same run "
+               f"{run['copy_bandwidth_gbs']:.0f} GB/s." for prec, run in payload["runs"].items()), "",
              "floor = bytes that must move (A, B read, C written; β = 1: C read too) / that bandwidth; the "
              "columns give the fraction of it reached. hc is compared with cuBLAS on planar data "
              "(four fp16 GEMMs, kernel time only, same floor as the interleaved data).", "",

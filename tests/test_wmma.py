@@ -342,3 +342,25 @@ def test_the_dispatch_passes_over_block_kernels_for_operands_off_16_byte_chunks(
     for *_, chunked, name in entries:
         assert chunked == ("1" if name.startswith("wmmablock_") else "0")
     assert "e->chunked && !chunks" in source
+
+
+def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():
+    from harness.bench_wmma import keep_other_precisions, markdown
+
+    def row(prec, size):
+        return {"precision": prec, "kind": "square", "m": size, "n": size, "k": size, "batch": 1000,
+                "data": "batch 1000", "tiny_row": False, "kernel": "k", "ours": {}, "cublas": {}}
+
+    old = {"device": "H100", "arch": "sm_90", "command": "gemmgen bench wmma", "copy_bandwidth_gbs": 2800.0,
+           "rows": [row("h", 8), row("hc", 8), row("hc", 16)]}
+    new = {"device": "H100", "arch": "sm_90", "runs": {"h": {"command": "gemmgen bench wmma --precisions h",
+                                                             "copy_bandwidth_gbs": 2850.0}},
+           "rows": [row("h", 8), row("h", 16)]}
+    merged = keep_other_precisions(new, old)
+    assert [(r["precision"], r["m"]) for r in merged["rows"]] == [("h", 8), ("h", 16), ("hc", 8), ("hc", 16)]
+    assert merged["runs"]["hc"] == {"command": "gemmgen bench wmma", "copy_bandwidth_gbs": 2800.0}
+    assert merged["runs"]["h"]["copy_bandwidth_gbs"] == 2850.0
+    text = markdown(merged)
+    assert "h rows: `gemmgen bench wmma --precisions h`" in text and "hc rows: `gemmgen bench wmma`" in text
+    # a file from another device is replaced whole
+    assert keep_other_precisions(new, {**old, "device": "A100"}) == new
