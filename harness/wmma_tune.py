@@ -50,7 +50,7 @@ UNMEASURED = 3.0        # cost of a size where no chosen tuple was timed (the ne
 BUNDLE = 12             # variants per nvcc call in the sweep
 MEGABYTES = 64          # data per launch (≫ L2 would cost more device time; 64 MB is past L2)
 MIN_BATCH = 100
-WARP_MIN_GAIN = 1.10    # a warp kernel (one more source per shape) replaces the choice only this much faster
+WARP_MIN_GAIN = 1.05    # a warp kernel (one more source per shape) replaces the choice only this much faster
 BLOCK_MIN_GAIN = 1.05   # a block kernel replaces a range's general tuple (sm_80+) only this much faster
 MAX_BLOCKS = 8          # block kernels per precision in the table
 

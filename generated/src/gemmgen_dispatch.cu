@@ -994,17 +994,33 @@ extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m13n13k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m13n13k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m14n14k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m14n14k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m17n17k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m17n17k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m18n18k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m18n18k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1049,6 +1065,14 @@ extern "C" int wmmawarp_h_m23n23k16_w4_s3_f32_array(char, char, float, const __h
 extern "C" int wmmawarp_h_m23n23k23_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m23n23k23_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m24n24k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m24n24k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m24n24k24_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m24n24k24_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1234,6 +1258,10 @@ extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
@@ -1289,6 +1317,10 @@ extern "C" int wmmawarp_h_m55n55k16_w4_s3_f32_array(char, char, float, const __h
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1549,17 +1581,21 @@ const SmallEntry<__half, float> small_h[] = {
     {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
     {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0},
     {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
+    {13, 13, 16, 80, "wmmawarp_h_m13n13k16_w8_s2_f16", wmmawarp_h_m13n13k16_w8_s2_f16_strided, wmmawarp_h_m13n13k16_w8_s2_f16_array, 0},
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
     {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+    {14, 14, 16, 80, "wmmawarp_h_m14n14k16_w4_s2_f16", wmmawarp_h_m14n14k16_w4_s2_f16_strided, wmmawarp_h_m14n14k16_w4_s2_f16_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_ring2_acc16_array, 0},
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+    {17, 17, 16, 80, "wmmawarp_h_m17n17k16_w4_s2_f32", wmmawarp_h_m17n17k16_w4_s2_f32_strided, wmmawarp_h_m17n17k16_w4_s2_f32_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
+    {18, 18, 16, 80, "wmmawarp_h_m18n18k16_w8_s2_f32", wmmawarp_h_m18n18k16_w8_s2_f32_strided, wmmawarp_h_m18n18k16_w8_s2_f32_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
@@ -1583,7 +1619,9 @@ const SmallEntry<__half, float> small_h[] = {
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
     {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w4_s2_f32", wmmawarp_h_m23n23k23_w4_s2_f32_strided, wmmawarp_h_m23n23k23_w4_s2_f32_array, 0},
     {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
+    {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w4_s2_f32", wmmawarp_h_m24n24k16_w4_s2_f32_strided, wmmawarp_h_m24n24k16_w4_s2_f32_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+    {24, 24, 24, 80, "wmmawarp_h_m24n24k24_w4_s3_f32", wmmawarp_h_m24n24k24_w4_s3_f32_strided, wmmawarp_h_m24n24k24_w4_s3_f32_array, 0},
     {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
     {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
@@ -1677,6 +1715,8 @@ const SmallEntry<__half, float> small_h[] = {
     {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0},
     {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1},
     {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0},
+    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 1},
+    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 0},
     {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 1},
     {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 0},
     {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s2_f32", wmmawarp_h_m49n49k49_w4_s2_f32_strided, wmmawarp_h_m49n49k49_w4_s2_f32_array, 1},
@@ -1705,6 +1745,8 @@ const SmallEntry<__half, float> small_h[] = {
     {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0},
     {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1},
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
+    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 1},
+    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 0},
     {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 1},
     {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 0},
     {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f32", wmmawarp_h_m57n57k57_w4_s2_f32_strided, wmmawarp_h_m57n57k57_w4_s2_f32_array, 1},
@@ -2396,9 +2438,13 @@ const char* const kernel_names[] = {
     "small_z_m8n8k8_dim4x8_tba1",
     "small_z_m9n9k9_dim5x9_tba2_hoist",
     "wmmawarp_h_m13n13k13_w8_s2_f16",
+    "wmmawarp_h_m13n13k16_w8_s2_f16",
     "wmmawarp_h_m14n14k14_w8_s2_f16",
+    "wmmawarp_h_m14n14k16_w4_s2_f16",
     "wmmawarp_h_m15n15k15_w4_s2_f32",
+    "wmmawarp_h_m17n17k16_w4_s2_f32",
     "wmmawarp_h_m17n17k17_w4_s2_f32",
+    "wmmawarp_h_m18n18k16_w8_s2_f32",
     "wmmawarp_h_m18n18k18_w8_s2_f32",
     "wmmawarp_h_m19n19k16_w8_s2_f16",
     "wmmawarp_h_m19n19k19_w8_s2_f16",
@@ -2410,6 +2456,8 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m22n22k22_w8_s2_f16",
     "wmmawarp_h_m23n23k16_w4_s3_f32",
     "wmmawarp_h_m23n23k23_w4_s2_f32",
+    "wmmawarp_h_m24n24k16_w4_s2_f32",
+    "wmmawarp_h_m24n24k24_w4_s3_f32",
     "wmmawarp_h_m25n25k16_w4_s2_f16",
     "wmmawarp_h_m25n25k25_w4_s2_f32",
     "wmmawarp_h_m26n26k16_w8_s3_f16",
@@ -2456,6 +2504,7 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m47n47k16_w4_s2_f32",
     "wmmawarp_h_m47n47k47_w4_s2_f16",
     "wmmawarp_h_m48n48k16_w4_s2_f32",
+    "wmmawarp_h_m48n48k48_w4_s3_f16",
     "wmmawarp_h_m49n49k16_w8_s3_f32",
     "wmmawarp_h_m49n49k49_w4_s2_f32",
     "wmmawarp_h_m50n50k16_w4_s2_f16",
@@ -2470,6 +2519,7 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m54n54k54_w4_s2_f32",
     "wmmawarp_h_m55n55k16_w4_s3_f32",
     "wmmawarp_h_m55n55k55_w4_s2_f32",
+    "wmmawarp_h_m56n56k16_w4_s2_f16",
     "wmmawarp_h_m57n57k16_w4_s2_f16",
     "wmmawarp_h_m57n57k57_w4_s2_f32",
     "wmmawarp_h_m58n58k16_w8_s2_f16",
@@ -2805,11 +2855,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 370; }
+extern "C" int gemmgen_kernel_count(void) { return 378; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 370) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 378) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
