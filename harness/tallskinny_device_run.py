@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     if tune_first:
         return tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     rng = np.random.default_rng(20261122)
-    cases = list(ck.default_cases(entries, rng)) + list(ck.edge_cases("hsd"))
+    cases = list(ck.default_cases(entries, rng)) + list(ck.edge_cases(entries))
     log(f"checks: {len(cases)} cases")
     results = ck.run_cases(lib, cases)
     results += ck.check_not_generated(lib, tsm2.DEFAULT_NS)

@@ -219,7 +219,7 @@ def test_gpu_checks(ts_build):
 
     result, entries = ts_build
     lib = TallSkinnyLibrary(result.library)
-    cases = list(ck.default_cases(entries, np.random.default_rng(3))) + list(ck.edge_cases("s"))
+    cases = list(ck.default_cases(entries, np.random.default_rng(3))) + list(ck.edge_cases(entries))
     results = ck.run_cases(lib, cases) + ck.check_not_generated(lib, (3, 16))
     failed = [r for r in results if not r.passed]
     assert not failed, failed[:5]
@@ -239,3 +239,17 @@ def test_only_the_ism2_kernels_the_cut_offs_can_choose_are_emitted():
     sources = {p.stem for p in (root / "ism2").rglob("*.cu")}
     assert named == sources and sources
     assert '{"ism2_d_n13_' not in dispatch and "nullptr}" in dispatch
+
+
+def test_edge_cases_use_only_the_n_the_set_emitted():
+    """A set generated with --tallskinny-n 2 has no n = 5, 3 or 1: checking them there reports
+    GEMMGEN_NOT_GENERATED as a failure of the kernels."""
+    from types import SimpleNamespace
+
+    from harness import check_tallskinny as ck
+
+    entries = [SimpleNamespace(precision="h", n=2), SimpleNamespace(precision="s", n=4),
+               SimpleNamespace(precision="s", n=16)]
+    cases = list(ck.edge_cases(entries))
+    assert {(c.precision, c.n) for c in cases} == {("h", 2), ("s", 4)}
+    assert len(cases) == 8
