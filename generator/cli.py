@@ -155,7 +155,8 @@ def tune():
                    "stagings, all measured again in this run (a short re-tune after a new knob).")
 @click.option("--arrays", is_flag=True,
               help="Time the pointer-array interface of the present table's tuples without a ring, with "
-                   "and without a ring for pointer arrays alone (array_stages), all in this run.")
+                   "and without a ring for pointer arrays alone (array_stages), and the neighbourhood of "
+                   "its tuples with a ring through both interfaces, all in this run.")
 @click.option("--table-only", is_flag=True,
               help="Measure nothing: compile the results' winners with every transpose for the default "
                    "architectures (nvcc, no GPU), refuse those with local memory, write the table.")

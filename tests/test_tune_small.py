@@ -120,3 +120,37 @@ def test_fp16_accumulation_wins_only_by_the_minimum_gain(tmp_path):
     assert best_variants(path, "H100", "sm_90")[("h", 19, 19, 19)]["name"] == twin["name"]
     _, spec = table_specs(path, "H100", "sm_90")[("h", 19, 19, 19)]
     assert spec.acc16 and spec.name == twin["name"]
+
+
+def _ring(name, time_us, interface=None, acc16=False, tba=4):
+    row = {**_row(name, time_us=time_us, tba=tba), "stages": 2, **({"acc16": True} if acc16 else {})}
+    return {**row, "interface": interface} if interface else row
+
+
+def test_a_tuple_nearly_as_fast_strided_and_much_faster_on_pointer_arrays_takes_the_row(tmp_path):
+    from harness.tune_small import BALANCE_ARRAY_MIN_GAIN, BALANCE_STRIDED_TOLERANCE
+
+    winner, other = "small_s_m19n19k19_dim5x7_tba4_ring2", "small_s_m19n19k19_dim5x7_tba2_ring2"
+    strided_us, array_us = 8.0, 20.0
+    near_us = strided_us * BALANCE_STRIDED_TOLERANCE * 0.99
+    fast_array_us = array_us / BALANCE_ARRAY_MIN_GAIN * 0.99
+    rows = [_ring(winner, strided_us), _ring(winner, array_us, "array"),
+            _ring(other, near_us, tba=2), _ring(other, fast_array_us, "array", tba=2)]
+    assert best_variants(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == other
+    # too slow on strided batches: the strided winner stays
+    slow = [*rows[:2], _ring(other, strided_us * BALANCE_STRIDED_TOLERANCE * 1.01, tba=2), rows[3]]
+    assert best_variants(_write(tmp_path, slow), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == winner
+    # not enough faster on pointer arrays
+    small_gain = [*rows[:3], _ring(other, array_us / BALANCE_ARRAY_MIN_GAIN * 1.01, "array", tba=2)]
+    assert best_variants(_write(tmp_path, small_gain), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == winner
+    # the other accumulator is not a candidate (fp16 sums are the ACC16 rule's decision)
+    fp16 = [*rows[:2], _ring(other + "_acc16", near_us, acc16=True, tba=2),
+            _ring(other + "_acc16", fast_array_us, "array", acc16=True, tba=2)]
+    assert best_variants(_write(tmp_path, fp16), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == winner
+    # the arrays run decides against variants it did not time: they lost to the row's tuple before
+    older = "small_s_m19n19k19_dim5x7_tba8_ring2"
+    stale = [_ring(older, strided_us * 0.9, tba=8), *rows]
+    assert best_variants(_write(tmp_path, stale), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == other
+    # but a variant timed after it competes (and, with no pointer-array time, wins on strided batches)
+    later = [*rows, _ring(older, strided_us * 0.9, tba=8)]
+    assert best_variants(_write(tmp_path, later), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == older

@@ -46,9 +46,9 @@ extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_strided(char, char, cuFloatCo
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m19n19k19_dim10x19_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m19n19k19_dim7x7_tba4_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m19n19k19_dim10x19_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m19n19k19_dim7x7_tba4_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -74,9 +74,9 @@ extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatC
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba4_ring3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m25n25k25_dim9x7_tba4_ring3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -86,9 +86,9 @@ extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, cuF
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -106,9 +106,9 @@ extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided(char, char, cu
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -266,9 +266,9 @@ extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_strided(char, char, double, cons
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim5x4_tba16_hoist_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m10n10k10_dim5x4_tba16_hoist_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -314,9 +314,9 @@ extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided(char, cha
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim8x8_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m16n16k16_dim8x8_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -338,9 +338,9 @@ extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided(char, char, fl
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -362,9 +362,9 @@ extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided(char, char, fl
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_aring2_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_aring2_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -498,13 +498,13 @@ extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided(char, char, float
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba8_ring3_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim5x3_tba8_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba8_ring3_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim5x3_tba8_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m10n10k10_dim5x5_tba16_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -534,9 +534,9 @@ extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided(char, c
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -550,17 +550,17 @@ extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided(char, char, cu
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m16n16k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -574,9 +574,9 @@ extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided(char, char, 
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -590,33 +590,33 @@ extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided(char, char, c
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -698,9 +698,9 @@ extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -714,9 +714,9 @@ extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided(char, char, cuFl
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m8n8k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -810,9 +810,9 @@ extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, flo
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided(char, char, float, const float*, int, long long,
+extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
+extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
@@ -906,17 +906,17 @@ extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuDoubleCo
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m20n20k20_dim10x10_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m20n20k20_dim20x10_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m20n20k20_dim10x10_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m21n21k21_dim7x11_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m21n21k21_dim7x11_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m22n22k22_dim8x11_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m22n22k22_dim8x11_tba2_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -1570,9 +1570,9 @@ const SmallEntry<__half, float> small_h[] = {
     {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
     {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba8_ring3", small_h_m9n9k9_dim5x3_tba8_ring3_strided, small_h_m9n9k9_dim5x3_tba8_ring3_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba8_hoist_ring3", small_h_m9n9k9_dim5x3_tba8_hoist_ring3_strided, small_h_m9n9k9_dim5x3_tba8_hoist_ring3_array, 0},
     {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
-    {10, 10, 10, 75, "small_h_m10n10k10_dim5x4_tba16_hoist_ring3", small_h_m10n10k10_dim5x4_tba16_hoist_ring3_strided, small_h_m10n10k10_dim5x4_tba16_hoist_ring3_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim4x5_tba16_hoist_ring2", small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided, small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array, 0},
     {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
     {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16", small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0},
@@ -1589,7 +1589,7 @@ const SmallEntry<__half, float> small_h[] = {
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
-    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_ring2_acc16_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
     {17, 17, 16, 80, "wmmawarp_h_m17n17k16_w4_s2_f32", wmmawarp_h_m17n17k16_w4_s2_f32_strided, wmmawarp_h_m17n17k16_w4_s2_f32_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
@@ -1600,7 +1600,7 @@ const SmallEntry<__half, float> small_h[] = {
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
     {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f16", wmmawarp_h_m19n19k16_w8_s2_f16_strided, wmmawarp_h_m19n19k16_w8_s2_f16_array, 0},
-    {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist_aring2", small_h_m19n19k19_dim7x5_tba8_hoist_aring2_strided, small_h_m19n19k19_dim7x5_tba8_hoist_aring2_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0},
     {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w8_s2_f16", wmmawarp_h_m19n19k19_w8_s2_f16_strided, wmmawarp_h_m19n19k19_w8_s2_f16_array, 0},
     {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0},
     {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w8_s2_f16", wmmawarp_h_m20n20k16_w8_s2_f16_strided, wmmawarp_h_m20n20k16_w8_s2_f16_array, 0},
@@ -1608,7 +1608,7 @@ const SmallEntry<__half, float> small_h[] = {
     {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w8_s2_f32", wmmawarp_h_m20n20k20_w8_s2_f32_strided, wmmawarp_h_m20n20k20_w8_s2_f32_array, 0},
     {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0},
     {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0},
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist_aring2", small_h_m21n21k21_dim7x6_tba8_hoist_aring2_strided, small_h_m21n21k21_dim7x6_tba8_hoist_aring2_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0},
     {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f16", wmmawarp_h_m21n21k21_w8_s2_f16_strided, wmmawarp_h_m21n21k21_w8_s2_f16_array, 0},
     {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0},
     {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s2_f32", wmmawarp_h_m22n22k16_w4_s2_f32_strided, wmmawarp_h_m22n22k16_w4_s2_f32_array, 0},
@@ -1867,17 +1867,17 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {3, 3, 16, 75, "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2", small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided, small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array, 0},
     {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
     {4, 4, 16, 75, "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2", small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2", small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_strided, small_hc_m5n5k5_dim3x2_tba16_hoist_ring2_array, 0},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2", small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided, small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array, 0},
     {5, 5, 16, 75, "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2", small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array, 0},
     {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
     {6, 6, 16, 75, "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2", small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2", small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k7_dim4x4_tba8_hoist_ring2_array, 0},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16", small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided, small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array, 0},
     {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
     {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
     {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
-    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba16_ring2", small_hc_m10n10k10_dim5x5_tba16_ring2_strided, small_hc_m10n10k10_dim5x5_tba16_ring2_array, 0},
+    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
@@ -1885,25 +1885,25 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
     {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0},
     {14, 14, 16, 75, "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
     {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
     {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_ring2", small_hc_m16n16k16_dim4x4_tba2_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_ring2_array, 0},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
-    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16_array, 0},
+    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
-    {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16", small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16_array, 0},
+    {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0},
     {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0},
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_ring2_acc16_array, 0},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array, 0},
     {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0},
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array, 0},
     {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0},
-    {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16_array, 0},
+    {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0},
     {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_ring2_acc16_array, 0},
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0},
     {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0},
     {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0},
@@ -2059,7 +2059,7 @@ const SmallEntry<float, float> small_s[] = {
     {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
     {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
-    {28, 28, 28, 75, "small_s_m28n28k28_dim14x14_tba2_hoist_ring2", small_s_m28n28k28_dim14x14_tba2_hoist_ring2_strided, small_s_m28n28k28_dim14x14_tba2_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_s_m28n28k28_dim14x10_tba1_hoist_ring2", small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
     {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0},
     {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
@@ -2130,20 +2130,20 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0},
     {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist_aring2", small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0},
     {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0},
-    {19, 19, 19, 75, "small_c_m19n19k19_dim10x19_tba2_ring2", small_c_m19n19k19_dim10x19_tba2_ring2_strided, small_c_m19n19k19_dim10x19_tba2_ring2_array, 0},
+    {19, 19, 19, 75, "small_c_m19n19k19_dim7x7_tba4_ring2", small_c_m19n19k19_dim7x7_tba4_ring2_strided, small_c_m19n19k19_dim7x7_tba4_ring2_array, 0},
     {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist_aring2", small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0},
     {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
     {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist_aring2", small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0},
     {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
-    {25, 25, 25, 75, "small_c_m25n25k25_dim9x7_tba4_ring3", small_c_m25n25k25_dim9x7_tba4_ring3_strided, small_c_m25n25k25_dim9x7_tba4_ring3_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim9x13_tba2_ring2", small_c_m25n25k25_dim9x13_tba2_ring2_strided, small_c_m25n25k25_dim9x13_tba2_ring2_array, 0},
     {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
     {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
-    {28, 28, 28, 75, "small_c_m28n28k28_dim14x14_tba1_hoist_ring2", small_c_m28n28k28_dim14x14_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x14_tba1_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_c_m28n28k28_dim14x10_tba1_hoist_ring2", small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
     {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0},
     {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
     {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0},
-    {32, 32, 32, 75, "small_c_m32n32k32_dim16x16_tba2_hoist_ring2", small_c_m32n32k32_dim16x16_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x16_tba2_hoist_ring2_array, 0},
+    {32, 32, 32, 75, "small_c_m32n32k32_dim16x11_tba2_hoist_ring2", small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2171,9 +2171,9 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {17, 17, 17, 75, "small_z_m17n17k17_dim6x9_tba2_hoist_ring2", small_z_m17n17k17_dim6x9_tba2_hoist_ring2_strided, small_z_m17n17k17_dim6x9_tba2_hoist_ring2_array, 0},
     {18, 18, 18, 75, "small_z_m18n18k18_dim9x9_tba2_hoist_ring2", small_z_m18n18k18_dim9x9_tba2_hoist_ring2_strided, small_z_m18n18k18_dim9x9_tba2_hoist_ring2_array, 0},
     {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_hoist_ring2", small_z_m19n19k19_dim10x10_tba2_hoist_ring2_strided, small_z_m19n19k19_dim10x10_tba2_hoist_ring2_array, 0},
-    {20, 20, 20, 75, "small_z_m20n20k20_dim20x10_tba2_hoist_ring2", small_z_m20n20k20_dim20x10_tba2_hoist_ring2_strided, small_z_m20n20k20_dim20x10_tba2_hoist_ring2_array, 0},
+    {20, 20, 20, 75, "small_z_m20n20k20_dim10x10_tba2_hoist_ring2", small_z_m20n20k20_dim10x10_tba2_hoist_ring2_strided, small_z_m20n20k20_dim10x10_tba2_hoist_ring2_array, 0},
     {21, 21, 21, 75, "small_z_m21n21k21_dim7x11_tba2_hoist_ring2", small_z_m21n21k21_dim7x11_tba2_hoist_ring2_strided, small_z_m21n21k21_dim7x11_tba2_hoist_ring2_array, 0},
-    {22, 22, 22, 75, "small_z_m22n22k22_dim22x11_tba2_hoist_ring2", small_z_m22n22k22_dim22x11_tba2_hoist_ring2_strided, small_z_m22n22k22_dim22x11_tba2_hoist_ring2_array, 0},
+    {22, 22, 22, 75, "small_z_m22n22k22_dim8x11_tba2_hoist_ring2", small_z_m22n22k22_dim8x11_tba2_hoist_ring2_strided, small_z_m22n22k22_dim8x11_tba2_hoist_ring2_array, 0},
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba2_hoist_ring2", small_z_m23n23k23_dim8x8_tba2_hoist_ring2_strided, small_z_m23n23k23_dim8x8_tba2_hoist_ring2_array, 0},
     {24, 24, 24, 75, "small_z_m24n24k24_dim8x8_tba1_hoist", small_z_m24n24k24_dim8x8_tba1_hoist_strided, small_z_m24n24k24_dim8x8_tba1_hoist_array, 0},
     {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
@@ -2201,22 +2201,22 @@ const char* const kernel_names[] = {
     "small_c_m16n16k16_dim8x8_tba2_hoist",
     "small_c_m17n17k17_dim6x6_tba2_hoist_aring2",
     "small_c_m18n18k18_dim6x9_tba2_hoist",
-    "small_c_m19n19k19_dim10x19_tba2_ring2",
+    "small_c_m19n19k19_dim7x7_tba4_ring2",
     "small_c_m1n1k1_dim1x1_tba128_hoist",
     "small_c_m20n20k20_dim10x20_tba2_hoist_ring2",
     "small_c_m21n21k21_dim11x7_tba2_hoist_aring2",
     "small_c_m22n22k22_dim8x11_tba2_ring2",
     "small_c_m23n23k23_dim8x8_tba2_hoist_aring2",
     "small_c_m24n24k24_dim8x12_tba1_hoist",
-    "small_c_m25n25k25_dim9x7_tba4_ring3",
+    "small_c_m25n25k25_dim9x13_tba2_ring2",
     "small_c_m26n26k26_dim13x9_tba2_hoist_ring2",
     "small_c_m27n27k27_dim9x7_tba4_hoist_ring3",
-    "small_c_m28n28k28_dim14x14_tba1_hoist_ring2",
+    "small_c_m28n28k28_dim14x10_tba1_hoist_ring2",
     "small_c_m29n29k29_dim10x8_tba2_hoist_aring2",
     "small_c_m2n2k2_dim2x1_tba32",
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
     "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
-    "small_c_m32n32k32_dim16x16_tba2_hoist_ring2",
+    "small_c_m32n32k32_dim16x11_tba2_hoist_ring2",
     "small_c_m3n3k3_dim3x2_tba16_hoist",
     "small_c_m4n4k4_dim2x4_tba8",
     "small_c_m5n5k5_dim5x3_tba4_hoist",
@@ -2256,7 +2256,7 @@ const char* const kernel_names[] = {
     "small_d_m7n7k7_dim7x4_tba2_hoist",
     "small_d_m8n8k8_dim4x4_tba16",
     "small_d_m9n9k9_dim9x5_tba2_hoist",
-    "small_h_m10n10k10_dim5x4_tba16_hoist_ring3",
+    "small_h_m10n10k10_dim4x5_tba16_hoist_ring2",
     "small_h_m10n10k16_dim4x4_tba8_ring2",
     "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16",
     "small_h_m11n11k16_dim6x4_tba4_ring2",
@@ -2268,19 +2268,19 @@ const char* const kernel_names[] = {
     "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
     "small_h_m15n15k15_dim8x5_tba8_ring2",
     "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16",
-    "small_h_m16n16k16_dim8x8_tba2_ring2_acc16",
+    "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16",
     "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16",
     "small_h_m17n17k17_dim6x6_tba8_ring2",
     "small_h_m18n18k16_dim9x6_tba1_ring2_acc16",
     "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16",
     "small_h_m19n19k16_dim10x7_tba2_ring2_acc16",
-    "small_h_m19n19k19_dim7x5_tba8_hoist_aring2",
+    "small_h_m19n19k19_dim7x5_tba8_hoist",
     "small_h_m1n1k16_dim1x1_tba64_hoist_ring2",
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16",
     "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16",
     "small_h_m21n21k16_dim11x7_tba1_ring2_acc16",
-    "small_h_m21n21k21_dim7x6_tba8_hoist_aring2",
+    "small_h_m21n21k21_dim7x6_tba8_hoist",
     "small_h_m22n22k16_dim11x8_tba1_ring2_acc16",
     "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16",
     "small_h_m23n23k16_dim12x8_tba1_ring2_acc16",
@@ -2314,8 +2314,8 @@ const char* const kernel_names[] = {
     "small_h_m8n8k16_dim4x4_tba2_ring2",
     "small_h_m8n8k8_dim4x4_tba16_ring2",
     "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
-    "small_h_m9n9k9_dim5x3_tba8_ring3",
-    "small_hc_m10n10k10_dim5x5_tba16_ring2",
+    "small_h_m9n9k9_dim5x3_tba8_hoist_ring3",
+    "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16",
     "small_hc_m10n10k16_dim4x4_tba8_ring2",
     "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16",
     "small_hc_m11n11k16_dim4x4_tba8_ring2",
@@ -2323,27 +2323,27 @@ const char* const kernel_names[] = {
     "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16",
     "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16",
-    "small_hc_m14n14k14_dim7x7_tba8_hoist_ring2_acc16",
+    "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16",
     "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
     "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16",
     "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16",
-    "small_hc_m16n16k16_dim4x4_tba2_ring2",
+    "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16",
-    "small_hc_m17n17k17_dim6x9_tba8_hoist_ring2_acc16",
+    "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16",
     "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16",
     "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16",
     "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16",
-    "small_hc_m19n19k19_dim10x10_tba4_hoist_ring2_acc16",
+    "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16",
     "small_hc_m1n1k16_dim1x1_tba128_ring2",
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
     "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16",
-    "small_hc_m20n20k20_dim5x5_tba1_ring2_acc16",
+    "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16",
     "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16",
-    "small_hc_m21n21k21_dim7x11_tba4_hoist_ring2_acc16",
+    "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16",
     "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16",
-    "small_hc_m22n22k22_dim11x11_tba1_hoist_ring2_acc16",
+    "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16",
     "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16",
-    "small_hc_m23n23k23_dim8x12_tba4_ring2_acc16",
+    "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16",
     "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16",
     "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16",
     "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16",
@@ -2364,11 +2364,11 @@ const char* const kernel_names[] = {
     "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2",
     "small_hc_m4n4k4_dim2x4_tba32_ring2",
     "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2",
-    "small_hc_m5n5k5_dim3x2_tba16_hoist_ring2",
+    "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2",
     "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2",
     "small_hc_m6n6k6_dim2x2_tba8_hoist",
     "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2",
-    "small_hc_m7n7k7_dim4x4_tba8_hoist_ring2",
+    "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16",
     "small_hc_m8n8k16_dim4x4_tba2_ring2",
     "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2",
     "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2",
@@ -2392,7 +2392,7 @@ const char* const kernel_names[] = {
     "small_s_m25n25k25_dim9x7_tba4_hoist_ring2",
     "small_s_m26n26k26_dim7x9_tba1_hoist",
     "small_s_m27n27k27_dim9x7_tba4_hoist_ring3",
-    "small_s_m28n28k28_dim14x14_tba2_hoist_ring2",
+    "small_s_m28n28k28_dim14x10_tba1_hoist_ring2",
     "small_s_m29n29k29_dim8x10_tba4_hoist_aring2",
     "small_s_m2n2k2_dim1x1_tba128_hoist",
     "small_s_m30n30k30_dim10x15_tba2_hoist_ring2",
@@ -2416,9 +2416,9 @@ const char* const kernel_names[] = {
     "small_z_m18n18k18_dim9x9_tba2_hoist_ring2",
     "small_z_m19n19k19_dim10x10_tba2_hoist_ring2",
     "small_z_m1n1k1_dim1x1_tba128_hoist",
-    "small_z_m20n20k20_dim20x10_tba2_hoist_ring2",
+    "small_z_m20n20k20_dim10x10_tba2_hoist_ring2",
     "small_z_m21n21k21_dim7x11_tba2_hoist_ring2",
-    "small_z_m22n22k22_dim22x11_tba2_hoist_ring2",
+    "small_z_m22n22k22_dim8x11_tba2_hoist_ring2",
     "small_z_m23n23k23_dim8x8_tba2_hoist_ring2",
     "small_z_m24n24k24_dim8x8_tba1_hoist",
     "small_z_m25n25k25_dim7x9_tba1_hoist",
