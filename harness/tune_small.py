@@ -322,11 +322,12 @@ def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dic
     latest = _latest(rows)
     compared = [r for r in rows if shape(r) in last_arrays_run
                 and (r["name"] in on_arrays or latest.get(r["name"], r)["_line"] > last_arrays_run[shape(r)])]
+    compared_latest = _latest(compared)
     for key, winner in _strided_winners(compared, shape).items():
         best[key] = winner
         if winner["name"] not in on_arrays:
             continue   # a variant timed after the arrays run won: nothing to compare it with
-        near = [r for r in _latest(compared).values() if shape(r) == key and r["name"] in on_arrays
+        near = [r for r in compared_latest.values() if shape(r) == key and r["name"] in on_arrays
                 and bool(r.get("acc16")) == bool(winner.get("acc16"))
                 and r["time_us"] <= winner["time_us"] * BALANCE_STRIDED_TOLERANCE]
         pick = min(near, key=lambda r: on_arrays[r["name"]]["time_us"])
