@@ -111,7 +111,9 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
 @click.option("--arch", default="", help="Architectures to compile (default: those of the set, "
               "or only the GPU's when one is present).")
-@click.option("--jobs", "-j", type=int, default=0, help="Parallel nvcc processes (default: all cores).")
+@click.option("--jobs", "-j", type=int, default=0,
+              help="Parallel nvcc processes, and processes running the GPU checks (at most 8) "
+                   "(default: all cores).")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Write the check results as JSON here.")
 @click.option("--quick", is_flag=True, help="Random data for one transpose pair per shape only.")

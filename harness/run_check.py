@@ -3,6 +3,7 @@ present (or say that nothing ran)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,10 @@ from generator.arch import parse_archs
 
 from .build import UNITY_SOURCES, BuildError, build_library
 from .toolchain import ToolchainError, gpu_available
+
+# Processes running the GPU checks (each its own CUDA context; more add contexts, not speed: the
+# cases' NumPy side is what they share out).
+CHECK_WORKERS = 8
 
 
 def device_arch() -> tuple[str, str]:
@@ -97,7 +102,8 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
 
         cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
-        results = check_small.run_cases(lib, cases, progress=lambda d, t: bar.update(1))
+        results = check_small.run_cases(lib, cases, progress=lambda d, t: bar.update(1),
+                                        workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
     for prec in ("h", "s"):
         if prec in shapes:
             results.append(check_small.check_large_stride(lib, prec))

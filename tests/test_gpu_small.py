@@ -31,3 +31,14 @@ def test_every_transpose_and_interface(lib, prec):
 
 def test_offsets_past_2_to_the_31(lib):
     assert check_small.check_large_stride(lib, "h").passed
+
+
+def test_worker_processes_give_the_serial_results(lib):
+    # Each case draws from its own stream (seed, index), so splitting the cases over processes must
+    # reproduce the serial run's errors exactly, in the same order.
+    rng = np.random.default_rng(6)
+    cases = list(check_small.default_cases({"hc": [(5, 5, 5), (19, 19, 19)]}, rng))[:24]
+    serial = check_small.run_cases(lib, cases, seed=11)
+    parallel = check_small.run_cases(lib, cases, seed=11, workers=3)
+    assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
+    assert all(r.passed for r in serial)
