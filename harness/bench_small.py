@@ -12,6 +12,7 @@ from generator.manifest import Selection
 
 from .api import GemmgenLibrary
 from .run_check import build_set, device_arch
+from .bench_runs import keep_other_precisions, run_lines
 from .timing import copy_bandwidth, headless_pyplot, median_time_ms
 from .toolchain import gpu_available
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
@@ -77,8 +78,10 @@ def run_bench(gen_dir: Path, build_dir: Path, selection: Selection, megabytes: i
     command = (f"gemmgen bench small --precisions {','.join(selection.precisions)} --sizes "
                f"{selection.sizes[0]}-{selection.sizes[-1]} --megabytes {megabytes} "
                f"--batches {','.join(map(str, batches))}")
-    payload = {"device": device, "arch": arch, "copy_bandwidth_gbs": bandwidth / 1e9,
-               "command": command, "rows": rows}
+    runs = {prec: {"command": command, "copy_bandwidth_gbs": bandwidth / 1e9} for prec in selection.precisions}
+    payload = {"device": device, "arch": arch, "runs": runs, "rows": rows}
+    if (out_dir / f"{stem}.json").exists():
+        payload = keep_other_precisions(payload, json.loads((out_dir / f"{stem}.json").read_text()))
     (out_dir / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
     (out_dir / f"{stem}.md").write_text(markdown_table(payload))
     plot(payload, out_dir / f"{stem}.png")
@@ -152,9 +155,8 @@ def summary(payload: dict) -> list[str]:
 
 def markdown_table(payload: dict, only: str | None = None) -> str:
     lines = [f"# small family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
-             f"Command: `{payload['command']}`", "",
-             f"Copy bandwidth measured in the same run: {payload['copy_bandwidth_gbs']:.0f} GB/s "
-             "(bytes read + written). Floor = bytes that must move / that bandwidth; "
+             *run_lines(payload),
+             "", "Floor = bytes that must move / that bandwidth; "
              "'floor' columns are the fraction of it reached (1.0 = at the bandwidth limit).", "",
              "## Summary (data ≫ L2)", "", *summary(payload), "", "## Every measurement", "",
              "| prec | N | batch | data | ours GF/s β=0 | floor β=0 | cuBLAS floor β=0 | speedup β=0 "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from .bench_runs import keep_other_precisions, run_lines
 from .timing import headless_pyplot, median_time_ms
 from .wmma_tune import general_launcher
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
@@ -166,22 +167,6 @@ def run_bench(lib, device: str, arch: str, bandwidth: float, precisions, out_dir
     return stem.with_suffix(".json")
 
 
-def keep_other_precisions(payload: dict, previous: dict) -> dict:
-    """A run of some precisions replaces only their rows: the rows of the others stay, with the run that
-    measured them (same device and architecture only; a file from elsewhere is replaced whole)."""
-    if (previous.get("device"), previous.get("arch")) != (payload["device"], payload["arch"]):
-        return payload
-    old_runs = previous.get("runs") or {   # files written before runs were kept per precision
-        p: {"command": previous["command"], "copy_bandwidth_gbs": previous["copy_bandwidth_gbs"]}
-        for p in {r["precision"] for r in previous["rows"]}}
-    kept = [p for p in old_runs if p not in payload["runs"]]
-    runs = {p: old_runs[p] for p in kept} | payload["runs"]
-    rows = [r for r in previous["rows"] if r["precision"] in kept] + payload["rows"]
-    order = {p: i for i, p in enumerate(("h", "hc"))}
-    return {**payload, "runs": dict(sorted(runs.items(), key=lambda kv: order.get(kv[0], 9))),
-            "rows": sorted(rows, key=lambda r: order.get(r["precision"], 9))}
-
-
 def _f(r: dict, who: str, key: str, fmt: str) -> str:
     v = r.get(who, {}).get(key)
     return "n/a" if v is None else format(v, fmt)
@@ -240,8 +225,7 @@ def _peak_gflops(payload) -> float:
 
 def markdown(payload: dict) -> str:
     lines = [f"# wmma family vs cuBLAS on {payload['device']} ({payload['arch']})", "",
-             *(f"{prec} rows: `{run['command']}`, copy bandwidth measured in the same run "
-               f"{run['copy_bandwidth_gbs']:.0f} GB/s." for prec, run in payload["runs"].items()), "",
+             *run_lines(payload), "",
              "floor = bytes that must move (A, B read, C written; β = 1: C read too) / that bandwidth; the "
              "columns give the fraction of it reached. hc is compared with cuBLAS on planar data "
              "(four fp16 GEMMs, kernel time only, same floor as the interleaved data).", "",

@@ -345,7 +345,8 @@ def test_the_dispatch_passes_over_block_kernels_for_operands_off_16_byte_chunks(
 
 
 def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():
-    from harness.bench_wmma import keep_other_precisions, markdown
+    from harness.bench_runs import keep_other_precisions
+    from harness.bench_wmma import markdown
 
     def row(prec, size):
         return {"precision": prec, "kind": "square", "m": size, "n": size, "k": size, "batch": 1000,
