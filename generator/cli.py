@@ -202,7 +202,7 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
                    "`tune small`), comparing with the wmma and tiny results already in the file: the "
                    "cut-off between the families, measured again.")
 @click.option("--warp-only", is_flag=True,
-              help="Measure only the one-warp-per-GEMM kernels (h, sizes up to 64) at every stage-2 shape, "
+              help="Measure only the one-warp-per-GEMM kernels (h, and hc from 13; sizes up to 64) at every stage-2 shape, "
                    "comparing with the results already in the file.")
 @click.option("--block-only", is_flag=True,
               help="Measure only the block kernels (raw mma.sync, h and hc, sizes from 32) at every stage-2 "
@@ -210,7 +210,7 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
               small_only, warp_only, block_only, jobs):
-    """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1), the h warp
+    """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1), the warp
     kernels, the block kernels and the small-family cut-off, on square sizes and rank-16 updates up
     to 256."""
     from generator import wmma

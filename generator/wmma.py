@@ -53,6 +53,7 @@ import re
 from dataclasses import dataclass
 
 from .arch import ARCHS, DEFAULT_ARCHS
+from .precision import PRECISIONS
 from .spec import Spec, SpecError, ceil_div, require
 
 PRECISIONS_WMMA = ("h", "hc")
@@ -68,8 +69,9 @@ _NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\
 MAX_STAGES = 8
 ASYNC_TC = (16, 16, 16)   # fragment pointers along a contiguous M or N must stay 32-byte aligned
 _TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
-_WARP = re.compile(r"^wmmawarp_(h)_m(\d+)n(\d+)k(\d+)_w(\d+)_s(\d+)_(f32|f16)$")
+_WARP = re.compile(r"^wmmawarp_(h|hc)_m(\d+)n(\d+)k(\d+)_w(\d+)_s(\d+)_(f32|f16)$")
 WARP_MAX_SIZE = 64          # one warp per GEMM: M, N, K up to this
+WARP_MAX_ACC_REGISTERS = 128   # and its C's accumulators at most this many registers per thread
 _BLOCK = re.compile(r"^wmmablock_(hc|h)_blk(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)_(f32|f16)_b(\d+)$")
 BLOCK_MAX_ACC_REGISTERS = 128   # a warp's accumulators per thread, 32-bit registers
 
@@ -327,8 +329,10 @@ class WmmaTinySpec(Spec):
 class WmmaWarpSpec(Spec):
     """One warp per GEMM of a fixed shape (M, N, K ≤ 64) on raw mma.sync.m16n8k16, each warp with its
     own ring of `stages` stages that hold a GEMM's A, B and C as stored (gemmgen_wmma.cuh,
-    wmma_warp_kernel, says why); `warps` warps per block, fp32 or fp16 sums.  h only: hc would need
-    its planes split on the way, which the stored-as-is stages do not do."""
+    wmma_warp_kernel, says why); `warps` warps per block, fp32 or fp16 sums.  h and hc: hc is
+    multiplied as the real product it embeds (M × 2K times 2K × 2N), interleaved throughout.  sm_80+
+    only (cp.async, m16n8k16): before it the kernel compiles empty and the dispatch takes the table
+    row's other choice (manifest._shape_choice)."""
     precision: str
     m: int
     n: int
@@ -348,7 +352,7 @@ class WmmaWarpSpec(Spec):
         match = _WARP.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a warp wmma kernel name "
-                                    "(wmmawarp_h_m<M>n<N>k<K>_w<W>_s<S>_<f32|f16>)")
+                                    "(wmmawarp_<h|hc>_m<M>n<N>k<K>_w<W>_s<S>_<f32|f16>)")
         prec, m, n, k, w, st, acc = match.groups()
         spec = cls(prec, int(m), int(n), int(k), int(w), int(st), acc)
         spec.validate()
@@ -363,25 +367,40 @@ class WmmaWarpSpec(Spec):
         return 32 * self.warps
 
     @staticmethod
-    def _cover_halves(elems: int) -> int:
-        return 8 * ((elems + 14) // 8)   # whole 16-byte chunks, room for any start within a chunk
+    def _cover_halves(halves: int) -> int:
+        return 8 * ((halves + 14) // 8)   # whole 16-byte chunks, room for any start within a chunk
+
+    @property
+    def parts(self) -> int:
+        """Halves per element: 1 (h), 2 (hc, interleaved)."""
+        return PRECISIONS[self.precision].element_bytes // 2
 
     @property
     def stage_bytes(self) -> int:
-        m, n, k = self.m, self.n, self.k
-        return 2 * (self._cover_halves(m * k) + self._cover_halves(k * n) + self._cover_halves(m * n))
+        m, n, k, parts = self.m, self.n, self.k, self.parts
+        return 2 * sum(self._cover_halves(parts * e) for e in (m * k, k * n, m * n))
+
+    @property
+    def accumulator_registers(self) -> int:
+        """Per lane: one m16n8 tile of the real product (hc: M × 2N) takes 4 fp32 or 2 fp16x2 registers."""
+        tiles = -(-self.m // 16) * -(-self.parts * self.n // 8)
+        return tiles * (4 if self.acc == "f32" else 2)
 
     @property
     def smem_bytes(self) -> int:
         return self.warps * self.stages * self.stage_bytes
 
     def validate(self, arch: str | None = None) -> "WmmaWarpSpec":
-        require(self.precision == "h", "precision",
-                f"the warp kernel covers h, not {self.precision!r} (its stages hold the operands as stored)")
-        # Up to 64: the accumulators of a 64×64 C take 128 registers per thread with fp32 sums.
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the warp kernel covers {', '.join(PRECISIONS_WMMA)}, not {self.precision!r}")
         for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
             require(1 <= value <= WARP_MAX_SIZE, "size",
                     f"{dim}={value} is outside 1..{WARP_MAX_SIZE} (one warp per GEMM)")
+        # The accumulators of an h 64×64 C take 128 registers per thread with fp32 sums; an hc C of the
+        # same size, twice as many real columns, would take 256.
+        require(self.accumulator_registers <= WARP_MAX_ACC_REGISTERS, "accumulator registers",
+                f"{self.m}×{self.n} {self.precision} with {self.acc} sums takes {self.accumulator_registers} "
+                f"accumulator registers per thread, over {WARP_MAX_ACC_REGISTERS}")
         require(1 <= self.warps <= 8, "warps", f"warps={self.warps} must be in 1..8 (blocks of up to 256 threads)")
         require(2 <= self.stages <= 4, "stages", f"stages={self.stages} must be in 2..4")
         require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
@@ -538,13 +557,19 @@ def block_candidates(precision: str, arch: str = "sm_90") -> list[WmmaBlockSpec]
 
 
 SWEEP_WARP = tuple((w, s, acc) for w in (4, 8) for s in (2, 3) for acc in ACCUMULATORS)
+# hc: fp16 sums only (its real product is twice as wide, so fp32 sums would take twice the registers
+# and stop at 32×32; the hc tables chose fp16 sums at every size from 13 anyway), and from size 13:
+# below it the small family reaches 0.89–1.05 of the floor (docs/perf/bench_small_sm_90.md).
+WARP_ACC_HC = ("f16",)
+WARP_MIN_SIZE_HC = 13
 
 
 def warp_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[WmmaWarpSpec]:
     """The warp kernels the sweep times at a shape (valid on `arch` and every default architecture)."""
-    if precision != "h":
+    if precision == "hc" and max(m, n, k) < WARP_MIN_SIZE_HC:
         return []
     return [s for w, st, acc in SWEEP_WARP
+            if precision == "h" or acc in WARP_ACC_HC
             if (s := WmmaWarpSpec(precision, m, n, k, w, st, acc)).is_valid(arch) and s.is_valid()]
 
 

@@ -7,8 +7,8 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
    updates; a tuple is only timed where its blocks are not far larger than the problem;
 2. the best few tuples of the two nearest coarse points are timed at every size 1..64 and every
    8th size up to 256, next to the small-family kernel of that shape (square N ≤ 32, as the
-   dispatch would pick it), the §8.1 tiny-size kernels (N ≤ 16) and the h warp kernels (one warp
-   per GEMM, N ≤ 64; `--warp-only` times those alone) and the block kernels (raw mma.sync, h and hc,
+   dispatch would pick it), the §8.1 tiny-size kernels (N ≤ 16) and the warp kernels (one warp
+   per GEMM, N ≤ 64, hc from 13; `--warp-only` times those alone) and the block kernels (raw mma.sync, h and hc,
    sizes from 32; `--block-only` times those alone).  A warp kernel replaces a row's choice only
    where it is WARP_MIN_GAIN faster, and the row then names the fastest other kernel too, for the
    architectures before sm_80; a block kernel serves a size's range from sm_80 on (the row's

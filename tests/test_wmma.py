@@ -207,8 +207,10 @@ WARP = wmma.WmmaWarpSpec("h", 33, 33, 16, 8, 3, "f16")
 
 
 @pytest.mark.parametrize("change, rule", [
-    (dict(precision="hc"), "precision"),
+    (dict(precision="s"), "precision"),
     (dict(m=wmma.WARP_MAX_SIZE + 1), "size"),
+    # hc's real product is twice as wide: 48x48 with fp32 sums takes 144 accumulator registers
+    (dict(precision="hc", m=48, n=48, k=16, acc="f32"), "accumulator registers"),
     (dict(k=0), "size"),
     (dict(warps=9), "warps"),
     (dict(stages=1), "stages"),
@@ -229,7 +231,13 @@ def test_warp_names_round_trip_and_sources_carry_the_code_path():
         assert wmma.parse_name(spec.name) == spec
         assert "gemmgen-code-paths: 80" in kernel_source(spec, "test")
     assert len(wmma.warp_candidates("h", 33, 33, 16)) == len(wmma.SWEEP_WARP)
-    assert wmma.warp_candidates("hc", 33, 33, 16) == []
+    # hc: fp16 sums only, from size 13 (below it the small family is at the floor)
+    hc = wmma.warp_candidates("hc", 33, 33, 16)
+    assert hc and {s.acc for s in hc} == set(wmma.WARP_ACC_HC)
+    assert all(wmma.parse_name(s.name) == s for s in hc)
+    assert wmma.warp_candidates("hc", 12, 12, 12) == []
+    assert wmma.WmmaWarpSpec("hc", 33, 33, 16, 8, 2, "f16").stage_bytes == \
+        2 * 8 * ((2 * 33 * 16 + 14) // 8 * 2 + (2 * 33 * 33 + 14) // 8)
     # 64x64x64 with 3 stages does not fit sm_75: the sweep leaves those candidates out
     assert all(s.stages == 2 for s in wmma.warp_candidates("h", 64, 64, 64))
     with pytest.raises(SpecError) as err:

@@ -1142,7 +1142,7 @@ int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, 
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
-// ---- one warp per GEMM, raw mma.sync at fixed shapes (h; WmmaWarpSpec) -----------------------------
+// ---- one warp per GEMM, raw mma.sync at fixed shapes (h and hc; WmmaWarpSpec) ----------------------
 // Up to 64×64×64, one warp takes a whole GEMM and each warp runs its own pipeline: no block-wide
 // barrier anywhere.  Its lanes copy, with cp.async, the 16-byte chunks that cover the GEMM's A and B
 // (and C when beta ≠ 0) into one of STAGES stages, STAGES − 1 GEMMs ahead.  A matrix whose columns are
@@ -1157,72 +1157,82 @@ int launch_wmma_async(Conjugate conj, const BatchPointers<__half>& ptrs, int m, 
 // path there (their columns are not on 16-byte boundaries); the small family runs out of issue slots
 // from N ≈ 17 in h.  Measured on the H100 (docs/experiments/packed_warp/, ≫ L2, beta = 0): squares
 // 13–61 0.44–0.77 → 0.88–0.98 of the bandwidth floor, rank-16 updates m = 33–63 0.30–0.57 → 0.92–0.95.
-// Leading dimensions larger than the matrix, and devices before sm_80 (no cp.async, no m16n8k16), take
-// the same kernel's element-by-element path: correct everywhere, fast where the dispatch sends it.
-template <int ELEMS> struct WarpCover {          // halves of a stage region for ELEMS contiguous halves
-    static constexpr int CHUNKS = PackedGeometry::chunks(ELEMS);   // room for any start within a chunk
+// hc is multiplied as the real product it embeds, as the block kernels do (wmma_block_kernel): its
+// M×K interleaved A is an M×2K real matrix whose fragment registers are stored elements, and each
+// element of B, expanded to the real 2×2 block [[br, bi], [−bi, br]], gives a B fragment register by
+// a swap of its halves and a sign flip per lane; so the stages hold hc as stored too.
+// Leading dimensions larger than the matrix take the same kernel's element-by-element copies.  Devices
+// before sm_80 (no cp.async, no m16n8k16) never run it: the dispatch sends them to the row's other choice.
+template <int HALVES_> struct WarpCover {        // halves of a stage region for HALVES_ contiguous halves
+    static constexpr int CHUNKS = PackedGeometry::chunks(HALVES_);   // room for any start within a chunk
     static constexpr int HALVES = 8 * CHUNKS;
 };
 
-template <int M, int N, int K> struct WarpLayout {
-    static constexpr int A = WarpCover<M * K>::HALVES, B = WarpCover<K * N>::HALVES, C = WarpCover<M * N>::HALVES;
+template <typename S, int M, int N, int K> struct WarpLayout {
+    static constexpr int P = Parts<S>::value;   // halves per element
+    static constexpr int A = WarpCover<P * M * K>::HALVES, B = WarpCover<P * K * N>::HALVES,
+                         C = WarpCover<P * M * N>::HALVES;
     static constexpr int STAGE = A + B + C;                              // halves of one stage
-    static constexpr int RT = (M + 15) / 16, CT = (N + 7) / 8, KT = (K + 15) / 16;   // m16n8k16 tiles
+    // m16n8k16 tiles of the real product (hc: M × 2K times 2K × 2N)
+    static constexpr int RT = (M + 15) / 16, CT = (P * N + 7) / 8, KT = (P * K + 15) / 16;
 };
 
 // 256-thread blocks that must fit an SM's registers: two while the accumulators take at most 48
-// registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).
-template <int M, int N, int K, typename ACC> struct WarpMinBlocks {
-    static constexpr int ACC_REGISTERS = WarpLayout<M, N, K>::RT * WarpLayout<M, N, K>::CT * (int)sizeof(ACC);
+// registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).  (hc 31×31×31 and
+// 32×32×{16,32}, 32 accumulator registers, spill under the cap of two: the sweep refuses them.)
+template <typename S, int M, int N, int K, typename ACC> struct WarpMinBlocks {
+    static constexpr int ACC_REGISTERS = WarpLayout<S, M, N, K>::RT * WarpLayout<S, M, N, K>::CT * (int)sizeof(ACC);
     static constexpr int value = ACC_REGISTERS > 48 ? 1 : 2;
 };
 
-// Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary.
+// Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary, in halves.
 __device__ __forceinline__ int chunk_offset(const void* p) { return (int)((unsigned long long)p & 15) >> 1; }
 
-// Copy the ELEMS contiguous halves from src into dst as the 16-byte chunks that cover them.
-template <int ELEMS>
-__device__ __forceinline__ void copy_cover(__half* dst, const __half* src, int lane)
+// Copy the HALVES contiguous halves from src into dst as the 16-byte chunks that cover them.
+template <int HALVES>
+__device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lane)
 {
     const char* base = (const char*)((unsigned long long)src & ~15ull);
-    const int chunks = (chunk_offset(src) + ELEMS + 7) >> 3;
+    const int chunks = (chunk_offset(src) + HALVES + 7) >> 3;
 #pragma unroll
-    for (int i = 0; i < (WarpCover<ELEMS>::CHUNKS + 31) / 32; ++i) {
+    for (int i = 0; i < (WarpCover<HALVES>::CHUNKS + 31) / 32; ++i) {
         const int c = lane + 32 * i;
-        if (c < chunks) {
-#if __CUDA_ARCH__ >= 800
+        if (c < chunks)
             copy_async<16>(dst + 8 * c, base + 16 * c, 16);
-#else
-            reinterpret_cast<int4*>(dst)[c] = reinterpret_cast<const int4*>(base)[c];
-#endif
-        }
     }
 }
 
 // Copy a ROWS × COLS stored matrix with leading dimension ld into dst, packed (element by element).
-template <int ROWS, int COLS>
-__device__ __forceinline__ void copy_strided(__half* dst, const __half* src, int ld, int lane)
+template <int ROWS, int COLS, typename S>
+__device__ __forceinline__ void copy_strided(S* dst, const S* src, int ld, int lane)
 {
     for (int e = lane; e < ROWS * COLS; e += 32)
         dst[e] = src[e % ROWS + (long long)(e / ROWS) * ld];
 }
 
-// op(A)(r, k) of an M × K op(A) stored packed in s ('N': M × K column-major, 'T': K × M), zero outside.
-template <int M, int K, char TA>
-__device__ __forceinline__ __half warp_op_a(const __half* s, int r, int k)
+// op(A)(r, k) of an M × K op(A) stored packed in s ('N': M × K column-major, 'T': K × M), zero outside
+// (hc: as stored; the conjugations are applied to B's fragments).
+template <int M, int K, char TA, typename S>
+__device__ __forceinline__ S warp_op_a(const S* s, int r, int k)
 {
-    return r < M && k < K ? s[TA == 'N' ? r + k * M : k + r * K] : __ushort_as_half(0);
+    return r < M && k < K ? s[TA == 'N' ? r + k * M : k + r * K] : storage_zero<S>();
 }
 // op(B)(k, c) of a K × N op(B) stored packed in s ('N': K × N column-major, 'T': N × K), zero outside.
-template <int K, int N, char TB>
-__device__ __forceinline__ __half warp_op_b(const __half* s, int k, int c)
+template <int K, int N, char TB, typename S>
+__device__ __forceinline__ S warp_op_b(const S* s, int k, int c)
 {
-    return k < K && c < N ? s[TB == 'N' ? k + c * K : c + k * N] : __ushort_as_half(0);
+    return k < K && c < N ? s[TB == 'N' ? k + c * K : c + k * N] : storage_zero<S>();
 }
 
 __device__ __forceinline__ unsigned pack_halves(__half lo, __half hi)
 {
     return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
+}
+__device__ __forceinline__ unsigned half2_bits(__half2 v)
+{
+    unsigned u;
+    memcpy(&u, &v, sizeof u);
+    return u;
 }
 
 // The accumulators of one m16n8 tile of C: fp16 sums (2 registers) or fp32 sums (4).  value(i) is the
@@ -1261,12 +1271,15 @@ template <> struct MmaTile<float> {
 };
 
 // alpha·op(A)·op(B) + beta·C_old (C_old in Cs when read_c) into Cs, the staging of C (packed, column-major).
+// h: the m16n8k16 fragments straight from the stage, two elements per register.  (h and hc keep separate
+// loops: one loop serving both, with the fragments behind a per-precision type, compiled h 13×13×13 to
+// 87 registers, two resident blocks per SM instead of three (80), and capping it at 80 to 45 more
+// instructions: 0.84 → 0.75 of the floor either way, docs/experiments/hc_warp/.)
 template <int M, int N, int K, char TA, char TB, typename ACC>
-__device__ __forceinline__ void warp_product(const __half* As, const __half* Bs, __half* Cs, float alpha,
-                                             float beta, bool read_c, int lane)
+__device__ __forceinline__ void warp_product(const __half* As, const __half* Bs, __half* Cs, float alpha, float beta,
+                                             bool read_c, Conjugate, int lane)
 {
-#if __CUDA_ARCH__ >= 800
-    using L = WarpLayout<M, N, K>;
+    using L = WarpLayout<__half, M, N, K>;
     const int g = lane >> 2, t = lane & 3;
     MmaTile<ACC> acc[L::RT][L::CT];
 #pragma unroll
@@ -1302,7 +1315,7 @@ __device__ __forceinline__ void warp_product(const __half* As, const __half* Bs,
 #pragma unroll
         for (int ct = 0; ct < L::CT; ++ct)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < 4; ++i) {   // value(i): row g + 8·(i / 2), column 2t + i % 2 of the tile
                 const int r = rt * 16 + g + 8 * (i >> 1), c = ct * 8 + 2 * t + (i & 1);
                 if (r < M && c < N) {
                     float v = alpha * acc[rt][ct].value(i);
@@ -1311,31 +1324,85 @@ __device__ __forceinline__ void warp_product(const __half* As, const __half* Bs,
                     Cs[r + c * M] = __float2half_rn(v);
                 }
             }
-#else
-    // Before sm_80 (or from older PTX): fp32 sums, one element of C per lane at a time.
-    for (int e = lane; e < M * N; e += 32) {
-        const int r = e % M, c = e / M;
-        float sum = 0.0f;
-        for (int k = 0; k < K; ++k)
-            sum += __half2float(warp_op_a<M, K, TA>(As, r, k)) * __half2float(warp_op_b<K, N, TB>(Bs, k, c));
-        const float v = alpha * sum + (read_c ? beta * __half2float(Cs[e]) : 0.0f);
-        Cs[e] = __float2half_rn(v);
-    }
-#endif
 }
 
-template <int M, int N, int K, char TA, char TB, typename ACC, int STAGES>
-__global__ void __launch_bounds__(256, (WarpMinBlocks<M, N, K, ACC>::value))
-wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float alpha, float beta, int batch)
+// hc, the real product it embeds (M × 2K times 2K × 2N).  A: real columns 2t (+ 8·(i / 2)) and the next
+// are complex column t (+ 4·(i / 2)), one stored element per register.  B: real column g of the tile is
+// complex column g / 2, Re where g is even, Im where odd; its rows 2t, 2t + 1 (+ 8) are complex row
+// t (+ 4) times [[br, bi], [−bi, br]]: (br, −sa·sb·bi) in an even column, (sb·bi, sa·br) in an odd one,
+// sa / sb = −1 where op(A) / op(B) conjugates (A's conjugation folds into B's signs; A stays as stored).
+// Per lane that is one swap of halves (odd g) and one constant xor of sign bits (b_flip).  Each
+// accumulator pair (value(2h), value(2h + 1)) is one complex element of C, (Re, Im).
+template <int M, int N, int K, char TA, char TB, typename ACC>
+__device__ __forceinline__ void warp_product(const __half2* As, const __half2* Bs, __half2* Cs, float2 alpha,
+                                             float2 beta, bool read_c, Conjugate conj, int lane)
 {
-    using L = WarpLayout<M, N, K>;
+    using L = WarpLayout<__half2, M, N, K>;
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned b_flip = (g & 1) ? ((conj.b ? 0x8000u : 0u) | (conj.a ? 0x80000000u : 0u))
+                                    : (conj.a != conj.b ? 0u : 0x80000000u);
+    MmaTile<ACC> acc[L::RT][L::CT];
+#pragma unroll
+    for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct)
+            acc[rt][ct].zero();
+#pragma unroll
+    for (int kt = 0; kt < L::KT; ++kt) {
+        unsigned a[L::RT][4];
+#pragma unroll
+        for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                a[rt][i] = half2_bits(warp_op_a<M, K, TA>(As, rt * 16 + g + 8 * (i & 1), kt * 8 + t + 4 * (i >> 1)));
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct) {
+            unsigned b[2];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const unsigned w = half2_bits(warp_op_b<K, N, TB>(Bs, kt * 8 + t + 4 * j, ct * 4 + (g >> 1)));
+                b[j] = ((g & 1) ? __byte_perm(w, 0u, 0x1032) : w) ^ b_flip;
+            }
+#pragma unroll
+            for (int rt = 0; rt < L::RT; ++rt)
+                acc[rt][ct].mma(a[rt], b);
+        }
+    }
+#pragma unroll
+    for (int rt = 0; rt < L::RT; ++rt)
+#pragma unroll
+        for (int ct = 0; ct < L::CT; ++ct)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {   // row g + 8·h, complex column t of the tile
+                const int r = rt * 16 + g + 8 * h, c = ct * 4 + t;
+                if (r < M && c < N) {
+                    const float re = acc[rt][ct].value(2 * h), im = acc[rt][ct].value(2 * h + 1);
+                    float2 v = make_float2(alpha.x * re - alpha.y * im, alpha.x * im + alpha.y * re);
+                    if (read_c) {
+                        const float2 old = __half22float2(Cs[r + c * M]);
+                        v.x += beta.x * old.x - beta.y * old.y;
+                        v.y += beta.x * old.y + beta.y * old.x;
+                    }
+                    Cs[r + c * M] = __floats2half2_rn(v.x, v.y);
+                }
+            }
+}
+
+template <typename S, int M, int N, int K, char TA, char TB, typename ACC, int STAGES, typename Scalar>
+__global__ void __launch_bounds__(256, (WarpMinBlocks<S, M, N, K, ACC>::value))
+wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
+                 Conjugate conj)
+{
+#if __CUDA_ARCH__ >= 800   // sm_80+ only: older devices compile an empty kernel (launch_wmma_warp)
+    using L = WarpLayout<S, M, N, K>;
+    constexpr int P = L::P;
     constexpr int A_ROWS = TA == 'N' ? M : K, A_COLS = TA == 'N' ? K : M;   // A and B as stored
     constexpr int B_ROWS = TB == 'N' ? K : N, B_COLS = TB == 'N' ? N : K;
     extern __shared__ __align__(16) __half warp_smem[];
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, warps = (int)blockDim.x >> 5;
     __half* ring = warp_smem + warp * STAGES * L::STAGE;
     const long long step = (long long)gridDim.x * warps;
-    const bool read_c = beta != 0.0f;
+    const bool read_c = !is_zero(beta);
     // Contiguous columns: copy chunks (sm_80+: cp.async); otherwise element by element, packed.
     const bool contiguous = lda == A_ROWS && ldb == B_ROWS && ldc == M;
 
@@ -1344,13 +1411,13 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
     // compile-time constant).  Not for the smallest shapes (accumulators of at most 8 registers): there
     // the queue cost the strided interface up to 0.1 of the floor (h 13×13×13 0.89 → 0.78), more than
     // pointer arrays gained (docs/experiments/wmma_warp_arrays_sm_90.json).
-    constexpr bool LOOKAHEAD = WarpMinBlocks<M, N, K, ACC>::ACC_REGISTERS > 8;
-    struct Entry { const __half* a; const __half* b; __half* c; bool valid; };
+    constexpr bool LOOKAHEAD = WarpMinBlocks<S, M, N, K, ACC>::ACC_REGISTERS > 8;
+    struct Entry { const S* a; const S* b; S* c; bool valid; };
     auto entry = [&](long long item) {
         Entry e{nullptr, nullptr, nullptr, item < batch};
         if (e.valid) {
-            e.a = p.operand<OPERAND_A>(item);
-            e.b = p.operand<OPERAND_B>(item);
+            e.a = p.template operand<OPERAND_A>(item);
+            e.b = p.template operand<OPERAND_B>(item);
             e.c = p.output(item);
         }
         return e;
@@ -1359,15 +1426,15 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
         if (e.valid) {
             __half* st = ring + s * L::STAGE;
             if (contiguous) {
-                copy_cover<M * K>(st, e.a, lane);
-                copy_cover<K * N>(st + L::A, e.b, lane);
+                copy_cover<P * M * K>(st, e.a, lane);
+                copy_cover<P * K * N>(st + L::A, e.b, lane);
                 if (read_c)
-                    copy_cover<M * N>(st + L::A + L::B, e.c, lane);
+                    copy_cover<P * M * N>(st + L::A + L::B, e.c, lane);
             } else {
-                copy_strided<A_ROWS, A_COLS>(st, e.a, lda, lane);
-                copy_strided<B_ROWS, B_COLS>(st + L::A, e.b, ldb, lane);
+                copy_strided<A_ROWS, A_COLS>(reinterpret_cast<S*>(st), e.a, lda, lane);
+                copy_strided<B_ROWS, B_COLS>(reinterpret_cast<S*>(st + L::A), e.b, ldb, lane);
                 if (read_c)
-                    copy_strided<M, N>(st + L::A + L::B, e.c, ldc, lane);
+                    copy_strided<M, N>(reinterpret_cast<S*>(st + L::A + L::B), e.c, ldc, lane);
             }
         }
         async_commit();
@@ -1399,15 +1466,17 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
         async_wait<STAGES - 1>();
         __syncwarp();
         const Entry now = LOOKAHEAD ? queue[0] : entry(item);
-        __half* Cg = now.c;
+        __half* Cg = reinterpret_cast<__half*>(now.c);
+        // offsets in halves (hc elements start on 4 bytes, so theirs are even)
         const int oa = contiguous ? chunk_offset(now.a) : 0, ob = contiguous ? chunk_offset(now.b) : 0;
         const int oc = contiguous ? chunk_offset(Cg) : 0;
         __half* st = ring + s * L::STAGE;
         __half* Cs = st + L::A + L::B + oc;
-        warp_product<M, N, K, TA, TB, ACC>(st + oa, st + L::A + ob, Cs, alpha, beta, read_c, lane);
+        warp_product<M, N, K, TA, TB, ACC>(reinterpret_cast<const S*>(st + oa), reinterpret_cast<const S*>(st + L::A + ob),
+                                           reinterpret_cast<S*>(Cs), alpha, beta, read_c, conj, lane);
         __syncwarp();
         if (contiguous) {   // whole chunks with 16-byte stores, the ends shared with the neighbours one by one
-            constexpr int MN = M * N;
+            constexpr int MN = P * M * N;   // halves
             const int head = min(MN, (8 - oc) & 7);
             const int body = (MN - head) >> 3, tail = (MN - head) & 7;
             for (int c = lane; c < body; c += 32)
@@ -1417,8 +1486,9 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
             else if (lane >= 8 && lane - 8 < tail)
                 Cg[head + 8 * body + lane - 8] = Cs[head + 8 * body + lane - 8];
         } else {
+            const S* staged = reinterpret_cast<const S*>(Cs);
             for (int e = lane; e < M * N; e += 32)
-                Cg[e % M + (long long)(e / M) * ldc] = Cs[e];
+                now.c[e % M + (long long)(e / M) * ldc] = staged[e];
         }
         __syncwarp();   // every lane is done with stage s before it is refilled
         s = s + 1 == STAGES ? 0 : s + 1;
@@ -1430,16 +1500,22 @@ wmma_warp_kernel(const BatchPointers<__half> p, int lda, int ldb, int ldc, float
         }
     }
     async_wait<0>();
+#endif
 }
 
-// (The Conjugate flags of the fixed-shape launchers' signature: h has nothing to conjugate.)
-template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, char TB>
-int launch_wmma_warp(Conjugate, const BatchPointers<__half>& p, int lda, int ldb, int ldc, float alpha, float beta, int batch,
-                     cudaStream_t stream)
+// conj: which of op(A), op(B) conjugates (hc; h has nothing to conjugate).
+// sm_80+ only (cp.async, mma.sync.m16n8k16): the dispatch sends older devices to the row's other
+// choice, and a direct call there gets GEMMGEN_NOT_GENERATED with nothing launched (so the kernel is
+// empty before sm_80, which also spares its compilation there).
+template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, char TB, typename S, typename Scalar>
+int launch_wmma_warp(Conjugate conj, const BatchPointers<S>& p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
+                     int batch, cudaStream_t stream)
 {
-    auto kernel = wmma_warp_kernel<M, N, K, TA, TB, ACC, STAGES>;
-    constexpr int PER_WARP = STAGES * WarpLayout<M, N, K>::STAGE * 2;
+    auto kernel = wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, Scalar>;
+    constexpr int PER_WARP = STAGES * WarpLayout<S, M, N, K>::STAGE * 2;
     const DeviceInfo dev = device_info();
+    if (dev.cc < 80)
+        return GEMMGEN_NOT_GENERATED;
     int warps = WARPS;   // fewer where the device's shared memory holds fewer warps' stages
     while (warps > 1 && warps * PER_WARP > dev.smem_per_block)
         --warps;
@@ -1447,7 +1523,7 @@ int launch_wmma_warp(Conjugate, const BatchPointers<__half>& p, int lda, int ldb
     const unsigned grid = persistent_grid(kernel, 32 * warps, warps * PER_WARP, blocks);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
-    kernel<<<grid, 32 * warps, warps * PER_WARP, stream>>>(p, lda, ldb, ldc, alpha, beta, batch);
+    kernel<<<grid, 32 * warps, warps * PER_WARP, stream>>>(p, lda, ldb, ldc, alpha, beta, batch, conj);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
