@@ -229,10 +229,12 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     start = time.time()
     arch, device = device_arch()
     base = {"arch": arch, "device": device}
-    done = {(r["name"], r.get("kind"), r.get("size"), r.get("stage")) for r in load_results(results_path)
-            if r.get("device") == device}
-    refused = {r["name"] for r in load_results(results_path) if r.get("device") == device
-               and r["status"] != "ok"}
+    rows = load_results(results_path)
+    done = {(r["name"], r.get("kind"), r.get("size"), r.get("stage")) for r in rows if r.get("device") == device}
+    # Build refusals are built again (every variant is compiled anyway): one that now compiles clean is
+    # measured, and its results supersede the refusal; one that still spills keeps its old row.
+    refused = refusals(rows, device, builds=False)
+    refused_at_build = refusals(rows, device) - refused
     # Each --*-only run measures its part; the other kernels' results are in the file already, and stage 2
     # compares with them.
     only = async_only or small_only or warp_only or block_only
@@ -273,8 +275,9 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                 status, reason = "local-memory", "ptxas reported stack or spills"
             else:
                 continue
-            append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
-                                         "stage": "build", "status": status, "reason": reason})
+            if spec.name not in refused_at_build:
+                append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
+                                             "stage": "build", "status": status, "reason": reason})
             refused.add(spec.name)
     click.echo(f"built {len(bundles) - len(failed_bundles)}/{len(bundles)} bundles in "
                f"{time.time() - start:.0f} s; {len(refused)} variants refused so far")
@@ -412,8 +415,28 @@ def _nearest(grid, size):
     return sorted({below[-1] if below else grid[0], above[0] if above else grid[-1]})
 
 
+def refusals(rows: list[dict], device: str, builds: bool = True) -> set[str]:
+    """The variants refused on `device`.  A wrong answer, a launch failure or a refusal in the table's
+    all-transposes verification stands whatever came after.  A refusal at build (local memory, a failed
+    compile) is a property of the code of its day: a later successful result of the same name (the sweep
+    builds every variant again, so a template change that removes a spill brings it back) supersedes it.
+    builds=False: the standing refusals other than those at build."""
+    refused: set[str] = set()
+    at_build: set[str] = set()
+    for r in rows:   # in the order they were appended
+        if r.get("device") != device:
+            continue
+        if r["status"] == "ok":
+            at_build.discard(r["name"])
+        elif r.get("stage") == "build":
+            at_build.add(r["name"])
+        else:
+            refused.add(r["name"])
+    return refused | at_build if builds else refused
+
+
 def _best_by_point(rows, device, stage) -> dict[tuple, list[dict]]:
-    refused = {r["name"] for r in rows if r.get("device") == device and r["status"] != "ok"}
+    refused = refusals(rows, device)
     out: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         if r.get("device") == device and r.get("stage") == stage and r["status"] == "ok" \

@@ -373,3 +373,19 @@ def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():
     assert "h rows: `gemmgen bench wmma --precisions h`" in text and "hc rows: `gemmgen bench wmma`" in text
     # a file from another device is replaced whole
     assert keep_other_precisions(new, {**old, "device": "A100"}) == new
+
+
+def test_a_build_refusal_gives_way_to_a_later_clean_build_but_other_refusals_stand():
+    from harness.wmma_tune import refusals
+
+    def row(name, status="ok", stage="fine", device="H100"):
+        return {"name": name, "status": status, "stage": stage, "device": device}
+
+    rows = [row("a", "local-memory", "build"), row("a"),                 # spilled, then built clean: back
+            row("b"), row("b", "local-memory", "build"),                 # measured, then spilled: refused
+            row("c", "local-memory", "build"),                           # still refused
+            row("d", "wrong-answer", "check"), row("d"),                 # a wrong answer stands
+            row("e", "local-memory", "verify"), row("e"),                # so does the verification's refusal
+            row("f", "local-memory", "build", device="A100")]            # another device's rows do not count
+    assert refusals(rows, "H100") == {"b", "c", "d", "e"}
+    assert refusals(rows, "H100", builds=False) == {"d", "e"}
