@@ -1470,6 +1470,10 @@ extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -2233,6 +2237,8 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1},
     {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0},
     {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array, 1},
+    {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1},
+    {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0},
     {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba1_ring2_acc16", small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_strided, small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_array, 1},
     {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1},
     {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0},
@@ -2968,6 +2974,7 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m30n30k16_w4_s2_f16",
     "wmmawarp_hc_m30n30k30_w8_s2_f16",
     "wmmawarp_hc_m31n31k16_w4_s2_f16",
+    "wmmawarp_hc_m32n32k16_w4_s2_f16",
     "wmmawarp_hc_m33n33k16_w4_s2_f16",
     "wmmawarp_hc_m33n33k33_w8_s2_f16",
     "wmmawarp_hc_m34n34k16_w4_s3_f16",
@@ -3337,11 +3344,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 449; }
+extern "C" int gemmgen_kernel_count(void) { return 450; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 449) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 450) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,

@@ -1178,8 +1178,7 @@ template <typename S, int M, int N, int K> struct WarpLayout {
 };
 
 // 256-thread blocks that must fit an SM's registers: two while the accumulators take at most 48
-// registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).  (hc 31×31×31 and
-// 32×32×{16,32}, 32 accumulator registers, spill under the cap of two: the sweep refuses them.)
+// registers, else one (ptxas's own target spilled some fp32 kernels at 80 registers).
 template <typename S, int M, int N, int K, typename ACC> struct WarpMinBlocks {
     static constexpr int ACC_REGISTERS = WarpLayout<S, M, N, K>::RT * WarpLayout<S, M, N, K>::CT * (int)sizeof(ACC);
     static constexpr int value = ACC_REGISTERS > 48 ? 1 : 2;
