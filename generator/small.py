@@ -25,7 +25,7 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?(_acc16)?$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?(_acc16)?(_mma)?$")
 RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
 # Where the tuner tries the ring (the knob itself is valid at every size and precision).  fp16
 # from N = 1: its staged kernels stayed at 0.60-0.80 of the floor up to N = 16 (staging unpacks,
@@ -33,6 +33,13 @@ RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
 # chunks while the block multiplies and widens on reading (h N = 8: 0.63 -> 1.01 with the table's
 # own blocking).  s, d, c, z from 16: below it the staged kernels reach 0.85-1.07 of the floor.
 RING_MIN_SIZE = {"h": 1, "hc": 1, "s": 16, "d": 16, "c": 16, "z": 16}
+MMA_PRECISIONS = ("d", "z")    # the `mma` knob: fp64 Tensor Cores
+# Where the tuner tries it: below, the FMA product keeps up with memory (d, z at 0.9-1.07 of the floor).
+MMA_MIN_SIZE = 16
+# The blockings the tuner tries with it: 2, 4 and 8 warps per GEMM.  The few blockings of whole warps
+# that also divide the size evenly leave most sizes one (8×8 at N = 29 and 30: 0.88 of the floor, z),
+# or none (N = 28).
+MMA_BLOCKINGS = ((8, 8), (8, 16), (16, 8), (16, 16))
 
 
 @dataclass(frozen=True, order=True)
@@ -67,6 +74,11 @@ class SmallSpec(Spec):
     # DESIGN.md's error bound for fp16 (u = 2⁻¹¹), as the wmma tuples with fp16 accumulators; the
     # staged kernel, which runs on sm_75 and unaligned operands, keeps fp32.  A tuning knob.
     acc16: bool = False
+    # d and z, sm_80+: the staged kernel multiplies on the fp64 Tensor Cores (mma.sync.m8n8k4), the
+    # GEMM's dim_m·dim_n threads as whole warps that split C's 8×8 tiles (the template's
+    # staged_product says why); before sm_80, and in a ring kernel, the same tuple multiplies with FMAs
+    # on its thread tiles.  A tuning knob.
+    mma: bool = False
 
     family = "small"
 
@@ -77,18 +89,18 @@ class SmallSpec(Spec):
                 f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else "")
                 + (f"_ring{self.stages}" if self.stages else "")
                 + (f"_aring{self.array_stages}" if self.array_stages else "")
-                + ("_acc16" if self.acc16 else ""))
+                + ("_acc16" if self.acc16 else "") + ("_mma" if self.mma else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>][_acc16])")
-        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages, acc16 = match.groups()
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>][_acc16][_mma])")
+        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages, acc16, mma = match.groups()
         spec = cls(prec, int(m), int(n), int(k), int(dim_m), int(dim_n), int(tba), hoist=hoist is not None,
                    stages=int(stages) if stages else 0, array_stages=int(array_stages) if array_stages else 0,
-                   acc16=acc16 is not None)
+                   acc16=acc16 is not None, mma=mma is not None)
         spec.validate()
         return spec
 
@@ -99,7 +111,7 @@ class SmallSpec(Spec):
         m, n, k = shape or (row["m"], row["n"], row["k"])
         return cls(precision or row["precision"], m, n, k, row["dim_m"], row["dim_n"], row["tba"],
                    row.get("hoist", False), row.get("stages", 0), row.get("array_stages", 0),
-                   row.get("acc16", False))
+                   row.get("acc16", False), row.get("mma", False))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -117,6 +129,11 @@ class SmallSpec(Spec):
     @property
     def threads(self) -> int:
         return self.tba * self.dim_m * self.dim_n
+
+    @property
+    def mma_warps(self) -> int:
+        """Warps per GEMM of the Tensor Core product (the `mma` knob)."""
+        return self.dim_m * self.dim_n // 32
 
     @property
     def compute_words(self) -> int:
@@ -178,7 +195,9 @@ class SmallSpec(Spec):
             require(ratio <= MAX_RECURSION_RATIO, "recursive blocking",
                     f"{dim}/dim_{dim} = {size}/{threads} needs {ratio} blocks per thread; §6.4's "
                     f"2x2 recursion allows at most {MAX_RECURSION_RATIO} (1 < N/N̂ ≤ 2 per level)")
-            require(ceil_div(size, ratio) == threads, "no idle threads",
+            # (A Tensor Core tuple's blocking sets its warps; its FMA product, before sm_80, takes
+            # partial thread tiles where the threads do not divide the size evenly.)
+            require(self.mma or ceil_div(size, ratio) == threads, "no idle threads",
                     f"dim_{dim}={threads} leaves threads without work; use ceil({size}/{ratio})"
                     f" = {ceil_div(size, ratio)}")
         require(1 <= self.tba <= MAX_TBA, "tba", f"tba={self.tba} must be in 1..{MAX_TBA}")
@@ -208,6 +227,17 @@ class SmallSpec(Spec):
             require(bool(self.stages or self.array_stages), "acc16",
                     "fp16 accumulation is a property of the ring kernel; this tuple has no ring "
                     "(stages = array_stages = 0)")
+        require(isinstance(self.mma, bool), "mma", f"mma={self.mma!r} must be True or False")
+        if self.mma:
+            require(self.precision in MMA_PRECISIONS, "mma",
+                    f"the fp64 Tensor Core product (mma.sync.m8n8k4) is for {', '.join(MMA_PRECISIONS)}, "
+                    f"not {self.precision}")
+            require(self.dim_m * self.dim_n % 32 == 0, "mma warps",
+                    f"the Tensor Core product needs whole warps per GEMM; dim_m·dim_n = "
+                    f"{self.dim_m * self.dim_n} is not a multiple of 32")
+            require(not self.stages, "mma",
+                    f"the Tensor Core product is the staged kernel's; this tuple runs the ring kernel "
+                    f"(stages={self.stages}) for every interface")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)
@@ -277,13 +307,26 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
     if max(m, n) >= RING_MIN_SIZE[precision]:
         out += [ring for spec in list(out) for stages in RING_STAGES
                 for ring in (replace(spec, stages=stages),) if ring.is_valid(arch)]
-    return sorted(set(out + with_acc16(out, arch)))
+    return sorted(set(out + with_acc16(out, arch) + with_mma(out, arch)))
 
 
 def with_acc16(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
     """The fp16-accumulating twin (the `acc16` knob) of every h or hc tuple with a ring among specs."""
     return [twin for spec in specs if PRECISIONS[spec.precision].real_bytes == 2 and (spec.stages or spec.array_stages)
             for twin in (replace(spec, acc16=True),) if twin.is_valid(arch)]
+
+
+def with_mma(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
+    """The Tensor Core tuples (the `mma` knob) of the d and z shapes among specs from MMA_MIN_SIZE
+    up: the twin of each tuple without a ring whose blocking is whole warps, and every MMA_BLOCKINGS
+    with the tba and stagings of specs."""
+    out = []
+    for spec in specs:
+        if spec.precision not in MMA_PRECISIONS or max(spec.m, spec.n) < MMA_MIN_SIZE or spec.stages:
+            continue
+        out += [replace(spec, mma=True)]
+        out += [replace(spec, dim_m=dm, dim_n=dn, mma=True) for dm, dn in MMA_BLOCKINGS]
+    return sorted({spec for spec in out if spec.threads <= 512 and spec.is_valid(arch)})
 
 
 def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
@@ -294,7 +337,9 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
     1, 2 and the row's tba halved, kept and doubled, since a block that keeps loading while it
     multiplies favours other blockings than one that waits (z N = 25: 25×13 threads staged, 13×13
     with the ring).  (The odd fp16 sizes need tba a multiple of 8 for whole 16-byte chunks.)  For h
-    and hc, each ring tuple also with fp16 accumulation (`acc16`), the row's own knob kept too."""
+    and hc, each ring tuple also with fp16 accumulation (`acc16`), the row's own knob kept too.  For d
+    and z from MMA_MIN_SIZE, the Tensor Core product (`mma`) with every whole-warp blocking of the full
+    sweep at tba 1, 2 and 4, with both stagings (the row's blocking was chosen for the FMA product)."""
     out = []
     for tba in (row["tba"] // 2, row["tba"], row["tba"] * 2):
         for hoist in (False, True):
@@ -311,4 +356,9 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
                     if ring.is_valid(arch):
                         out.append(ring)
     out = [replace(spec, acc16=False) for spec in out]
+    if row["precision"] in MMA_PRECISIONS and max(row["m"], row["n"]) >= MMA_MIN_SIZE:
+        out += [spec for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch)
+                if spec.mma and spec.tba in (1, 2, 4)]
+        if row.get("mma"):
+            out.append(replace(SmallSpec.from_row(row), array_stages=0))
     return sorted(set(out + with_acc16(out, arch)))

@@ -264,12 +264,17 @@ def _latest(rows: list[dict]) -> dict[str, dict]:
     return {r["name"]: r for r in rows if r["status"] == "ok" and r["name"] not in refused}
 
 
+def per_gemm(row: dict) -> float:
+    """A result's time per GEMM (µs): runs with different --megabytes time different batches."""
+    return row["time_us"] / row["batch"]
+
+
 def _fastest(rows: list[dict], key) -> dict[tuple, dict]:
     """Per key(row), the fastest variant (_latest: correct, never refused, latest time)."""
     best: dict[tuple, dict] = {}
     for r in _latest(rows).values():
         k = key(r)
-        if k not in best or r["time_us"] < best[k]["time_us"]:
+        if k not in best or per_gemm(r) < per_gemm(best[k]):
             best[k] = r
     return best
 
@@ -299,7 +304,7 @@ def _strided_winners(rows: list[dict], shape) -> dict[tuple, dict]:
     fp16 = _fastest([r for r in rows if r.get("acc16")], shape)
     best = dict(fp32)
     for key, row in fp16.items():
-        if key not in fp32 or row["time_us"] * ACC16_MIN_GAIN <= fp32[key]["time_us"]:
+        if key not in fp32 or per_gemm(row) * ACC16_MIN_GAIN <= per_gemm(fp32[key]):
             best[key] = row
     return best
 
@@ -329,9 +334,9 @@ def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dic
             continue   # a variant timed after the arrays run won: nothing to compare it with
         near = [r for r in compared_latest.values() if shape(r) == key and r["name"] in on_arrays
                 and bool(r.get("acc16")) == bool(winner.get("acc16"))
-                and r["time_us"] <= winner["time_us"] * BALANCE_STRIDED_TOLERANCE]
-        pick = min(near, key=lambda r: on_arrays[r["name"]]["time_us"])
-        if on_arrays[pick["name"]]["time_us"] * BALANCE_ARRAY_MIN_GAIN <= on_arrays[winner["name"]]["time_us"]:
+                and per_gemm(r) <= per_gemm(winner) * BALANCE_STRIDED_TOLERANCE]
+        pick = min(near, key=lambda r: per_gemm(on_arrays[r["name"]]))
+        if per_gemm(on_arrays[pick["name"]]) * BALANCE_ARRAY_MIN_GAIN <= per_gemm(on_arrays[winner["name"]]):
             best[key] = pick
     return {key: {k: v for k, v in row.items() if k != "_line"} for key, row in best.items()}
 
@@ -359,7 +364,7 @@ def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple
         # A ring is adopted only when it clearly pays: each one adds a kernel per transpose pair
         # and ring architecture to the default set (compile time, CI's budget), and a gain of a
         # few per cent is within the run-to-run spread of pointer-array timings.
-        if ring and (plain is None or ring["time_us"] * ARRAY_RING_MIN_GAIN <= plain["time_us"]):
+        if ring and (plain is None or per_gemm(ring) * ARRAY_RING_MIN_GAIN <= per_gemm(plain)):
             spec = replace(spec, array_stages=small.SmallSpec.parse(ring["name"]).array_stages)
         out[key] = (row, spec)
     return out
@@ -368,7 +373,7 @@ def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
             "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages,
-            "array_stages": spec.array_stages, "acc16": spec.acc16}
+            "array_stages": spec.array_stages, "acc16": spec.acc16, "mma": spec.mma}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
@@ -386,7 +391,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
          "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0),
          **({"array_stages": spec.array_stages} if spec.array_stages else {}),
-         **({"acc16": True} if spec.acc16 else {}), "time_us": round(r["time_us"], 3),
+         **({"acc16": True} if spec.acc16 else {}), **({"mma": True} if spec.mma else {}),
+         "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
         for key, (r, spec) in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))

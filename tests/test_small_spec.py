@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 
 from generator.precision import PRECISION_ORDER
-from generator.small import RING_STAGES, SmallSpec, heuristic, neighbourhood, sweep_candidates
+from generator.small import (MMA_BLOCKINGS, MMA_MIN_SIZE, RING_STAGES, SmallSpec, heuristic, neighbourhood,
+                             sweep_candidates)
 from generator.spec import SpecError
 
 
@@ -51,6 +52,10 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("s", 8, 8, 8, 4, 4, 4, False, 2, 2), "array ring stages"),   # the ring serves pointer arrays already
     (("s", 8, 8, 8, 4, 4, 4, False, 2, 0, True), "acc16"),       # fp16 accumulation is for h and hc
     (("h", 8, 8, 8, 4, 4, 4, False, 0, 0, True), "acc16"),       # only the ring kernel has it
+    (("c", 32, 32, 32, 8, 8, 1, False, 0, 0, False, True), "mma"),        # fp64 Tensor Cores: d and z
+    (("z", 30, 30, 30, 10, 10, 1, False, 0, 0, False, True), "mma warps"),  # 100 threads per GEMM
+    (("z", 16, 16, 16, 8, 8, 1, False, 2, 0, False, True), "mma"),        # the ring kernel has no mma product
+    (("z", 30, 30, 30, 16, 16, 1), "no idle threads"),                   # 16 for 30: only a Tensor Core tuple
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -99,7 +104,7 @@ def test_neighbourhood_halves_keeps_and_doubles_tba_in_both_stagings():
 def test_neighbourhood_tries_the_ring_with_every_blocking_from_ring_min_size():
     row = {"precision": "z", "m": 25, "n": 25, "k": 25, "dim_m": 25, "dim_n": 13, "tba": 1, "hoist": True}
     cands = neighbourhood(row)
-    plain = {c for c in cands if not c.stages}
+    plain = {c for c in cands if not c.stages and not c.mma}
     ring = {c for c in cands if c.stages}
     assert {c.tba for c in plain} == {1, 2} and all((c.dim_m, c.dim_n) == (25, 13) for c in plain)
     assert all(c.is_valid() and c.tba in (1, 2) and c.hoist for c in ring)
@@ -197,3 +202,28 @@ def test_neighbourhood_measures_each_fp16_ring_tuple_with_both_accumulators():
     rings = [s for s in out if s.stages]
     assert rings and all(replace(s, acc16=not s.acc16) in out for s in rings)
     assert SmallSpec.from_row(row) in out and replace(SmallSpec.from_row(row), acc16=False) in out
+
+
+def test_mma_round_trips_and_is_swept_for_d_and_z_from_its_minimum_size():
+    spec = SmallSpec.parse("small_z_m30n30k30_dim16x16_tba1_hoist_mma")
+    assert (spec.mma, spec.mma_warps, spec.hoist) == (True, 8, True)
+    assert spec.name == "small_z_m30n30k30_dim16x16_tba1_hoist_mma"
+    assert SmallSpec.parse("small_d_m24n24k24_dim8x8_tba2_aring2_mma").array_stages == 2
+    row = {"precision": "d", "m": 31, "n": 31, "k": 31, "dim_m": 8, "dim_n": 16, "tba": 2, "mma": True}
+    assert SmallSpec.from_row(row).name == "small_d_m31n31k31_dim8x16_tba2_mma"
+    for precision in ("d", "z"):
+        mma = {(c.dim_m, c.dim_n) for c in sweep_candidates(precision, 30, 30, 30) if c.mma}
+        assert set(MMA_BLOCKINGS) <= mma
+        assert all(c.mma_warps * 32 == c.dim_m * c.dim_n and not c.stages
+                   for c in sweep_candidates(precision, 30, 30, 30) if c.mma)
+        assert not any(c.mma for c in sweep_candidates(precision, MMA_MIN_SIZE - 1, MMA_MIN_SIZE - 1, 8))
+    assert not any(c.mma for c in sweep_candidates("c", 30, 30, 30))
+
+
+def test_neighbourhood_tries_mma_with_every_blocking_and_keeps_the_rows_own():
+    row = {"precision": "z", "m": 30, "n": 30, "k": 30, "dim_m": 16, "dim_n": 16, "tba": 1, "hoist": True,
+           "mma": True}
+    cands = neighbourhood(row)
+    assert SmallSpec.from_row(row) in cands
+    assert set(MMA_BLOCKINGS) <= {(c.dim_m, c.dim_n) for c in cands if c.mma}
+    assert not any(c.mma for c in neighbourhood({**row, "precision": "c", "mma": False, "dim_m": 10, "dim_n": 10}))

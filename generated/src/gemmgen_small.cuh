@@ -448,7 +448,200 @@ __device__ __forceinline__ void write_c(S* C, int ldc, int tx, int ty, const R (
         }
 }
 
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
+// ---- sm_80+, d and z: the staged kernel's product on the fp64 Tensor Cores (the `mma` knob) -----
+// With A and B of a GEMM in shared memory, the FMA product above issues, per step l of a TM×TN tile,
+// TM + TN shared-memory reads and TM·TN FMAs (z: 4·TM·TN DFMAs); at z N ≈ 28-32 the SM's DFMA rate and
+// those reads, not memory, bound it (cuBLAS's batched ZGEMM, on the Tensor Cores, is 5-10 % faster
+// there).  mma.sync.m8n8k4.f64 does 256 fp64 FMAs per warp instruction at twice the DFMA rate and
+// reads one double of A and one of B per lane.  The GEMM's DIM_M·DIM_N threads are WARPS whole warps,
+// which split the 8×8 tiles of C into a WM×WN grid; each lane holds, per tile, the fragment elements
+// of lane (g, t) = (lane / 4, lane % 4): A(g, t), B(t, g) and C(g, 2t), C(g, 2t + 1).
+// z is multiplied as the real product it embeds, M × 2K times 2K × 2N: op(A)'s real columns 2l, 2l + 1
+// are Re and Im of its complex column l, and op(B)'s element b becomes the real block
+// [[Re b, Im b], [−Im b, Re b]]; so a lane's C(g, 2t), C(g, 2t + 1) are Re and Im of one element of C,
+// and its B element is Re or Im of a stored one (by the parities of t and g), negated in one case in
+// four (a sign-bit xor).  Conjugation was applied while staging.  Sums are fp64 FMAs as on the FMA
+// path (in another order), so DESIGN.md's fp64 bound holds.  Before sm_80 the FMA product runs.
+template <typename R> struct MmaParts { static constexpr int value = 1; };   // real columns per element
+template <> struct MmaParts<double2> { static constexpr int value = 2; };
+
+template <typename R, int M, int N, int WARPS>
+struct MmaTiles {
+    static constexpr int P = MmaParts<R>::value;
+    static constexpr int RT = (M + 7) / 8, CT = (P * N + 7) / 8;   // 8×8 tiles of the real C (M × P·N)
+    static constexpr int tiles_per_warp(int wm) { return (RT + wm - 1) / wm * ((CT + WARPS / wm - 1) / (WARPS / wm)); }
+    static constexpr int reads_per_step(int wm) { return (RT + wm - 1) / wm + (CT + WARPS / wm - 1) / (WARPS / wm); }
+    // The warp grid: the fewest tiles per warp, then the fewest fragment reads per step.
+    static constexpr int best_wm()
+    {
+        int best = 1;
+        for (int wm = 2; wm <= WARPS; wm *= 2)
+            if (tiles_per_warp(wm) < tiles_per_warp(best) ||
+                (tiles_per_warp(wm) == tiles_per_warp(best) && reads_per_step(wm) < reads_per_step(best)))
+                best = wm;
+        return best;
+    }
+    static constexpr int WM = best_wm(), WN = WARPS / WM;
+    static constexpr int TM = (RT + WM - 1) / WM, TN = (CT + WN - 1) / WN;   // tiles per warp
+    static constexpr int ELEMS = 2 / P;   // elements of C per lane and tile
+};
+
+__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b)
+{
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 { %0, %1 }, { %2 }, { %3 }, { %0, %1 };\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a), "d"(b));
+#endif
+}
+
+// The lane's part of C in the warp's tiles: tile (i, j) covers real rows row0 + 8i .. + 7 and real
+// columns col0 + 8j .. + 7 of the GEMM's M × P·N real C.
+template <typename R, int M, int N, int WARPS>
+struct MmaLane {
+    using T = MmaTiles<R, M, N, WARPS>;
+    int g, t, row0, col0;
+    __device__ __forceinline__ MmaLane(int warp, int lane)
+        : g(lane >> 2), t(lane & 3), row0(warp % T::WM * T::TM * 8), col0(warp / T::WM * T::TN * 8) {}
+    __device__ __forceinline__ int row(int i) const { return row0 + 8 * i + g; }
+    // element e of the lane's part of tile j (z: the one complex element; d: two neighbours)
+    __device__ __forceinline__ int col(int j, int e) const { return (col0 + 8 * j + 2 * t) / T::P + e; }
+    __device__ __forceinline__ bool owns(int i, int j, int e) const { return row(i) < M && col(j, e) < N; }
+};
+
+// C(row, col) from the lane's pair of sums: z takes both (Re, Im), d one of them.
+__device__ __forceinline__ double pair_element(const double (&d)[2], int e, double) { return d[e]; }
+__device__ __forceinline__ double2 pair_element(const double (&d)[2], int, double2) { return make_double2(d[0], d[1]); }
+
+// acc = op(A)·op(B) for the lane's tiles, op(A)(i, l) at a_s[i·A_ROW + l·A_COL], op(B)(l, j) at
+// b_s[l·B_ROW + j·B_COL].  Tiles past M or N read clamped (valid) elements, and their sums are never
+// written; a step past K (odd K in z) reads zeros.
+template <int M, int N, int K, int WARPS, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R, int TM, int TN>
+__device__ __forceinline__ void multiply_mma(double (&acc)[TM][TN][2], const R* a_s, const R* b_s,
+                                             const MmaLane<R, M, N, WARPS>& lane)
+{
+    using T = MmaTiles<R, M, N, WARPS>;
+    constexpr int P = T::P;
+    constexpr int STEPS = (P * K + 3) / 4;   // 4 real columns of op(A) per mma
+    const double* a = reinterpret_cast<const double*>(a_s);
+    const double* b = reinterpret_cast<const double*>(b_s);
+    // z: the lane's B element is real row (of the block of b) t % 2 and column g % 2: Re b on the
+    // diagonal, Im b off it, negated at (1, 0).
+    const int b_part = P == 2 ? (lane.t ^ lane.g) & 1 : 0;
+    const unsigned long long b_sign = P == 2 && (lane.t & 1) && !(lane.g & 1) ? 0x8000000000000000ull : 0ull;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            acc[i][j][0] = acc[i][j][1] = 0.0;
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+        const int real_k = 4 * step + lane.t;
+        const int l = real_k / P, a_part = real_k % P;
+        const bool in_k = (P * K) % 4 == 0 || step + 1 < STEPS || l < K;
+        const int lc = min(l, K - 1);
+        double af[TM], bf[TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int r = min(lane.row(i), M - 1);
+            af[i] = in_k ? a[P * (r * A_ROW + lc * A_COL) + a_part] : 0.0;
+        }
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = min((lane.col0 + 8 * j + lane.g) / P, N - 1);
+            const double v = __longlong_as_double(__double_as_longlong(b[P * (lc * B_ROW + c * B_COL) + b_part]) ^ b_sign);
+            bf[j] = in_k ? v : 0.0;
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                mma_f64(acc[i][j], af[i], bf[j]);
+    }
+}
+
+// The staged kernel's product and C, on the Tensor Cores (std::true_type: the tuple's `mma`, sm_80+)
+// or with FMAs on the thread tiles (std::false_type).  Called by every thread of the block: it holds
+// the barrier between staging and the multiply, and issues the old C's loads before it.
+template <int M, int N, int K, int DIM_M, int DIM_N, int LDS_A, int LDS_B, typename R, typename S, typename Scalar>
+__device__ __forceinline__ void staged_product(std::false_type, const R* a_s, const R* b_s, S* C, int ldc, bool use_ab,
+                                               bool read_c, Scalar alpha, Scalar beta)
+{
+    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
+    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
+    const int tx = threadIdx.x % (DIM_M * DIM_N) % DIM_M;
+    const int ty = threadIdx.x % (DIM_M * DIM_N) / DIM_M;
+    R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
+    read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && C);
+    if (use_ab) {
+        __syncthreads();
+        // Staged: op(A)(i, l) at a_s[l][i], op(B)(l, j) at b_s[j][l], already conjugated.
+        using Real = typename RealOf<R>::type;
+        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, 1, LDS_B>(acc, a_s, b_s, tx, ty, Real(1), Real(1));
+    } else {
+#pragma unroll
+        for (int i = 0; i < TILE_M; ++i)
+#pragma unroll
+            for (int j = 0; j < TILE_N; ++j)
+                acc[i][j] = zero<R>();
+    }
+    if (C)
+        write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
+}
+
+template <int M, int N, int K, int DIM_M, int DIM_N, int LDS_A, int LDS_B, typename R, typename S, typename Scalar>
+__device__ __forceinline__ void staged_product(std::true_type, const R* a_s, const R* b_s, S* C, int ldc, bool use_ab,
+                                               bool read_c, Scalar alpha, Scalar beta)
+{
+#if __CUDA_ARCH__ >= 800
+    static_assert(std::is_same<R, double>::value || std::is_same<R, double2>::value, "fp64 Tensor Cores: d and z");
+    constexpr int WARPS = DIM_M * DIM_N / 32;
+    static_assert(WARPS * 32 == DIM_M * DIM_N, "whole warps per GEMM");
+    using T = MmaTiles<R, M, N, WARPS>;
+    const MmaLane<R, M, N, WARPS> lane(threadIdx.x % (DIM_M * DIM_N) / 32, threadIdx.x % 32);
+    R c_in[T::TM][T::TN][T::ELEMS];
+#pragma unroll
+    for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < T::TN; ++j)
+#pragma unroll
+            for (int e = 0; e < T::ELEMS; ++e) {
+                c_in[i][j][e] = zero<R>();
+                if (read_c && C && lane.owns(i, j, e))
+                    c_in[i][j][e] = load_c(C + lane.row(i) + (long long)lane.col(j, e) * ldc);
+            }
+    double acc[T::TM][T::TN][2];
+    if (use_ab) {
+        __syncthreads();
+        multiply_mma<M, N, K, WARPS, 1, LDS_A, 1, LDS_B>(acc, a_s, b_s, lane);
+    } else {
+#pragma unroll
+        for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+            for (int j = 0; j < T::TN; ++j)
+                acc[i][j][0] = acc[i][j][1] = 0.0;
+    }
+    if (!C)
+        return;
+#pragma unroll
+    for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < T::TN; ++j)
+#pragma unroll
+            for (int e = 0; e < T::ELEMS; ++e)
+                if (lane.owns(i, j, e)) {
+                    R v = mul(R(alpha), pair_element(acc[i][j], e, R()));
+                    if (read_c)
+                        v = mul_add(R(beta), c_in[i][j][e], v);
+                    store_c(C + lane.row(i) + (long long)lane.col(j, e) * ldc, v);
+                }
+#else
+    staged_product<M, N, K, DIM_M, DIM_N, LDS_A, LDS_B>(std::false_type(), a_s, b_s, C, ldc, use_ab, read_c, alpha,
+                                                        beta);
+#endif
+}
+
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST, bool MMA,
           typename Scalar>
 __global__ void __launch_bounds__(TBA * DIM_M * DIM_N)
 small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
@@ -458,8 +651,6 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     using R = typename ComputeOf<S>::type;
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
-    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
-    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
     // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words.  Stored Aᵀ is
     // stored into it with a stride of LDS_A between consecutive threads, so for 'T' it is odd (with
     // LDS_A = M = 32 every 16-byte store of a warp of z fell on the same four banks: z N = 32 TN 0.85
@@ -473,8 +664,6 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 
     const long long first = (long long)blockIdx.x * TBA;
     const int g = threadIdx.x / THREADS_PER_GEMM;
-    const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
-    const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const long long entry = first + g;
     const bool active = entry < batch;
     const bool use_ab = !is_zero(alpha);   // alpha = 0: A and B are not referenced (BLAS)
@@ -513,23 +702,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch, conj.b);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
-    R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
-    read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);
-    if (use_ab) {
-        __syncthreads();
-        // Staged: op(A)(i, l) at sA[g][l][i], op(B)(l, j) at sB[g][j][l], already conjugated.
-        using Real = typename RealOf<R>::type;
-        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, 1, LDS_B>(acc, sA + g * K * LDS_A, sB + g * N * LDS_B, tx, ty,
-                                                           Real(1), Real(1));
-    } else {
-#pragma unroll
-        for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-            for (int j = 0; j < TILE_N; ++j)
-                acc[i][j] = zero<R>();
-    }
-    if (active)
-        write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
+    staged_product<M, N, K, DIM_M, DIM_N, LDS_A, LDS_B>(std::integral_constant<bool, MMA>(), sA + g * K * LDS_A,
+                                                        sB + g * N * LDS_B, C, ldc, use_ab, read_c, alpha, beta);
 }
 
 // ---- sm_80+: a persistent block with a cp.async ring (the `stages` knob) ---------------------------
@@ -921,9 +1095,10 @@ int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, S
 
 // Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  TA, TB: the stored layouts ('N' or
 // 'T'), conj: which of them op() conjugates.  STAGES: the ring of both interfaces; ARRAY_STAGES
-// (only where STAGES = 0): a ring for pointer arrays alone; ACC16: the ring sums in fp16.
+// (only where STAGES = 0): a ring for pointer arrays alone; ACC16: the ring sums in fp16; MMA: the
+// staged kernel multiplies on the fp64 Tensor Cores (sm_80+).
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
-          int STAGES, int ARRAY_STAGES, bool ACC16, typename Scalar>
+          int STAGES, int ARRAY_STAGES, bool ACC16, bool MMA = false, typename Scalar>
 int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
                  int batch, cudaStream_t stream)
 {
@@ -934,7 +1109,7 @@ int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb,
     if (ring != 1)
         return ring;
     const unsigned blocks = (unsigned)(((long long)batch + TBA - 1) / TBA);
-    small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, HOIST>
+    small_gemm_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, HOIST, MMA>
         <<<blocks, TBA * DIM_M * DIM_N, 0, stream>>>(ptrs, lda, ldb, ldc, alpha, beta, batch, conj);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
