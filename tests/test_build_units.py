@@ -26,7 +26,8 @@ def test_one_ptx_per_code_path():
 def test_templates_branch_only_where_sources_say_so():
     """Every `__CUDA_ARCH__ >= X` in the templates is the cp.async threshold or the tensor copy
     engine's, and exactly the sources that instantiate a cp.async ring (TSM2, wmma or small with a
-    strided or a pointer-array ring, every warp and block wmma kernel) declare the first code path, and exactly the h wmma tuples with
+    strided or a pointer-array ring, every warp and block wmma kernel) or the small family's fp64
+    Tensor Core product (`mma`, sm_80+ as well) declare the first code path, and exactly the h wmma tuples with
     the whole-GEMM path the second, so their sm_80/sm_90 SASS is built from PTX of that level."""
     thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
@@ -38,7 +39,8 @@ def test_templates_branch_only_where_sources_say_so():
         ring = ((family == "tsm2" and Tsm2Spec.parse(source.stem).stages > 0)
                 or (family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).stages > 0)
                 or (family == "small" and (SmallSpec.parse(source.stem).stages > 0
-                                           or SmallSpec.parse(source.stem).array_stages > 0))
+                                           or SmallSpec.parse(source.stem).array_stages > 0
+                                           or SmallSpec.parse(source.stem).mma))
                 or family in ("wmmawarp", "wmmablock"))
         whole = family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).whole_path
         expected = ((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole else ())

@@ -5,7 +5,8 @@
 //   8×8 threads per GEMM, each owning 3×3 elements of C;
 //   2 GEMM(s) per block of 128 threads, 19232 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 2 warp(s) per GEMM (mma.sync.m8n8k4).
+//   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 2 warp(s) per GEMM (mma.sync.m8n8k4)
+//   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one

@@ -5,7 +5,8 @@
 //   16×16 threads per GEMM, each owning 2×2 elements of C;
 //   1 GEMM(s) per block of 256 threads, 26000 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
-//   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 8 warp(s) per GEMM (mma.sync.m8n8k4).
+//   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 8 warp(s) per GEMM (mma.sync.m8n8k4)
+//   gemmgen-code-paths: 80.
 #include "gemmgen_small.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
