@@ -77,7 +77,9 @@ def run_bench(gen_dir: Path, build_dir: Path, selection: Selection, megabytes: i
     stem = f"bench_small_{arch}"
     command = (f"gemmgen bench small --precisions {','.join(selection.precisions)} --sizes "
                f"{selection.sizes[0]}-{selection.sizes[-1]} --megabytes {megabytes} "
-               f"--batches {','.join(map(str, batches))}")
+               f"--batches {','.join(map(str, batches))}"
+               + (f" --generated {gen_dir}" if Path(gen_dir) != Path("generated") else "")
+               + (f" --build-dir {build_dir}" if Path(build_dir) != Path("build") else ""))
     runs = {prec: {"command": command, "copy_bandwidth_gbs": bandwidth / 1e9} for prec in selection.precisions}
     payload = {"device": device, "arch": arch, "runs": runs, "rows": rows}
     if (out_dir / f"{stem}.json").exists():

@@ -170,9 +170,9 @@ extern "C" int small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided(char, char, do
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x6_tba4_hoist_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m18n18k18_dim6x6_tba4_hoist_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -194,29 +194,29 @@ extern "C" int small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided(char, char, doubl
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m23n23k23_dim8x12_tba2_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m24n24k24_dim8x8_tba2_hoist_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m24n24k24_dim8x8_tba2_hoist_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m24n24k24_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim7x7_tba4_ring3_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim7x7_tba4_ring3_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim16x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m28n28k28_dim16x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -226,17 +226,17 @@ extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const dou
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m2n2k2_dim2x1_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m30n30k30_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_aring3_mma_strided(char, char, double, const double*, int, long long,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m32n32k32_dim8x8_tba1_aring3_mma_array(char, char, double, const double* const*, int,
+extern "C" int small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
@@ -878,9 +878,9 @@ extern "C" int small_z_m18n18k18_dim6x6_tba2_hoist_strided(char, char, cuDoubleC
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m18n18k18_dim6x6_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim7x7_tba4_hoist_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m19n19k19_dim10x10_tba2_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m19n19k19_dim7x7_tba4_hoist_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m19n19k19_dim10x10_tba2_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -902,9 +902,9 @@ extern "C" int small_z_m23n23k23_dim8x8_tba1_hoist_strided(char, char, cuDoubleC
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m23n23k23_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim8x12_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m24n24k24_dim8x12_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m24n24k24_dim12x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -922,9 +922,9 @@ extern "C" int small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided(char, char, cuD
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m28n28k28_dim16x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim8x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m29n29k29_dim8x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m29n29k29_dim16x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -938,9 +938,9 @@ extern "C" int small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided(char, char, cuDo
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim8x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
+extern "C" int small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_z_m32n32k32_dim16x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
+extern "C" int small_z_m32n32k32_dim16x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
@@ -2506,21 +2506,21 @@ const SmallEntry<double, double> small_d[] = {
     {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2_aring2", small_d_m15n15k15_dim4x4_tba2_aring2_strided, small_d_m15n15k15_dim4x4_tba2_aring2_array, 0},
     {16, 16, 16, 75, "small_d_m16n16k16_dim8x6_tba2_hoist", small_d_m16n16k16_dim8x6_tba2_hoist_strided, small_d_m16n16k16_dim8x6_tba2_hoist_array, 0},
     {17, 17, 17, 75, "small_d_m17n17k17_dim6x5_tba2_hoist_aring2", small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided, small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array, 0},
-    {18, 18, 18, 75, "small_d_m18n18k18_dim6x6_tba4_hoist", small_d_m18n18k18_dim6x6_tba4_hoist_strided, small_d_m18n18k18_dim6x6_tba4_hoist_array, 0},
+    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0},
     {19, 19, 19, 75, "small_d_m19n19k19_dim10x7_tba2_hoist_aring2", small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided, small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array, 0},
     {20, 20, 20, 75, "small_d_m20n20k20_dim16x8_tba1_hoist_mma", small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided, small_d_m20n20k20_dim16x8_tba1_hoist_mma_array, 0},
     {21, 21, 21, 75, "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma", small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_strided, small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_array, 0},
     {22, 22, 22, 75, "small_d_m22n22k22_dim8x8_tba1_hoist_mma", small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided, small_d_m22n22k22_dim8x8_tba1_hoist_mma_array, 0},
-    {23, 23, 23, 75, "small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma", small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma_strided, small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma_array, 0},
-    {24, 24, 24, 75, "small_d_m24n24k24_dim8x8_tba2_hoist_mma", small_d_m24n24k24_dim8x8_tba2_hoist_mma_strided, small_d_m24n24k24_dim8x8_tba2_hoist_mma_array, 0},
-    {25, 25, 25, 75, "small_d_m25n25k25_dim7x7_tba4_ring3", small_d_m25n25k25_dim7x7_tba4_ring3_strided, small_d_m25n25k25_dim7x7_tba4_ring3_array, 0},
+    {23, 23, 23, 75, "small_d_m23n23k23_dim8x12_tba2_hoist_mma", small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided, small_d_m23n23k23_dim8x12_tba2_hoist_mma_array, 0},
+    {24, 24, 24, 75, "small_d_m24n24k24_dim8x8_tba1_hoist_mma", small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided, small_d_m24n24k24_dim8x8_tba1_hoist_mma_array, 0},
+    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0},
     {26, 26, 26, 75, "small_d_m26n26k26_dim8x8_tba1_hoist_mma", small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided, small_d_m26n26k26_dim8x8_tba1_hoist_mma_array, 0},
-    {27, 27, 27, 75, "small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma", small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma_strided, small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma_array, 0},
-    {28, 28, 28, 75, "small_d_m28n28k28_dim16x8_tba1_hoist_mma", small_d_m28n28k28_dim16x8_tba1_hoist_mma_strided, small_d_m28n28k28_dim16x8_tba1_hoist_mma_array, 0},
+    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0},
+    {28, 28, 28, 75, "small_d_m28n28k28_dim8x16_tba1_hoist_mma", small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided, small_d_m28n28k28_dim8x16_tba1_hoist_mma_array, 0},
     {29, 29, 29, 75, "small_d_m29n29k29_dim10x10_tba2_hoist_aring2", small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided, small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array, 0},
-    {30, 30, 30, 75, "small_d_m30n30k30_dim8x8_tba1_hoist_mma", small_d_m30n30k30_dim8x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim8x8_tba1_hoist_mma_array, 0},
+    {30, 30, 30, 75, "small_d_m30n30k30_dim16x8_tba1_hoist_mma", small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim16x8_tba1_hoist_mma_array, 0},
     {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma", small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided, small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array, 0},
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_aring3_mma", small_d_m32n32k32_dim8x8_tba1_aring3_mma_strided, small_d_m32n32k32_dim8x8_tba1_aring3_mma_array, 0},
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_hoist_aring3", small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided, small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2587,20 +2587,20 @@ const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
     {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1_hoist_mma", small_z_m16n16k16_dim16x8_tba1_hoist_mma_strided, small_z_m16n16k16_dim16x8_tba1_hoist_mma_array, 0},
     {17, 17, 17, 75, "small_z_m17n17k17_dim6x5_tba2_hoist", small_z_m17n17k17_dim6x5_tba2_hoist_strided, small_z_m17n17k17_dim6x5_tba2_hoist_array, 0},
     {18, 18, 18, 75, "small_z_m18n18k18_dim6x6_tba2_hoist", small_z_m18n18k18_dim6x6_tba2_hoist_strided, small_z_m18n18k18_dim6x6_tba2_hoist_array, 0},
-    {19, 19, 19, 75, "small_z_m19n19k19_dim7x7_tba4_hoist_ring2", small_z_m19n19k19_dim7x7_tba4_hoist_ring2_strided, small_z_m19n19k19_dim7x7_tba4_hoist_ring2_array, 0},
+    {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_ring2", small_z_m19n19k19_dim10x10_tba2_ring2_strided, small_z_m19n19k19_dim10x10_tba2_ring2_array, 0},
     {20, 20, 20, 75, "small_z_m20n20k20_dim8x16_tba1_hoist_mma", small_z_m20n20k20_dim8x16_tba1_hoist_mma_strided, small_z_m20n20k20_dim8x16_tba1_hoist_mma_array, 0},
     {21, 21, 21, 75, "small_z_m21n21k21_dim7x7_tba1_hoist", small_z_m21n21k21_dim7x7_tba1_hoist_strided, small_z_m21n21k21_dim7x7_tba1_hoist_array, 0},
     {22, 22, 22, 75, "small_z_m22n22k22_dim8x8_tba1_hoist", small_z_m22n22k22_dim8x8_tba1_hoist_strided, small_z_m22n22k22_dim8x8_tba1_hoist_array, 0},
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba1_hoist", small_z_m23n23k23_dim8x8_tba1_hoist_strided, small_z_m23n23k23_dim8x8_tba1_hoist_array, 0},
-    {24, 24, 24, 75, "small_z_m24n24k24_dim8x12_tba1_hoist_mma", small_z_m24n24k24_dim8x12_tba1_hoist_mma_strided, small_z_m24n24k24_dim8x12_tba1_hoist_mma_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim12x8_tba1_hoist_mma", small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided, small_z_m24n24k24_dim12x8_tba1_hoist_mma_array, 0},
     {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
     {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba1_hoist", small_z_m26n26k26_dim7x9_tba1_hoist_strided, small_z_m26n26k26_dim7x9_tba1_hoist_array, 0},
     {27, 27, 27, 75, "small_z_m27n27k27_dim16x16_tba1_hoist_mma", small_z_m27n27k27_dim16x16_tba1_hoist_mma_strided, small_z_m27n27k27_dim16x16_tba1_hoist_mma_array, 0},
     {28, 28, 28, 75, "small_z_m28n28k28_dim16x16_tba1_hoist_mma", small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided, small_z_m28n28k28_dim16x16_tba1_hoist_mma_array, 0},
-    {29, 29, 29, 75, "small_z_m29n29k29_dim8x16_tba1_hoist_mma", small_z_m29n29k29_dim8x16_tba1_hoist_mma_strided, small_z_m29n29k29_dim8x16_tba1_hoist_mma_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim16x8_tba1_hoist_mma", small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided, small_z_m29n29k29_dim16x8_tba1_hoist_mma_array, 0},
     {30, 30, 30, 75, "small_z_m30n30k30_dim16x16_tba1_hoist_mma", small_z_m30n30k30_dim16x16_tba1_hoist_mma_strided, small_z_m30n30k30_dim16x16_tba1_hoist_mma_array, 0},
     {31, 31, 31, 75, "small_z_m31n31k31_dim8x16_tba1_hoist_mma", small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided, small_z_m31n31k31_dim8x16_tba1_hoist_mma_array, 0},
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x16_tba1_hoist_mma", small_z_m32n32k32_dim16x16_tba1_hoist_mma_strided, small_z_m32n32k32_dim16x16_tba1_hoist_mma_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim16x8_tba1_hoist_mma", small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided, small_z_m32n32k32_dim16x8_tba1_hoist_mma_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2649,23 +2649,23 @@ const char* const kernel_names[] = {
     "small_d_m15n15k15_dim4x4_tba2_aring2",
     "small_d_m16n16k16_dim8x6_tba2_hoist",
     "small_d_m17n17k17_dim6x5_tba2_hoist_aring2",
-    "small_d_m18n18k18_dim6x6_tba4_hoist",
+    "small_d_m18n18k18_dim6x9_tba1_hoist",
     "small_d_m19n19k19_dim10x7_tba2_hoist_aring2",
     "small_d_m1n1k1_dim1x1_tba128_hoist",
     "small_d_m20n20k20_dim16x8_tba1_hoist_mma",
     "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma",
     "small_d_m22n22k22_dim8x8_tba1_hoist_mma",
-    "small_d_m23n23k23_dim12x8_tba2_hoist_aring2_mma",
-    "small_d_m24n24k24_dim8x8_tba2_hoist_mma",
-    "small_d_m25n25k25_dim7x7_tba4_ring3",
+    "small_d_m23n23k23_dim8x12_tba2_hoist_mma",
+    "small_d_m24n24k24_dim8x8_tba1_hoist_mma",
+    "small_d_m25n25k25_dim9x7_tba2_hoist_aring2",
     "small_d_m26n26k26_dim8x8_tba1_hoist_mma",
-    "small_d_m27n27k27_dim8x8_tba2_hoist_aring2_mma",
-    "small_d_m28n28k28_dim16x8_tba1_hoist_mma",
+    "small_d_m27n27k27_dim14x9_tba2_hoist_aring2",
+    "small_d_m28n28k28_dim8x16_tba1_hoist_mma",
     "small_d_m29n29k29_dim10x10_tba2_hoist_aring2",
     "small_d_m2n2k2_dim2x1_tba64",
-    "small_d_m30n30k30_dim8x8_tba1_hoist_mma",
+    "small_d_m30n30k30_dim16x8_tba1_hoist_mma",
     "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma",
-    "small_d_m32n32k32_dim8x8_tba1_aring3_mma",
+    "small_d_m32n32k32_dim8x8_tba1_hoist_aring3",
     "small_d_m3n3k3_dim2x1_tba16_hoist",
     "small_d_m4n4k4_dim2x4_tba8",
     "small_d_m5n5k5_dim5x3_tba4_hoist",
@@ -2826,22 +2826,22 @@ const char* const kernel_names[] = {
     "small_z_m16n16k16_dim16x8_tba1_hoist_mma",
     "small_z_m17n17k17_dim6x5_tba2_hoist",
     "small_z_m18n18k18_dim6x6_tba2_hoist",
-    "small_z_m19n19k19_dim7x7_tba4_hoist_ring2",
+    "small_z_m19n19k19_dim10x10_tba2_ring2",
     "small_z_m1n1k1_dim1x1_tba128_hoist",
     "small_z_m20n20k20_dim8x16_tba1_hoist_mma",
     "small_z_m21n21k21_dim7x7_tba1_hoist",
     "small_z_m22n22k22_dim8x8_tba1_hoist",
     "small_z_m23n23k23_dim8x8_tba1_hoist",
-    "small_z_m24n24k24_dim8x12_tba1_hoist_mma",
+    "small_z_m24n24k24_dim12x8_tba1_hoist_mma",
     "small_z_m25n25k25_dim7x9_tba1_hoist",
     "small_z_m26n26k26_dim7x9_tba1_hoist",
     "small_z_m27n27k27_dim16x16_tba1_hoist_mma",
     "small_z_m28n28k28_dim16x16_tba1_hoist_mma",
-    "small_z_m29n29k29_dim8x16_tba1_hoist_mma",
+    "small_z_m29n29k29_dim16x8_tba1_hoist_mma",
     "small_z_m2n2k2_dim2x2_tba64",
     "small_z_m30n30k30_dim16x16_tba1_hoist_mma",
     "small_z_m31n31k31_dim8x16_tba1_hoist_mma",
-    "small_z_m32n32k32_dim16x16_tba1_hoist_mma",
+    "small_z_m32n32k32_dim16x8_tba1_hoist_mma",
     "small_z_m3n3k3_dim3x3_tba16_hoist",
     "small_z_m4n4k4_dim4x4_tba8_hoist",
     "small_z_m5n5k5_dim5x5_tba2_hoist",
