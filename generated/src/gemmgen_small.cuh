@@ -560,38 +560,20 @@ __device__ __forceinline__ void multiply_mma(double (&acc)[TM][TN][2], const R* 
     }
 }
 
-// The staged kernel's product and C, on the Tensor Cores (std::true_type: the tuple's `mma`, sm_80+)
-// or with FMAs on the thread tiles (std::false_type).  Called by every thread of the block: it holds
-// the barrier between staging and the multiply, and issues the old C's loads before it.
+// The staged kernel's product and C on the Tensor Cores where the tuple's `mma` asks (std::true_type)
+// and the device has them: returns true where it wrote C, false where the kernel's FMA product is to
+// run (the std::false_type overload: the constant false leaves the kernel as it is without the knob).
+// Called by every thread of the block: it holds the barrier between staging and the multiply, and
+// issues the old C's loads before it.
 template <int M, int N, int K, int DIM_M, int DIM_N, int LDS_A, int LDS_B, typename R, typename S, typename Scalar>
-__device__ __forceinline__ void staged_product(std::false_type, const R* a_s, const R* b_s, S* C, int ldc, bool use_ab,
-                                               bool read_c, Scalar alpha, Scalar beta)
+__device__ __forceinline__ bool mma_product(std::false_type, const R*, const R*, S*, int, bool, bool, Scalar, Scalar)
 {
-    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
-    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
-    const int tx = threadIdx.x % (DIM_M * DIM_N) % DIM_M;
-    const int ty = threadIdx.x % (DIM_M * DIM_N) / DIM_M;
-    R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
-    read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && C);
-    if (use_ab) {
-        __syncthreads();
-        // Staged: op(A)(i, l) at a_s[l][i], op(B)(l, j) at b_s[j][l], already conjugated.
-        using Real = typename RealOf<R>::type;
-        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, 1, LDS_B>(acc, a_s, b_s, tx, ty, Real(1), Real(1));
-    } else {
-#pragma unroll
-        for (int i = 0; i < TILE_M; ++i)
-#pragma unroll
-            for (int j = 0; j < TILE_N; ++j)
-                acc[i][j] = zero<R>();
-    }
-    if (C)
-        write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
+    return false;
 }
 
 template <int M, int N, int K, int DIM_M, int DIM_N, int LDS_A, int LDS_B, typename R, typename S, typename Scalar>
-__device__ __forceinline__ void staged_product(std::true_type, const R* a_s, const R* b_s, S* C, int ldc, bool use_ab,
-                                               bool read_c, Scalar alpha, Scalar beta)
+__device__ __forceinline__ bool mma_product(std::true_type, const R* a_s, const R* b_s, S* C, int ldc, bool use_ab,
+                                            bool read_c, Scalar alpha, Scalar beta)
 {
 #if __CUDA_ARCH__ >= 800
     static_assert(std::is_same<R, double>::value || std::is_same<R, double2>::value, "fp64 Tensor Cores: d and z");
@@ -622,7 +604,7 @@ __device__ __forceinline__ void staged_product(std::true_type, const R* a_s, con
                 acc[i][j][0] = acc[i][j][1] = 0.0;
     }
     if (!C)
-        return;
+        return true;
 #pragma unroll
     for (int i = 0; i < T::TM; ++i)
 #pragma unroll
@@ -635,9 +617,9 @@ __device__ __forceinline__ void staged_product(std::true_type, const R* a_s, con
                         v = mul_add(R(beta), c_in[i][j][e], v);
                     store_c(C + lane.row(i) + (long long)lane.col(j, e) * ldc, v);
                 }
+    return true;
 #else
-    staged_product<M, N, K, DIM_M, DIM_N, LDS_A, LDS_B>(std::false_type(), a_s, b_s, C, ldc, use_ab, read_c, alpha,
-                                                        beta);
+    return false;
 #endif
 }
 
@@ -651,6 +633,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
     using R = typename ComputeOf<S>::type;
     constexpr int THREADS_PER_GEMM = DIM_M * DIM_N;
     constexpr int THREADS = TBA * THREADS_PER_GEMM;
+    constexpr int TILE_M = ThreadTile<M, N, DIM_M, DIM_N>::TM;
+    constexpr int TILE_N = ThreadTile<M, N, DIM_M, DIM_N>::TN;
     // op(A)(i, l) at sA[g][l][i]: threads of consecutive tx read consecutive words.  Stored Aᵀ is
     // stored into it with a stride of LDS_A between consecutive threads, so for 'T' it is odd (with
     // LDS_A = M = 32 every 16-byte store of a warp of z fell on the same four banks: z N = 32 TN 0.85
@@ -664,6 +648,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 
     const long long first = (long long)blockIdx.x * TBA;
     const int g = threadIdx.x / THREADS_PER_GEMM;
+    const int tx = threadIdx.x % THREADS_PER_GEMM % DIM_M;
+    const int ty = threadIdx.x % THREADS_PER_GEMM / DIM_M;
     const long long entry = first + g;
     const bool active = entry < batch;
     const bool use_ab = !is_zero(alpha);   // alpha = 0: A and B are not referenced (BLAS)
@@ -702,8 +688,26 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
         stage<TB, K, N, LDS_B, THREADS, TBA, HOIST, OPERAND_B>(sB, ptrs, ldb, first, batch, conj.b);
     }
     S* C = active ? ptrs.output(entry) : nullptr;
-    staged_product<M, N, K, DIM_M, DIM_N, LDS_A, LDS_B>(std::integral_constant<bool, MMA>(), sA + g * K * LDS_A,
-                                                        sB + g * N * LDS_B, C, ldc, use_ab, read_c, alpha, beta);
+    if (mma_product<M, N, K, DIM_M, DIM_N, LDS_A, LDS_B>(std::integral_constant<bool, MMA>(), sA + g * K * LDS_A,
+                                                         sB + g * N * LDS_B, C, ldc, use_ab, read_c, alpha, beta))
+        return;
+    R c_in[TILE_M][TILE_N], acc[TILE_M][TILE_N];
+    read_old_c<M, N, DIM_M, DIM_N>(c_in, C, ldc, tx, ty, read_c && active);
+    if (use_ab) {
+        __syncthreads();
+        // Staged: op(A)(i, l) at sA[g][l][i], op(B)(l, j) at sB[g][j][l], already conjugated.
+        using Real = typename RealOf<R>::type;
+        multiply<M, N, K, DIM_M, DIM_N, 1, LDS_A, 1, LDS_B>(acc, sA + g * K * LDS_A, sB + g * N * LDS_B, tx, ty,
+                                                           Real(1), Real(1));
+    } else {
+#pragma unroll
+        for (int i = 0; i < TILE_M; ++i)
+#pragma unroll
+            for (int j = 0; j < TILE_N; ++j)
+                acc[i][j] = zero<R>();
+    }
+    if (active)
+        write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
 }
 
 // ---- sm_80+: a persistent block with a cp.async ring (the `stages` knob) ---------------------------
