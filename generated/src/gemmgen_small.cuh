@@ -471,13 +471,15 @@ struct MmaTiles {
     static constexpr int RT = (M + 7) / 8, CT = (P * N + 7) / 8;   // 8×8 tiles of the real C (M × P·N)
     static constexpr int tiles_per_warp(int wm) { return (RT + wm - 1) / wm * ((CT + WARPS / wm - 1) / (WARPS / wm)); }
     static constexpr int reads_per_step(int wm) { return (RT + wm - 1) / wm + (CT + WARPS / wm - 1) / (WARPS / wm); }
-    // The warp grid: the fewest tiles per warp, then the fewest fragment reads per step.
+    // The warp grid (WM a divisor of WARPS, so every warp has its own tiles): the fewest tiles per warp,
+    // then the fewest fragment reads per step.
     static constexpr int best_wm()
     {
         int best = 1;
-        for (int wm = 2; wm <= WARPS; wm *= 2)
-            if (tiles_per_warp(wm) < tiles_per_warp(best) ||
-                (tiles_per_warp(wm) == tiles_per_warp(best) && reads_per_step(wm) < reads_per_step(best)))
+        for (int wm = 2; wm <= WARPS; ++wm)
+            if (WARPS % wm == 0 && (tiles_per_warp(wm) < tiles_per_warp(best) ||
+                                    (tiles_per_warp(wm) == tiles_per_warp(best) &&
+                                     reads_per_step(wm) < reads_per_step(best))))
                 best = wm;
         return best;
     }
