@@ -76,7 +76,7 @@ class SmallSpec(Spec):
     acc16: bool = False
     # d and z, sm_80+: the staged kernel multiplies on the fp64 Tensor Cores (mma.sync.m8n8k4), the
     # GEMM's dim_m·dim_n threads as whole warps that split C's 8×8 tiles (the template's
-    # staged_product says why); before sm_80, and in a ring kernel, the same tuple multiplies with FMAs
+    # mma_product says why); before sm_80, and in a ring kernel, the same tuple multiplies with FMAs
     # on its thread tiles.  A tuning knob.
     mma: bool = False
 
