@@ -346,19 +346,20 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
             spec = replace(SmallSpec.from_row(row), tba=tba, hoist=hoist)
             if spec.is_valid(arch):
                 out.append(spec)
-    if max(row["m"], row["n"]) >= RING_MIN_SIZE[row["precision"]]:
+    size = max(row["m"], row["n"])
+    ring = size >= RING_MIN_SIZE[row["precision"]]
+    mma = row["precision"] in MMA_PRECISIONS and size >= MMA_MIN_SIZE
+    full = sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch) if ring or mma else []
+    if ring:
         ring_tba = (1, 2, row["tba"] // 2, row["tba"], row["tba"] * 2)
-        for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch):
-            if not spec.stages and spec.tba in ring_tba and spec.hoist == row.get("hoist", False):
+        for spec in full:
+            if not spec.stages and not spec.mma and spec.tba in ring_tba and spec.hoist == row.get("hoist", False):
                 for stages in RING_STAGES[:1] if (spec.dim_m, spec.dim_n) != (row["dim_m"], row["dim_n"]) \
                         else RING_STAGES:
-                    ring = replace(spec, stages=stages)
-                    if ring.is_valid(arch):
-                        out.append(ring)
+                    ringed = replace(spec, stages=stages)
+                    if ringed.is_valid(arch):
+                        out.append(ringed)
     out = [replace(spec, acc16=False) for spec in out]
-    if row["precision"] in MMA_PRECISIONS and max(row["m"], row["n"]) >= MMA_MIN_SIZE:
-        out += [spec for spec in sweep_candidates(row["precision"], row["m"], row["n"], row["k"], arch)
-                if spec.mma and spec.tba in (1, 2, 4)]
-        if row.get("mma"):
-            out.append(replace(SmallSpec.from_row(row), array_stages=0))
+    if mma:
+        out += [spec for spec in full if spec.mma and spec.tba in (1, 2, 4)]
     return sorted(set(out + with_acc16(out, arch)))
