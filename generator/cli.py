@@ -200,13 +200,15 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--small-only", is_flag=True,
               help="Measure only the small family's table kernels at the square sizes up to 32 (after "
                    "`tune small`), comparing with the wmma and tiny results already in the file: the "
-                   "cut-off between the families, measured again.")
+                   "cut-off between the families, measured again (the latest result of a kernel counts).")
 @click.option("--warp-only", is_flag=True,
               help="Measure only the one-warp-per-GEMM kernels (h, and hc from 13; sizes up to 64) at every stage-2 shape, "
-                   "comparing with the results already in the file.")
+                   "comparing with the results already in the file (measured again where they are there: "
+                   "the latest result of a kernel counts).")
 @click.option("--block-only", is_flag=True,
               help="Measure only the block kernels (raw mma.sync, h and hc, sizes from 32) at every stage-2 "
-                   "shape, comparing with the results already in the file.")
+                   "shape, comparing with the results already in the file (measured again where they are "
+                   "there: the latest result of a kernel counts).")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
               small_only, warp_only, block_only, jobs):

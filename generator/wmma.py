@@ -49,8 +49,12 @@ of one ldmatrix fall in different banks.
 """
 from __future__ import annotations
 
+import functools
+import math
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from .arch import ARCHS, DEFAULT_ARCHS
 from .precision import PRECISIONS
@@ -411,6 +415,83 @@ class WmmaWarpSpec(Spec):
             require(self.stages * self.stage_bytes <= limit, "shared memory",
                     f"{self.stages} stages of {self.stage_bytes} bytes exceed {limit} on {a}")
         return self
+
+
+    def k_stride(self, ta: str, tb: str) -> int:
+        """The order of k in the kernel's fragments for A and B stored as ta, tb (warp_k_stride)."""
+        return warp_k_stride(self.precision, self.m, self.n, self.k, ta, tb)
+
+
+# The warp kernel reads its fragments element by element from stages that hold A and B as stored (no
+# padding: a contiguous matrix is one cp.async range).  In the m16n8k16 fragments the four lanes t of a
+# row group read k = 2t + const (hc: complex k = t + const), so with 'N' A they read halves 2·M apart:
+# M = 63 puts them on one bank (4-way conflicts; 0.53 of the floor in the tuner's 64 MB runs against
+# 0.79 at M = 60).  Σ_k A(r, k)·B(k, c) does not care in which order k runs, so each lane's k slots
+# q = 0, 1, ... (h: q = 4·kt + 2j + h for the register halves h of k-step kt; hc: q = 2·kt + j) read
+#     k = q mod s + s·t + 4s·⌊q / s⌋,
+# a permutation of 0 .. KP − 1 (K padded to whole k-steps) for every stride s dividing the lane's slot
+# count, taken by A and B alike.  s = 2 (h) or 1 (hc) is the order of the PTX fragments; k stays affine
+# in t, so every read is still one base register plus a constant.  warp_k_stride picks s per shape and
+# stored layout pair by a model of the kernel's reads (every lane's address, both starts of a matrix
+# within a word): the cheapest reads (_read_cost), the PTX order where nothing is cheaper.
+# A read that some lanes of a warp skip (their k is past K) costs a predicate and a zeroing move on top
+# of its wavefronts (a read no lane makes is not emitted at all): counted as half a wavefront.  (h 55:
+# stride 16 against the PTX order saved 16 wavefronts for 120 more such reads, and fell from 0.84 to 0.80
+# of the floor at batch 1000, docs/experiments/warp_k_order/.)
+PARTIAL_READ_COST = 0.5
+
+
+def _read_cost(addresses: np.ndarray, valid: np.ndarray) -> float:
+    """The cost of warp-wide shared-memory reads: addresses (bytes) and valid are (..., 32), one row per
+    read.  A read takes, over the 32 banks, the most distinct 4-byte words asked of one bank
+    (wavefronts), plus PARTIAL_READ_COST where only some lanes read."""
+    valid = valid.reshape(-1, 32)
+    words = np.where(valid, addresses.reshape(-1, 32) // 4, -1)
+    words.sort(axis=1)
+    first = (words >= 0) & np.concatenate([np.ones((len(words), 1), bool), words[:, 1:] != words[:, :-1]], axis=1)
+    per_bank = ((words[:, :, None] % 32 == np.arange(32)) & first[:, :, None]).sum(axis=1)
+    partial = valid.any(axis=1) & ~valid.all(axis=1)
+    return float(per_bank.max(axis=1).sum() + PARTIAL_READ_COST * partial.sum())
+
+
+def warp_k_slots(precision: str, k: int) -> int:
+    """The k slots of one lane in the warp kernel: a quarter of K padded to whole k-steps."""
+    parts = PRECISIONS[precision].element_bytes // 2
+    return -(-parts * k // 16) * 16 // parts // 4
+
+
+def warp_k(q, t, stride: int):
+    """k of lane t's slot q in the warp kernel's fragments (the template's warp_k)."""
+    return q % stride + stride * t + 4 * stride * (q // stride)
+
+
+@functools.lru_cache(maxsize=None)
+def warp_k_stride(precision: str, m: int, n: int, k: int, ta: str, tb: str) -> int:
+    """The stride s of the warp kernel's k order for A and B stored as ta, tb ('C' is stored as 'T'):
+    the one whose fragment reads cost least (_read_cost; see above)."""
+    parts = PRECISIONS[precision].element_bytes // 2
+    element = 2 * parts                              # bytes
+    slots = warp_k_slots(precision, k)
+    g = np.arange(8)[:, None]                        # lane = 4·g + t: arrays below are (..., 8, 4)
+    t = np.arange(4)[None, :]
+    rows = np.stack([16 * rt + g + 8 * i + 0 * t for rt in range(-(-m // 16)) for i in (0, 1)])   # A fragments
+    cols = np.stack([8 // parts * ct + g // parts + 0 * t for ct in range(-(-parts * n // 8))])  # B fragments
+    starts = np.arange(0, 4, element)[:, None, None, None, None]   # the matrix's start within a word
+    r, c = rows[None, None], cols[None, None]                        # (1, 1, groups, 8, 4)
+
+    def cost(stride: int) -> float:
+        kk = np.stack([warp_k(q, t, stride) + 0 * g for q in range(slots)])[None, :, None]   # (1, slots, 1, 8, 4)
+        a = (r + kk * m if ta == "N" else kk + r * k) * element + starts
+        b = (kk + c * k if tb == "N" else c + kk * n) * element + starts
+        return (_read_cost(a, np.broadcast_to((r < m) & (kk < k), a.shape))
+                + _read_cost(b, np.broadcast_to((c < n) & (kk < k), b.shape)))
+
+    in_order = 2 // parts
+    # h: even strides only, so that a register's two halves stay k and k + 1 as in PTX order (stride 1
+    # took h 13×13×13 from 80 to 86 registers, two blocks per SM instead of three: 0.80 → 0.71 of the
+    # floor in the tuner, and 37, 38 the same way).
+    costs = {s: cost(s) for s in range(in_order, slots + 1, in_order) if slots % s == 0}
+    return min(costs, key=lambda s: (costs[s], s != in_order, s))
 
 
 @dataclass(frozen=True, order=True)

@@ -254,6 +254,12 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                     if block_only or not only}
     blocks = sorted({s for cands in block_points.values() for s in cands})
     specs = general + tiny + small_specs + warps + blocks
+    # A --small-only, --warp-only or --block-only run is the measurement after a change to its kernels
+    # (their template, the small table): it times them again even where the file has results of the
+    # same names (the latest counts, _best_by_point), so an interrupted one starts over rather than
+    # resuming.  The sweeps (full, --async-only) resume.
+    if small_only or warp_only or block_only:
+        done = {key for key in done if key[0] not in {s.name for s in specs}}
     click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, {len(small_specs)} small, "
                f"{len(warps)} warp, {len(blocks)} block kernels; {len(done)} results already in {results_path}")
     root = build_dir / arch
@@ -436,12 +442,17 @@ def refusals(rows: list[dict], device: str, builds: bool = True) -> set[str]:
 
 
 def _best_by_point(rows, device, stage) -> dict[tuple, list[dict]]:
+    """Per (precision, kind, size), the stage's timings fastest first, one per variant: its latest (a
+    `--*-only` run measures its kernels again after a change to their template)."""
     refused = refusals(rows, device)
-    out: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
+    latest: dict[tuple, dict] = {}
+    for r in rows:   # in the order they were appended
         if r.get("device") == device and r.get("stage") == stage and r["status"] == "ok" \
                 and r["name"] not in refused:
-            out[(r["precision"], r["kind"], r["size"])].append(r)
+            latest[(r["precision"], r["kind"], r["size"], r["name"])] = r
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for (prec, kind, size, _), r in latest.items():
+        out[(prec, kind, size)].append(r)
     for v in out.values():
         v.sort(key=lambda r: r["time_us"])
     return out

@@ -389,3 +389,46 @@ def test_a_build_refusal_gives_way_to_a_later_clean_build_but_other_refusals_sta
             row("f", "local-memory", "build", device="A100")]            # another device's rows do not count
     assert refusals(rows, "H100") == {"b", "c", "d", "e"}
     assert refusals(rows, "H100", builds=False) == {"d", "e"}
+
+
+def test_warp_k_order_is_a_permutation_of_the_padded_k_for_every_stride():
+    """A and B read k = warp_k(q, t, s) in lane t's slot q: for the product to be A·B every k of the
+    padded K must be read exactly once over the slots and lanes."""
+    for precision in wmma.PRECISIONS_WMMA:
+        for k in range(1, wmma.WARP_MAX_SIZE + 1):
+            slots = wmma.warp_k_slots(precision, k)
+            padded = 4 * slots
+            assert padded * (2 if precision == "hc" else 1) % 16 == 0 and padded >= k
+            for stride in (s for s in range(1, slots + 1) if slots % s == 0):
+                ks = sorted(wmma.warp_k(q, t, stride) for q in range(slots) for t in range(4))
+                assert ks == list(range(padded)), (precision, k, stride)
+
+
+def test_warp_k_stride_leaves_the_ptx_order_only_for_cheaper_reads():
+    # h 63 'N' A: in PTX order the four lanes of a row group read halves 126 apart (4-way conflicts)
+    assert wmma.warp_k_stride("h", 63, 63, 63, "N", "N") != 2
+    assert wmma.warp_k_stride("hc", 31, 31, 31, "N", "N") != 1
+    # h 55: a stride saving a few wavefronts for many partly-read slots loses (measured), so PTX order
+    assert wmma.warp_k_stride("h", 55, 55, 55, "N", "N") == 2
+    # 40 has no conflicts to remove: PTX order
+    assert wmma.warp_k_stride("h", 40, 40, 40, "N", "N") == 2
+    # h keeps a register's halves k, k + 1 (even strides): stride 1 cost h 13 occupancy (registers)
+    assert all(wmma.warp_k_stride("h", s, s, s, a, b) % 2 == 0 for s in range(1, 65) for a in "NT" for b in "NT")
+    spec = wmma.WmmaWarpSpec("h", 63, 63, 63, 4, 2, "f16")
+    source = kernel_source(spec, "test")
+    for ta, tb in (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")):
+        assert f"'{ta}', '{tb}', {spec.k_stride(ta, tb)}>(" in source
+
+
+def test_a_kernel_measured_again_counts_with_its_latest_time():
+    """--warp-only / --block-only / --small-only time their kernels again after a template change;
+    the table then compares each kernel's latest time, faster or slower than the old one."""
+    from harness.wmma_tune import _best_by_point
+
+    def row(name, time_us):
+        return {"name": name, "status": "ok", "stage": "fine", "device": "H100", "precision": "h",
+                "kind": "square", "size": 63, "time_us": time_us}
+
+    rows = [row("warp", 40.0), row("general", 35.0), row("other", 50.0), row("warp", 30.0), row("other", 60.0)]
+    best = _best_by_point(rows, "H100", "fine")[("h", "square", 63)]
+    assert [(r["name"], r["time_us"]) for r in best] == [("warp", 30.0), ("general", 35.0), ("other", 60.0)]

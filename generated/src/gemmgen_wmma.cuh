@@ -1223,6 +1223,19 @@ __device__ __forceinline__ S warp_op_b(const S* s, int k, int c)
     return k < K && c < N ? s[TB == 'N' ? k + c * K : c + k * N] : storage_zero<S>();
 }
 
+// The k that lane t reads in its k slot q (h: q = 4·kt + 2j + h for register half h of the fragment's
+// pair j in k-step kt; hc: complex k, q = 2·kt + j).  The PTX fragment order is KS = 2 (h) or 1 (hc);
+// any KS dividing the lane's slot count permutes 0 .. KP − 1 (K padded to whole k-steps), and A and B
+// take the same order, so the product is the same.  generator/wmma.py (warp_k_stride) picks KS per
+// shape and stored layout pair so that the lanes of a read spread over the banks (the stages hold A
+// and B as stored, unpadded: with 'N' A, M = 63 and the PTX order, 4-way conflicts).  q is a
+// compile-time constant (unrolled loops), so k stays affine in t: one base register, constant offsets.
+template <int KS>
+__device__ __forceinline__ int warp_k(int q, int t)
+{
+    return q % KS + KS * t + 4 * KS * (q / KS);
+}
+
 __device__ __forceinline__ unsigned pack_halves(__half lo, __half hi)
 {
     return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
@@ -1274,7 +1287,7 @@ template <> struct MmaTile<float> {
 // loops: one loop serving both, with the fragments behind a per-precision type, compiled h 13×13×13 to
 // 87 registers, two resident blocks per SM instead of three (80), and capping it at 80 to 45 more
 // instructions: 0.84 → 0.75 of the floor either way, docs/experiments/hc_warp/.)
-template <int M, int N, int K, char TA, char TB, typename ACC>
+template <int M, int N, int K, char TA, char TB, typename ACC, int KS>
 __device__ __forceinline__ void warp_product(const __half* As, const __half* Bs, __half* Cs, float alpha, float beta,
                                              bool read_c, Conjugate, int lane)
 {
@@ -1292,17 +1305,19 @@ __device__ __forceinline__ void warp_product(const __half* As, const __half* Bs,
 #pragma unroll
         for (int rt = 0; rt < L::RT; ++rt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = rt * 16 + g + 8 * (i & 1), k = kt * 16 + 2 * t + 8 * (i >> 1);
-                a[rt][i] = pack_halves(warp_op_a<M, K, TA>(As, r, k), warp_op_a<M, K, TA>(As, r, k + 1));
+            for (int i = 0; i < 4; ++i) {   // slots 4kt + 2j + h, j = i / 2
+                const int r = rt * 16 + g + 8 * (i & 1), q = 4 * kt + 2 * (i >> 1);
+                a[rt][i] = pack_halves(warp_op_a<M, K, TA>(As, r, warp_k<KS>(q, t)),
+                                       warp_op_a<M, K, TA>(As, r, warp_k<KS>(q + 1, t)));
             }
 #pragma unroll
         for (int ct = 0; ct < L::CT; ++ct) {
-            unsigned b[2];   // the B fragment: rows 2t, 2t + 1 (+ 8); column g
+            unsigned b[2];   // the B fragment: rows 2t, 2t + 1 (+ 8), i.e. slots 4kt + 2j + h; column g
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const int k = kt * 16 + 2 * t + 8 * j, c = ct * 8 + g;
-                b[j] = pack_halves(warp_op_b<K, N, TB>(Bs, k, c), warp_op_b<K, N, TB>(Bs, k + 1, c));
+                const int q = 4 * kt + 2 * j, c = ct * 8 + g;
+                b[j] = pack_halves(warp_op_b<K, N, TB>(Bs, warp_k<KS>(q, t), c),
+                                   warp_op_b<K, N, TB>(Bs, warp_k<KS>(q + 1, t), c));
             }
 #pragma unroll
             for (int rt = 0; rt < L::RT; ++rt)
@@ -1332,7 +1347,7 @@ __device__ __forceinline__ void warp_product(const __half* As, const __half* Bs,
 // sa / sb = −1 where op(A) / op(B) conjugates (A's conjugation folds into B's signs; A stays as stored).
 // Per lane that is one swap of halves (odd g) and one constant xor of sign bits (b_flip).  Each
 // accumulator pair (value(2h), value(2h + 1)) is one complex element of C, (Re, Im).
-template <int M, int N, int K, char TA, char TB, typename ACC>
+template <int M, int N, int K, char TA, char TB, typename ACC, int KS>
 __device__ __forceinline__ void warp_product(const __half2* As, const __half2* Bs, __half2* Cs, float2 alpha,
                                              float2 beta, bool read_c, Conjugate conj, int lane)
 {
@@ -1353,13 +1368,13 @@ __device__ __forceinline__ void warp_product(const __half2* As, const __half2* B
         for (int rt = 0; rt < L::RT; ++rt)
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-                a[rt][i] = half2_bits(warp_op_a<M, K, TA>(As, rt * 16 + g + 8 * (i & 1), kt * 8 + t + 4 * (i >> 1)));
+                a[rt][i] = half2_bits(warp_op_a<M, K, TA>(As, rt * 16 + g + 8 * (i & 1), warp_k<KS>(2 * kt + (i >> 1), t)));
 #pragma unroll
         for (int ct = 0; ct < L::CT; ++ct) {
             unsigned b[2];
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const unsigned w = half2_bits(warp_op_b<K, N, TB>(Bs, kt * 8 + t + 4 * j, ct * 4 + (g >> 1)));
+                const unsigned w = half2_bits(warp_op_b<K, N, TB>(Bs, warp_k<KS>(2 * kt + j, t), ct * 4 + (g >> 1)));
                 b[j] = ((g & 1) ? __byte_perm(w, 0u, 0x1032) : w) ^ b_flip;
             }
 #pragma unroll
@@ -1387,7 +1402,7 @@ __device__ __forceinline__ void warp_product(const __half2* As, const __half2* B
             }
 }
 
-template <typename S, int M, int N, int K, char TA, char TB, typename ACC, int STAGES, typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, typename ACC, int STAGES, int KS, typename Scalar>
 __global__ void __launch_bounds__(256, (WarpMinBlocks<S, M, N, K, ACC>::value))
 wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
                  Conjugate conj)
@@ -1471,7 +1486,7 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
         const int oc = contiguous ? chunk_offset(Cg) : 0;
         __half* st = ring + s * L::STAGE;
         __half* Cs = st + L::A + L::B + oc;
-        warp_product<M, N, K, TA, TB, ACC>(reinterpret_cast<const S*>(st + oa), reinterpret_cast<const S*>(st + L::A + ob),
+        warp_product<M, N, K, TA, TB, ACC, KS>(reinterpret_cast<const S*>(st + oa), reinterpret_cast<const S*>(st + L::A + ob),
                                            reinterpret_cast<S*>(Cs), alpha, beta, read_c, conj, lane);
         __syncwarp();
         if (contiguous) {   // whole chunks with 16-byte stores, the ends shared with the neighbours one by one
@@ -1506,11 +1521,11 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
 // sm_80+ only (cp.async, mma.sync.m16n8k16): the dispatch sends older devices to the row's other
 // choice, and a direct call there gets GEMMGEN_NOT_GENERATED with nothing launched (so the kernel is
 // empty before sm_80, which also spares its compilation there).
-template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, char TB, typename S, typename Scalar>
+template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, char TB, int KS, typename S, typename Scalar>
 int launch_wmma_warp(Conjugate conj, const BatchPointers<S>& p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
                      int batch, cudaStream_t stream)
 {
-    auto kernel = wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, Scalar>;
+    auto kernel = wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, KS, Scalar>;
     constexpr int PER_WARP = STAGES * WarpLayout<S, M, N, K>::STAGE * 2;
     const DeviceInfo dev = device_info();
     if (dev.cc < 80)

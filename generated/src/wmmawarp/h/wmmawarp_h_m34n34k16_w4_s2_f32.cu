@@ -29,16 +29,16 @@ int launch(char transa, char transb, const gemmgen::BatchPointers<S>& ptrs, int 
     const gemmgen::Conjugate conj{ta == 'C', tb == 'C'};
     switch (gemmgen::trans_code(gemmgen::stored_layout(ta), gemmgen::stored_layout(tb))) {
     case gemmgen::trans_code('N', 'N'):
-        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'N', 'N'>(
+        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'N', 'N', 4>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('N', 'T'):
-        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'N', 'T'>(
+        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'N', 'T', 4>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'N'):
-        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'T', 'N'>(
+        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'T', 'N', 2>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     case gemmgen::trans_code('T', 'T'):
-        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'T', 'T'>(
+        return gemmgen::tc::launch_wmma_warp<M, N, K, Acc, STAGES, WARPS, 'T', 'T', 4>(
             conj, ptrs, lda, ldb, ldc, alpha, beta, batch, stream);
     default:
         return ta == '\0' ? -1 : -2;   // the public entry points reject these before calling
