@@ -982,137 +982,137 @@ extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m14n14k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m14n14k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m14n14k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m14n14k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m17n17k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m17n17k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m17n17k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m17n17k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m18n18k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m18n18k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m18n18k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m18n18k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m19n19k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m19n19k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m19n19k19_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m19n19k19_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m20n20k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m20n20k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m20n20k20_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m20n20k20_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m21n21k21_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m21n21k21_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m22n22k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m22n22k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m22n22k22_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m22n22k22_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m23n23k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m23n23k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m23n23k23_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m23n23k23_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k24_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m24n24k24_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k24_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m24n24k24_w8_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m25n25k25_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m25n25k25_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m26n26k16_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m26n26k16_w8_s3_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m26n26k26_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m26n26k26_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m27n27k16_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m27n27k16_w8_s3_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m28n28k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m28n28k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m29n29k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m29n29k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m29n29k29_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m29n29k29_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m30n30k30_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m30n30k30_w8_s3_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m31n31k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m31n31k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m31n31k31_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m31n31k31_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m32n32k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m32n32k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m33n33k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1130,33 +1130,33 @@ extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m35n35k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m35n35k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m35n35k35_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m35n35k35_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m36n36k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m36n36k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m36n36k36_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m36n36k36_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m37n37k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m37n37k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m38n38k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m38n38k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m38n38k38_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1166,53 +1166,53 @@ extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m39n39k39_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m39n39k39_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m40n40k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m40n40k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m40n40k40_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m40n40k40_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m41n41k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m41n41k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m42n42k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m42n42k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m42n42k42_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m42n42k42_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m43n43k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m43n43k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m43n43k43_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m43n43k43_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m44n44k44_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m44n44k44_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m45n45k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m45n45k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m45n45k45_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1222,9 +1222,9 @@ extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m46n46k46_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m46n46k46_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m47n47k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1238,53 +1238,53 @@ extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m48n48k48_w4_s3_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m49n49k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m49n49k49_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m49n49k49_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m50n50k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m50n50k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m50n50k50_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m50n50k50_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m51n51k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m51n51k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m51n51k51_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m51n51k51_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m52n52k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m52n52k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m52n52k52_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m52n52k52_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m53n53k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m53n53k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m54n54k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m54n54k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m54n54k54_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1298,33 +1298,33 @@ extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m56n56k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m57n57k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m57n57k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m57n57k57_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m57n57k57_w4_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m58n58k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m58n58k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m59n59k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m59n59k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m59n59k59_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m59n59k59_w4_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1334,9 +1334,9 @@ extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m61n61k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m61n61k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m61n61k61_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1350,9 +1350,13 @@ extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m63n63k16_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
+extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m63n63k16_w8_s3_f16_array(char, char, float, const __half* const*, int,
+extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1362,25 +1366,33 @@ extern "C" int wmmawarp_hc_m11n11k16_w8_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m11n11k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m12n12k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m12n12k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m12n12k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m12n12k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m16n16k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m16n16k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m16n16k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m16n16k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m17n17k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m17n17k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m19n19k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m19n19k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m19n19k19_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1410,9 +1422,9 @@ extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m23n23k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m23n23k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1426,17 +1438,17 @@ extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m26n26k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m26n26k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m26n26k26_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m26n26k26_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m27n27k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m27n27k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m27n27k27_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1450,9 +1462,9 @@ extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m29n29k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m29n29k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m29n29k29_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1502,29 +1514,29 @@ extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m36n36k36_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m36n36k36_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m37n37k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m37n37k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m38n38k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m38n38k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m39n39k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m39n39k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m39n39k39_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1546,9 +1558,9 @@ extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m42n42k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m42n42k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m42n42k42_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1570,9 +1582,9 @@ extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m45n45k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m45n45k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m45n45k45_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1582,9 +1594,9 @@ extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m46n46k46_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m46n46k46_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1594,33 +1606,33 @@ extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m48n48k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m48n48k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m49n49k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m49n49k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m49n49k49_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m49n49k49_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m50n50k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m50n50k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m51n51k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m51n51k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m51n51k51_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m51n51k51_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m52n52k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1630,13 +1642,13 @@ extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m54n54k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m54n54k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m55n55k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m55n55k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m56n56k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1650,17 +1662,25 @@ extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m59n59k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m59n59k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m62n62k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m62n62k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m9n9k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m9n9k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1873,73 +1893,73 @@ const SmallEntry<__half, float> small_h[] = {
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
     {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
-    {14, 14, 16, 80, "wmmawarp_h_m14n14k16_w4_s2_f16", wmmawarp_h_m14n14k16_w4_s2_f16_strided, wmmawarp_h_m14n14k16_w4_s2_f16_array, 0},
+    {14, 14, 16, 80, "wmmawarp_h_m14n14k16_w8_s2_f32", wmmawarp_h_m14n14k16_w8_s2_f32_strided, wmmawarp_h_m14n14k16_w8_s2_f32_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
-    {17, 17, 16, 80, "wmmawarp_h_m17n17k16_w4_s2_f32", wmmawarp_h_m17n17k16_w4_s2_f32_strided, wmmawarp_h_m17n17k16_w4_s2_f32_array, 0},
+    {17, 17, 16, 80, "wmmawarp_h_m17n17k16_w8_s2_f16", wmmawarp_h_m17n17k16_w8_s2_f16_strided, wmmawarp_h_m17n17k16_w8_s2_f16_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
-    {18, 18, 16, 80, "wmmawarp_h_m18n18k16_w8_s2_f32", wmmawarp_h_m18n18k16_w8_s2_f32_strided, wmmawarp_h_m18n18k16_w8_s2_f32_array, 0},
+    {18, 18, 16, 80, "wmmawarp_h_m18n18k16_w8_s2_f16", wmmawarp_h_m18n18k16_w8_s2_f16_strided, wmmawarp_h_m18n18k16_w8_s2_f16_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
-    {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f16", wmmawarp_h_m19n19k16_w8_s2_f16_strided, wmmawarp_h_m19n19k16_w8_s2_f16_array, 0},
+    {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f32", wmmawarp_h_m19n19k16_w8_s2_f32_strided, wmmawarp_h_m19n19k16_w8_s2_f32_array, 0},
     {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0},
-    {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w8_s2_f16", wmmawarp_h_m19n19k19_w8_s2_f16_strided, wmmawarp_h_m19n19k19_w8_s2_f16_array, 0},
+    {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w4_s2_f32", wmmawarp_h_m19n19k19_w4_s2_f32_strided, wmmawarp_h_m19n19k19_w4_s2_f32_array, 0},
     {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0},
-    {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w8_s2_f16", wmmawarp_h_m20n20k16_w8_s2_f16_strided, wmmawarp_h_m20n20k16_w8_s2_f16_array, 0},
+    {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w4_s2_f32", wmmawarp_h_m20n20k16_w4_s2_f32_strided, wmmawarp_h_m20n20k16_w4_s2_f32_array, 0},
     {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0},
-    {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w8_s2_f32", wmmawarp_h_m20n20k20_w8_s2_f32_strided, wmmawarp_h_m20n20k20_w8_s2_f32_array, 0},
+    {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w4_s2_f16", wmmawarp_h_m20n20k20_w4_s2_f16_strided, wmmawarp_h_m20n20k20_w4_s2_f16_array, 0},
     {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0},
     {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0},
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0},
-    {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f16", wmmawarp_h_m21n21k21_w8_s2_f16_strided, wmmawarp_h_m21n21k21_w8_s2_f16_array, 0},
+    {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f32", wmmawarp_h_m21n21k21_w8_s2_f32_strided, wmmawarp_h_m21n21k21_w8_s2_f32_array, 0},
     {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0},
-    {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s2_f32", wmmawarp_h_m22n22k16_w4_s2_f32_strided, wmmawarp_h_m22n22k16_w4_s2_f32_array, 0},
+    {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s3_f16", wmmawarp_h_m22n22k16_w4_s3_f16_strided, wmmawarp_h_m22n22k16_w4_s3_f16_array, 0},
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0},
-    {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f16", wmmawarp_h_m22n22k22_w8_s2_f16_strided, wmmawarp_h_m22n22k22_w8_s2_f16_array, 0},
+    {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f32", wmmawarp_h_m22n22k22_w8_s2_f32_strided, wmmawarp_h_m22n22k22_w8_s2_f32_array, 0},
     {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0},
-    {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s3_f32", wmmawarp_h_m23n23k16_w4_s3_f32_strided, wmmawarp_h_m23n23k16_w4_s3_f32_array, 0},
+    {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s2_f32", wmmawarp_h_m23n23k16_w4_s2_f32_strided, wmmawarp_h_m23n23k16_w4_s2_f32_array, 0},
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
-    {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w4_s2_f32", wmmawarp_h_m23n23k23_w4_s2_f32_strided, wmmawarp_h_m23n23k23_w4_s2_f32_array, 0},
+    {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w8_s2_f32", wmmawarp_h_m23n23k23_w8_s2_f32_strided, wmmawarp_h_m23n23k23_w8_s2_f32_array, 0},
     {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
-    {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w4_s2_f32", wmmawarp_h_m24n24k16_w4_s2_f32_strided, wmmawarp_h_m24n24k16_w4_s2_f32_array, 0},
+    {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
-    {24, 24, 24, 80, "wmmawarp_h_m24n24k24_w4_s3_f32", wmmawarp_h_m24n24k24_w4_s3_f32_strided, wmmawarp_h_m24n24k24_w4_s3_f32_array, 0},
+    {24, 24, 24, 80, "wmmawarp_h_m24n24k24_w8_s3_f16", wmmawarp_h_m24n24k24_w8_s3_f16_strided, wmmawarp_h_m24n24k24_w8_s3_f16_array, 0},
     {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
     {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
-    {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w4_s2_f32", wmmawarp_h_m25n25k25_w4_s2_f32_strided, wmmawarp_h_m25n25k25_w4_s2_f32_array, 0},
+    {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w8_s2_f32", wmmawarp_h_m25n25k25_w8_s2_f32_strided, wmmawarp_h_m25n25k25_w8_s2_f32_array, 0},
     {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0},
-    {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s3_f16", wmmawarp_h_m26n26k16_w8_s3_f16_strided, wmmawarp_h_m26n26k16_w8_s3_f16_array, 0},
+    {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s2_f32", wmmawarp_h_m26n26k16_w8_s2_f32_strided, wmmawarp_h_m26n26k16_w8_s2_f32_array, 0},
     {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0},
-    {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f32", wmmawarp_h_m26n26k26_w4_s2_f32_strided, wmmawarp_h_m26n26k26_w4_s2_f32_array, 0},
+    {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f16", wmmawarp_h_m26n26k26_w4_s2_f16_strided, wmmawarp_h_m26n26k26_w4_s2_f16_array, 0},
     {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0},
-    {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w8_s3_f16", wmmawarp_h_m27n27k16_w8_s3_f16_strided, wmmawarp_h_m27n27k16_w8_s3_f16_array, 0},
+    {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w4_s3_f32", wmmawarp_h_m27n27k16_w4_s3_f32_strided, wmmawarp_h_m27n27k16_w4_s3_f32_array, 0},
     {27, 27, 27, 75, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 1},
     {27, 27, 27, 80, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 0},
     {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0},
-    {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w8_s3_f32", wmmawarp_h_m28n28k16_w8_s3_f32_strided, wmmawarp_h_m28n28k16_w8_s3_f32_array, 0},
+    {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w4_s3_f32", wmmawarp_h_m28n28k16_w4_s3_f32_strided, wmmawarp_h_m28n28k16_w4_s3_f32_array, 0},
     {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0},
     {28, 28, 28, 80, "wmmawarp_h_m28n28k28_w4_s2_f16", wmmawarp_h_m28n28k28_w4_s2_f16_strided, wmmawarp_h_m28n28k28_w4_s2_f16_array, 0},
     {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0},
-    {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f16", wmmawarp_h_m29n29k16_w4_s2_f16_strided, wmmawarp_h_m29n29k16_w4_s2_f16_array, 0},
-    {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f16", wmmawarp_h_m29n29k29_w8_s2_f16_strided, wmmawarp_h_m29n29k29_w8_s2_f16_array, 1},
-    {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f16", wmmawarp_h_m29n29k29_w8_s2_f16_strided, wmmawarp_h_m29n29k29_w8_s2_f16_array, 0},
+    {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f32", wmmawarp_h_m29n29k16_w4_s2_f32_strided, wmmawarp_h_m29n29k16_w4_s2_f32_array, 0},
+    {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 1},
+    {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 0},
     {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0},
     {30, 30, 16, 80, "wmmawarp_h_m30n30k16_w8_s2_f16", wmmawarp_h_m30n30k16_w8_s2_f16_strided, wmmawarp_h_m30n30k16_w8_s2_f16_array, 0},
     {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0},
-    {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s3_f16", wmmawarp_h_m30n30k30_w8_s3_f16_strided, wmmawarp_h_m30n30k30_w8_s3_f16_array, 0},
+    {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s2_f32", wmmawarp_h_m30n30k30_w8_s2_f32_strided, wmmawarp_h_m30n30k30_w8_s2_f32_array, 0},
     {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0},
-    {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f16", wmmawarp_h_m31n31k16_w8_s2_f16_strided, wmmawarp_h_m31n31k16_w8_s2_f16_array, 0},
-    {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w4_s2_f16", wmmawarp_h_m31n31k31_w4_s2_f16_strided, wmmawarp_h_m31n31k31_w4_s2_f16_array, 1},
-    {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w4_s2_f16", wmmawarp_h_m31n31k31_w4_s2_f16_strided, wmmawarp_h_m31n31k31_w4_s2_f16_array, 0},
-    {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w4_s2_f16", wmmawarp_h_m32n32k16_w4_s2_f16_strided, wmmawarp_h_m32n32k16_w4_s2_f16_array, 1},
-    {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w4_s2_f16", wmmawarp_h_m32n32k16_w4_s2_f16_strided, wmmawarp_h_m32n32k16_w4_s2_f16_array, 0},
+    {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f32", wmmawarp_h_m31n31k16_w8_s2_f32_strided, wmmawarp_h_m31n31k16_w8_s2_f32_array, 0},
+    {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 1},
+    {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 0},
+    {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 1},
+    {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 0},
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0},
     {33, 33, 16, 75, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 1},
     {33, 33, 16, 80, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 0},
@@ -1949,118 +1969,120 @@ const SmallEntry<__half, float> small_h[] = {
     {34, 34, 16, 80, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 0},
     {34, 34, 34, 75, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 1},
     {34, 34, 34, 80, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 0},
-    {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w8_s2_f16", wmmawarp_h_m35n35k16_w8_s2_f16_strided, wmmawarp_h_m35n35k16_w8_s2_f16_array, 1},
-    {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w8_s2_f16", wmmawarp_h_m35n35k16_w8_s2_f16_strided, wmmawarp_h_m35n35k16_w8_s2_f16_array, 0},
-    {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w8_s2_f32", wmmawarp_h_m35n35k35_w8_s2_f32_strided, wmmawarp_h_m35n35k35_w8_s2_f32_array, 1},
-    {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w8_s2_f32", wmmawarp_h_m35n35k35_w8_s2_f32_strided, wmmawarp_h_m35n35k35_w8_s2_f32_array, 0},
-    {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w4_s3_f32", wmmawarp_h_m36n36k16_w4_s3_f32_strided, wmmawarp_h_m36n36k16_w4_s3_f32_array, 1},
-    {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w4_s3_f32", wmmawarp_h_m36n36k16_w4_s3_f32_strided, wmmawarp_h_m36n36k16_w4_s3_f32_array, 0},
-    {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w8_s2_f32", wmmawarp_h_m36n36k36_w8_s2_f32_strided, wmmawarp_h_m36n36k36_w8_s2_f32_array, 1},
-    {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w8_s2_f32", wmmawarp_h_m36n36k36_w8_s2_f32_strided, wmmawarp_h_m36n36k36_w8_s2_f32_array, 0},
-    {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w8_s2_f16", wmmawarp_h_m37n37k16_w8_s2_f16_strided, wmmawarp_h_m37n37k16_w8_s2_f16_array, 1},
-    {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w8_s2_f16", wmmawarp_h_m37n37k16_w8_s2_f16_strided, wmmawarp_h_m37n37k16_w8_s2_f16_array, 0},
+    {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 1},
+    {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 0},
+    {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 1},
+    {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 0},
+    {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 1},
+    {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 0},
+    {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 1},
+    {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 0},
+    {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 1},
+    {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 0},
     {37, 37, 37, 75, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 1},
     {37, 37, 37, 80, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 0},
-    {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f32", wmmawarp_h_m38n38k16_w4_s3_f32_strided, wmmawarp_h_m38n38k16_w4_s3_f32_array, 1},
-    {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f32", wmmawarp_h_m38n38k16_w4_s3_f32_strided, wmmawarp_h_m38n38k16_w4_s3_f32_array, 0},
+    {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 1},
+    {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 0},
     {38, 38, 38, 75, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 1},
     {38, 38, 38, 80, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 0},
     {39, 39, 16, 75, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 1},
     {39, 39, 16, 80, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 0},
-    {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f32", wmmawarp_h_m39n39k39_w8_s2_f32_strided, wmmawarp_h_m39n39k39_w8_s2_f32_array, 1},
-    {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f32", wmmawarp_h_m39n39k39_w8_s2_f32_strided, wmmawarp_h_m39n39k39_w8_s2_f32_array, 0},
-    {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w8_s2_f32", wmmawarp_h_m40n40k16_w8_s2_f32_strided, wmmawarp_h_m40n40k16_w8_s2_f32_array, 1},
-    {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w8_s2_f32", wmmawarp_h_m40n40k16_w8_s2_f32_strided, wmmawarp_h_m40n40k16_w8_s2_f32_array, 0},
-    {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f16", wmmawarp_h_m40n40k40_w4_s2_f16_strided, wmmawarp_h_m40n40k40_w4_s2_f16_array, 1},
-    {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f16", wmmawarp_h_m40n40k40_w4_s2_f16_strided, wmmawarp_h_m40n40k40_w4_s2_f16_array, 0},
-    {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f32", wmmawarp_h_m41n41k16_w8_s2_f32_strided, wmmawarp_h_m41n41k16_w8_s2_f32_array, 1},
-    {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f32", wmmawarp_h_m41n41k16_w8_s2_f32_strided, wmmawarp_h_m41n41k16_w8_s2_f32_array, 0},
+    {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 1},
+    {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 0},
+    {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 1},
+    {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 0},
+    {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 1},
+    {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 0},
+    {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 1},
+    {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 0},
     {41, 41, 41, 75, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 1},
     {41, 41, 41, 80, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 0},
-    {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f32", wmmawarp_h_m42n42k16_w8_s2_f32_strided, wmmawarp_h_m42n42k16_w8_s2_f32_array, 1},
-    {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f32", wmmawarp_h_m42n42k16_w8_s2_f32_strided, wmmawarp_h_m42n42k16_w8_s2_f32_array, 0},
-    {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w4_s2_f32", wmmawarp_h_m42n42k42_w4_s2_f32_strided, wmmawarp_h_m42n42k42_w4_s2_f32_array, 1},
-    {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w4_s2_f32", wmmawarp_h_m42n42k42_w4_s2_f32_strided, wmmawarp_h_m42n42k42_w4_s2_f32_array, 0},
-    {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w8_s3_f32", wmmawarp_h_m43n43k16_w8_s3_f32_strided, wmmawarp_h_m43n43k16_w8_s3_f32_array, 1},
-    {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w8_s3_f32", wmmawarp_h_m43n43k16_w8_s3_f32_strided, wmmawarp_h_m43n43k16_w8_s3_f32_array, 0},
-    {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s3_f32", wmmawarp_h_m43n43k43_w4_s3_f32_strided, wmmawarp_h_m43n43k43_w4_s3_f32_array, 1},
-    {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s3_f32", wmmawarp_h_m43n43k43_w4_s3_f32_strided, wmmawarp_h_m43n43k43_w4_s3_f32_array, 0},
+    {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 1},
+    {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 0},
+    {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 1},
+    {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 0},
+    {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 1},
+    {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 0},
+    {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 1},
+    {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 0},
     {44, 44, 16, 75, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 1},
     {44, 44, 16, 80, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 0},
-    {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f16", wmmawarp_h_m44n44k44_w4_s2_f16_strided, wmmawarp_h_m44n44k44_w4_s2_f16_array, 1},
-    {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f16", wmmawarp_h_m44n44k44_w4_s2_f16_strided, wmmawarp_h_m44n44k44_w4_s2_f16_array, 0},
-    {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f16", wmmawarp_h_m45n45k16_w4_s2_f16_strided, wmmawarp_h_m45n45k16_w4_s2_f16_array, 1},
-    {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f16", wmmawarp_h_m45n45k16_w4_s2_f16_strided, wmmawarp_h_m45n45k16_w4_s2_f16_array, 0},
+    {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 1},
+    {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 0},
+    {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 1},
+    {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 0},
     {45, 45, 45, 75, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 1},
     {45, 45, 45, 80, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 0},
     {46, 46, 16, 75, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 1},
     {46, 46, 16, 80, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 0},
-    {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f32", wmmawarp_h_m46n46k46_w4_s2_f32_strided, wmmawarp_h_m46n46k46_w4_s2_f32_array, 1},
-    {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f32", wmmawarp_h_m46n46k46_w4_s2_f32_strided, wmmawarp_h_m46n46k46_w4_s2_f32_array, 0},
+    {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 1},
+    {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 0},
     {47, 47, 16, 75, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 1},
     {47, 47, 16, 80, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 0},
     {47, 47, 47, 75, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 1},
     {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0},
     {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1},
     {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0},
-    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 1},
-    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f16", wmmawarp_h_m48n48k48_w4_s3_f16_strided, wmmawarp_h_m48n48k48_w4_s3_f16_array, 0},
-    {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 1},
-    {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s3_f32", wmmawarp_h_m49n49k16_w8_s3_f32_strided, wmmawarp_h_m49n49k16_w8_s3_f32_array, 0},
-    {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s2_f32", wmmawarp_h_m49n49k49_w4_s2_f32_strided, wmmawarp_h_m49n49k49_w4_s2_f32_array, 1},
-    {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s2_f32", wmmawarp_h_m49n49k49_w4_s2_f32_strided, wmmawarp_h_m49n49k49_w4_s2_f32_array, 0},
-    {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f16", wmmawarp_h_m50n50k16_w4_s2_f16_strided, wmmawarp_h_m50n50k16_w4_s2_f16_array, 1},
-    {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f16", wmmawarp_h_m50n50k16_w4_s2_f16_strided, wmmawarp_h_m50n50k16_w4_s2_f16_array, 0},
-    {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f16", wmmawarp_h_m50n50k50_w4_s2_f16_strided, wmmawarp_h_m50n50k50_w4_s2_f16_array, 1},
-    {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f16", wmmawarp_h_m50n50k50_w4_s2_f16_strided, wmmawarp_h_m50n50k50_w4_s2_f16_array, 0},
-    {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f16", wmmawarp_h_m51n51k16_w4_s2_f16_strided, wmmawarp_h_m51n51k16_w4_s2_f16_array, 1},
-    {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f16", wmmawarp_h_m51n51k16_w4_s2_f16_strided, wmmawarp_h_m51n51k16_w4_s2_f16_array, 0},
-    {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f32", wmmawarp_h_m51n51k51_w4_s2_f32_strided, wmmawarp_h_m51n51k51_w4_s2_f32_array, 1},
-    {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f32", wmmawarp_h_m51n51k51_w4_s2_f32_strided, wmmawarp_h_m51n51k51_w4_s2_f32_array, 0},
-    {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w4_s2_f32", wmmawarp_h_m52n52k16_w4_s2_f32_strided, wmmawarp_h_m52n52k16_w4_s2_f32_array, 1},
-    {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w4_s2_f32", wmmawarp_h_m52n52k16_w4_s2_f32_strided, wmmawarp_h_m52n52k16_w4_s2_f32_array, 0},
-    {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f32", wmmawarp_h_m52n52k52_w4_s2_f32_strided, wmmawarp_h_m52n52k52_w4_s2_f32_array, 1},
-    {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f32", wmmawarp_h_m52n52k52_w4_s2_f32_strided, wmmawarp_h_m52n52k52_w4_s2_f32_array, 0},
-    {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s3_f32", wmmawarp_h_m53n53k16_w4_s3_f32_strided, wmmawarp_h_m53n53k16_w4_s3_f32_array, 1},
-    {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s3_f32", wmmawarp_h_m53n53k16_w4_s3_f32_strided, wmmawarp_h_m53n53k16_w4_s3_f32_array, 0},
+    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 1},
+    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 0},
+    {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 1},
+    {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 0},
+    {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 1},
+    {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 0},
+    {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 1},
+    {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 0},
+    {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 1},
+    {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 0},
+    {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 1},
+    {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 0},
+    {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 1},
+    {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 0},
+    {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 1},
+    {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 0},
+    {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 1},
+    {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 0},
+    {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 1},
+    {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 0},
     {53, 53, 53, 75, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 1},
     {53, 53, 53, 80, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 0},
-    {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f32", wmmawarp_h_m54n54k16_w4_s2_f32_strided, wmmawarp_h_m54n54k16_w4_s2_f32_array, 1},
-    {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f32", wmmawarp_h_m54n54k16_w4_s2_f32_strided, wmmawarp_h_m54n54k16_w4_s2_f32_array, 0},
+    {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 1},
+    {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 0},
     {54, 54, 54, 75, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 1},
     {54, 54, 54, 80, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 0},
     {55, 55, 16, 75, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 1},
     {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0},
     {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1},
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
-    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 1},
-    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f16", wmmawarp_h_m56n56k16_w4_s2_f16_strided, wmmawarp_h_m56n56k16_w4_s2_f16_array, 0},
-    {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 1},
-    {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f16", wmmawarp_h_m57n57k16_w4_s2_f16_strided, wmmawarp_h_m57n57k16_w4_s2_f16_array, 0},
-    {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f32", wmmawarp_h_m57n57k57_w4_s2_f32_strided, wmmawarp_h_m57n57k57_w4_s2_f32_array, 1},
-    {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f32", wmmawarp_h_m57n57k57_w4_s2_f32_strided, wmmawarp_h_m57n57k57_w4_s2_f32_array, 0},
-    {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w8_s2_f16", wmmawarp_h_m58n58k16_w8_s2_f16_strided, wmmawarp_h_m58n58k16_w8_s2_f16_array, 1},
-    {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w8_s2_f16", wmmawarp_h_m58n58k16_w8_s2_f16_strided, wmmawarp_h_m58n58k16_w8_s2_f16_array, 0},
+    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1},
+    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0},
+    {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1},
+    {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0},
+    {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1},
+    {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 0},
+    {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 1},
+    {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 0},
     {58, 58, 58, 75, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 1},
     {58, 58, 58, 80, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 0},
-    {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w8_s2_f32", wmmawarp_h_m59n59k16_w8_s2_f32_strided, wmmawarp_h_m59n59k16_w8_s2_f32_array, 1},
-    {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w8_s2_f32", wmmawarp_h_m59n59k16_w8_s2_f32_strided, wmmawarp_h_m59n59k16_w8_s2_f32_array, 0},
-    {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f16", wmmawarp_h_m59n59k59_w4_s2_f16_strided, wmmawarp_h_m59n59k59_w4_s2_f16_array, 1},
-    {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f16", wmmawarp_h_m59n59k59_w4_s2_f16_strided, wmmawarp_h_m59n59k59_w4_s2_f16_array, 0},
+    {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 1},
+    {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 0},
+    {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 1},
+    {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 0},
     {60, 60, 16, 75, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 1},
     {60, 60, 16, 80, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 0},
     {60, 60, 60, 75, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 1},
     {60, 60, 60, 80, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 0},
-    {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w8_s2_f16", wmmawarp_h_m61n61k16_w8_s2_f16_strided, wmmawarp_h_m61n61k16_w8_s2_f16_array, 1},
-    {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w8_s2_f16", wmmawarp_h_m61n61k16_w8_s2_f16_strided, wmmawarp_h_m61n61k16_w8_s2_f16_array, 0},
+    {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 1},
+    {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 0},
     {61, 61, 61, 75, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 1},
     {61, 61, 61, 80, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 0},
     {62, 62, 16, 75, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 1},
     {62, 62, 16, 80, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 0},
     {62, 62, 62, 75, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 1},
     {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0},
-    {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w8_s3_f16", wmmawarp_h_m63n63k16_w8_s3_f16_strided, wmmawarp_h_m63n63k16_w8_s3_f16_array, 1},
-    {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w8_s3_f16", wmmawarp_h_m63n63k16_w8_s3_f16_strided, wmmawarp_h_m63n63k16_w8_s3_f16_array, 0},
+    {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 1},
+    {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 0},
+    {63, 63, 63, 75, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 1},
+    {63, 63, 63, 80, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2165,6 +2187,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
     {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
+    {9, 9, 16, 80, "wmmawarp_hc_m9n9k16_w4_s2_f16", wmmawarp_hc_m9n9k16_w4_s2_f16_strided, wmmawarp_hc_m9n9k16_w4_s2_f16_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
     {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0},
@@ -2173,7 +2196,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {11, 11, 16, 80, "wmmawarp_hc_m11n11k16_w8_s2_f16", wmmawarp_hc_m11n11k16_w8_s2_f16_strided, wmmawarp_hc_m11n11k16_w8_s2_f16_array, 0},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
     {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {12, 12, 16, 80, "wmmawarp_hc_m12n12k16_w4_s2_f16", wmmawarp_hc_m12n12k16_w4_s2_f16_strided, wmmawarp_hc_m12n12k16_w4_s2_f16_array, 0},
+    {12, 12, 16, 80, "wmmawarp_hc_m12n12k16_w8_s2_f16", wmmawarp_hc_m12n12k16_w8_s2_f16_strided, wmmawarp_hc_m12n12k16_w8_s2_f16_array, 0},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
     {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
     {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0},
@@ -2181,15 +2204,17 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
     {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {16, 16, 16, 80, "wmmawarp_hc_m16n16k16_w8_s2_f16", wmmawarp_hc_m16n16k16_w8_s2_f16_strided, wmmawarp_hc_m16n16k16_w8_s2_f16_array, 0},
+    {16, 16, 16, 80, "wmmawarp_hc_m16n16k16_w4_s2_f16", wmmawarp_hc_m16n16k16_w4_s2_f16_strided, wmmawarp_hc_m16n16k16_w4_s2_f16_array, 0},
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
-    {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w4_s2_f16", wmmawarp_hc_m17n17k16_w4_s2_f16_strided, wmmawarp_hc_m17n17k16_w4_s2_f16_array, 0},
+    {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
     {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0},
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
+    {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
+    {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0},
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
-    {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s3_f16", wmmawarp_hc_m19n19k16_w4_s3_f16_strided, wmmawarp_hc_m19n19k16_w4_s3_f16_array, 0},
+    {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s2_f16", wmmawarp_hc_m19n19k16_w4_s2_f16_strided, wmmawarp_hc_m19n19k16_w4_s2_f16_array, 0},
     {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0},
     {19, 19, 19, 80, "wmmawarp_hc_m19n19k19_w8_s2_f16", wmmawarp_hc_m19n19k19_w8_s2_f16_strided, wmmawarp_hc_m19n19k19_w8_s2_f16_array, 0},
     {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0},
@@ -2205,7 +2230,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0},
     {22, 22, 22, 80, "wmmawarp_hc_m22n22k22_w4_s2_f16", wmmawarp_hc_m22n22k22_w4_s2_f16_strided, wmmawarp_hc_m22n22k22_w4_s2_f16_array, 0},
     {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
-    {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w4_s3_f16", wmmawarp_hc_m23n23k16_w4_s3_f16_strided, wmmawarp_hc_m23n23k16_w4_s3_f16_array, 0},
+    {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w8_s2_f16", wmmawarp_hc_m23n23k16_w8_s2_f16_strided, wmmawarp_hc_m23n23k16_w8_s2_f16_array, 0},
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0},
     {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0},
     {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
@@ -2215,19 +2240,19 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {25, 25, 25, 75, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 1},
     {25, 25, 25, 80, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 0},
     {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0},
-    {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w4_s2_f16", wmmawarp_hc_m26n26k16_w4_s2_f16_strided, wmmawarp_hc_m26n26k16_w4_s2_f16_array, 0},
+    {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w8_s2_f16", wmmawarp_hc_m26n26k16_w8_s2_f16_strided, wmmawarp_hc_m26n26k16_w8_s2_f16_array, 0},
     {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0},
-    {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w8_s2_f16", wmmawarp_hc_m26n26k26_w8_s2_f16_strided, wmmawarp_hc_m26n26k26_w8_s2_f16_array, 0},
+    {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w4_s2_f16", wmmawarp_hc_m26n26k26_w4_s2_f16_strided, wmmawarp_hc_m26n26k26_w4_s2_f16_array, 0},
     {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0},
-    {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w4_s2_f16", wmmawarp_hc_m27n27k16_w4_s2_f16_strided, wmmawarp_hc_m27n27k16_w4_s2_f16_array, 0},
+    {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w8_s2_f16", wmmawarp_hc_m27n27k16_w8_s2_f16_strided, wmmawarp_hc_m27n27k16_w8_s2_f16_array, 0},
     {27, 27, 27, 75, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 1},
     {27, 27, 27, 80, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 0},
     {28, 28, 16, 75, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 1},
     {28, 28, 16, 80, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 0},
     {28, 28, 28, 75, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 1},
     {28, 28, 28, 80, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 0},
-    {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w4_s2_f16", wmmawarp_hc_m29n29k16_w4_s2_f16_strided, wmmawarp_hc_m29n29k16_w4_s2_f16_array, 1},
-    {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w4_s2_f16", wmmawarp_hc_m29n29k16_w4_s2_f16_strided, wmmawarp_hc_m29n29k16_w4_s2_f16_array, 0},
+    {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 1},
+    {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 0},
     {29, 29, 29, 75, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 1},
     {29, 29, 29, 80, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 0},
     {30, 30, 16, 75, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 1},
@@ -2254,18 +2279,18 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {35, 35, 35, 80, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 0},
     {36, 36, 16, 75, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 1},
     {36, 36, 16, 80, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 0},
-    {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w8_s3_f16", wmmawarp_hc_m36n36k36_w8_s3_f16_strided, wmmawarp_hc_m36n36k36_w8_s3_f16_array, 1},
-    {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w8_s3_f16", wmmawarp_hc_m36n36k36_w8_s3_f16_strided, wmmawarp_hc_m36n36k36_w8_s3_f16_array, 0},
-    {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w8_s2_f16", wmmawarp_hc_m37n37k16_w8_s2_f16_strided, wmmawarp_hc_m37n37k16_w8_s2_f16_array, 1},
-    {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w8_s2_f16", wmmawarp_hc_m37n37k16_w8_s2_f16_strided, wmmawarp_hc_m37n37k16_w8_s2_f16_array, 0},
+    {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 1},
+    {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 0},
+    {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 1},
+    {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 0},
     {37, 37, 37, 75, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 1},
     {37, 37, 37, 80, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 0},
-    {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w8_s2_f16", wmmawarp_hc_m38n38k16_w8_s2_f16_strided, wmmawarp_hc_m38n38k16_w8_s2_f16_array, 1},
-    {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w8_s2_f16", wmmawarp_hc_m38n38k16_w8_s2_f16_strided, wmmawarp_hc_m38n38k16_w8_s2_f16_array, 0},
+    {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 1},
+    {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 0},
     {38, 38, 38, 75, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 1},
     {38, 38, 38, 80, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 0},
-    {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w8_s2_f16", wmmawarp_hc_m39n39k16_w8_s2_f16_strided, wmmawarp_hc_m39n39k16_w8_s2_f16_array, 1},
-    {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w8_s2_f16", wmmawarp_hc_m39n39k16_w8_s2_f16_strided, wmmawarp_hc_m39n39k16_w8_s2_f16_array, 0},
+    {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 1},
+    {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 0},
     {39, 39, 39, 75, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 1},
     {39, 39, 39, 80, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 0},
     {40, 40, 16, 75, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 1},
@@ -2276,8 +2301,8 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {41, 41, 16, 80, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 0},
     {41, 41, 41, 75, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 1},
     {41, 41, 41, 80, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 0},
-    {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w4_s2_f16", wmmawarp_hc_m42n42k16_w4_s2_f16_strided, wmmawarp_hc_m42n42k16_w4_s2_f16_array, 1},
-    {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w4_s2_f16", wmmawarp_hc_m42n42k16_w4_s2_f16_strided, wmmawarp_hc_m42n42k16_w4_s2_f16_array, 0},
+    {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 1},
+    {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 0},
     {42, 42, 42, 75, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 1},
     {42, 42, 42, 80, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 0},
     {43, 43, 16, 75, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 1},
@@ -2288,52 +2313,54 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {44, 44, 16, 80, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 0},
     {44, 44, 44, 75, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 1},
     {44, 44, 44, 80, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 0},
-    {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s2_f16", wmmawarp_hc_m45n45k16_w4_s2_f16_strided, wmmawarp_hc_m45n45k16_w4_s2_f16_array, 1},
-    {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s2_f16", wmmawarp_hc_m45n45k16_w4_s2_f16_strided, wmmawarp_hc_m45n45k16_w4_s2_f16_array, 0},
+    {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 1},
+    {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 0},
     {45, 45, 45, 75, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 1},
     {45, 45, 45, 80, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 0},
     {46, 46, 16, 75, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 1},
     {46, 46, 16, 80, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 0},
-    {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w8_s2_f16", wmmawarp_hc_m46n46k46_w8_s2_f16_strided, wmmawarp_hc_m46n46k46_w8_s2_f16_array, 1},
-    {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w8_s2_f16", wmmawarp_hc_m46n46k46_w8_s2_f16_strided, wmmawarp_hc_m46n46k46_w8_s2_f16_array, 0},
+    {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 1},
+    {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 0},
     {47, 47, 16, 75, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 1},
     {47, 47, 16, 80, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 0},
     {47, 47, 47, 75, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 1},
     {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0},
-    {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w8_s2_f16", wmmawarp_hc_m48n48k16_w8_s2_f16_strided, wmmawarp_hc_m48n48k16_w8_s2_f16_array, 1},
-    {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w8_s2_f16", wmmawarp_hc_m48n48k16_w8_s2_f16_strided, wmmawarp_hc_m48n48k16_w8_s2_f16_array, 0},
-    {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w8_s3_f16", wmmawarp_hc_m49n49k16_w8_s3_f16_strided, wmmawarp_hc_m49n49k16_w8_s3_f16_array, 1},
-    {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w8_s3_f16", wmmawarp_hc_m49n49k16_w8_s3_f16_strided, wmmawarp_hc_m49n49k16_w8_s3_f16_array, 0},
-    {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w8_s2_f16", wmmawarp_hc_m49n49k49_w8_s2_f16_strided, wmmawarp_hc_m49n49k49_w8_s2_f16_array, 1},
-    {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w8_s2_f16", wmmawarp_hc_m49n49k49_w8_s2_f16_strided, wmmawarp_hc_m49n49k49_w8_s2_f16_array, 0},
-    {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w8_s2_f16", wmmawarp_hc_m50n50k16_w8_s2_f16_strided, wmmawarp_hc_m50n50k16_w8_s2_f16_array, 1},
-    {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w8_s2_f16", wmmawarp_hc_m50n50k16_w8_s2_f16_strided, wmmawarp_hc_m50n50k16_w8_s2_f16_array, 0},
+    {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1},
+    {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0},
+    {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1},
+    {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0},
+    {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1},
+    {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 0},
+    {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 1},
+    {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 0},
     {50, 50, 50, 75, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 1},
     {50, 50, 50, 80, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 0},
-    {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s3_f16", wmmawarp_hc_m51n51k16_w8_s3_f16_strided, wmmawarp_hc_m51n51k16_w8_s3_f16_array, 1},
-    {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s3_f16", wmmawarp_hc_m51n51k16_w8_s3_f16_strided, wmmawarp_hc_m51n51k16_w8_s3_f16_array, 0},
-    {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w8_s2_f16", wmmawarp_hc_m51n51k51_w8_s2_f16_strided, wmmawarp_hc_m51n51k51_w8_s2_f16_array, 1},
-    {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w8_s2_f16", wmmawarp_hc_m51n51k51_w8_s2_f16_strided, wmmawarp_hc_m51n51k51_w8_s2_f16_array, 0},
+    {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 1},
+    {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 0},
+    {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 1},
+    {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 0},
     {52, 52, 16, 75, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 1},
     {52, 52, 16, 80, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 0},
     {53, 53, 16, 75, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 1},
     {53, 53, 16, 80, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 0},
-    {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w4_s3_f16", wmmawarp_hc_m54n54k16_w4_s3_f16_strided, wmmawarp_hc_m54n54k16_w4_s3_f16_array, 1},
-    {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w4_s3_f16", wmmawarp_hc_m54n54k16_w4_s3_f16_strided, wmmawarp_hc_m54n54k16_w4_s3_f16_array, 0},
-    {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w4_s3_f16", wmmawarp_hc_m55n55k16_w4_s3_f16_strided, wmmawarp_hc_m55n55k16_w4_s3_f16_array, 1},
-    {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w4_s3_f16", wmmawarp_hc_m55n55k16_w4_s3_f16_strided, wmmawarp_hc_m55n55k16_w4_s3_f16_array, 0},
+    {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 1},
+    {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 0},
+    {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 1},
+    {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 0},
     {56, 56, 16, 75, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 1},
     {56, 56, 16, 80, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 0},
     {57, 57, 16, 75, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 1},
     {57, 57, 16, 80, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 0},
     {58, 58, 16, 75, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 1},
     {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0},
-    {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w8_s2_f16", wmmawarp_hc_m59n59k16_w8_s2_f16_strided, wmmawarp_hc_m59n59k16_w8_s2_f16_array, 1},
-    {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w8_s2_f16", wmmawarp_hc_m59n59k16_w8_s2_f16_strided, wmmawarp_hc_m59n59k16_w8_s2_f16_array, 0},
+    {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1},
+    {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0},
     {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1},
     {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0},
-    {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w8_s2_f16", wmmawarp_hc_m62n62k16_w8_s2_f16_strided, wmmawarp_hc_m62n62k16_w8_s2_f16_array, 1},
-    {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w8_s2_f16", wmmawarp_hc_m62n62k16_w8_s2_f16_strided, wmmawarp_hc_m62n62k16_w8_s2_f16_array, 0},
+    {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1},
+    {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0},
+    {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1},
+    {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2852,106 +2879,109 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m13n13k13_w8_s2_f16",
     "wmmawarp_h_m13n13k16_w8_s2_f16",
     "wmmawarp_h_m14n14k14_w8_s2_f16",
-    "wmmawarp_h_m14n14k16_w4_s2_f16",
+    "wmmawarp_h_m14n14k16_w8_s2_f32",
     "wmmawarp_h_m15n15k15_w4_s2_f32",
-    "wmmawarp_h_m17n17k16_w4_s2_f32",
+    "wmmawarp_h_m17n17k16_w8_s2_f16",
     "wmmawarp_h_m17n17k17_w4_s2_f32",
-    "wmmawarp_h_m18n18k16_w8_s2_f32",
+    "wmmawarp_h_m18n18k16_w8_s2_f16",
     "wmmawarp_h_m18n18k18_w8_s2_f32",
-    "wmmawarp_h_m19n19k16_w8_s2_f16",
-    "wmmawarp_h_m19n19k19_w8_s2_f16",
-    "wmmawarp_h_m20n20k16_w8_s2_f16",
-    "wmmawarp_h_m20n20k20_w8_s2_f32",
+    "wmmawarp_h_m19n19k16_w8_s2_f32",
+    "wmmawarp_h_m19n19k19_w4_s2_f32",
+    "wmmawarp_h_m20n20k16_w4_s2_f32",
+    "wmmawarp_h_m20n20k20_w4_s2_f16",
     "wmmawarp_h_m21n21k16_w4_s2_f16",
-    "wmmawarp_h_m21n21k21_w8_s2_f16",
-    "wmmawarp_h_m22n22k16_w4_s2_f32",
-    "wmmawarp_h_m22n22k22_w8_s2_f16",
-    "wmmawarp_h_m23n23k16_w4_s3_f32",
-    "wmmawarp_h_m23n23k23_w4_s2_f32",
-    "wmmawarp_h_m24n24k16_w4_s2_f32",
-    "wmmawarp_h_m24n24k24_w4_s3_f32",
+    "wmmawarp_h_m21n21k21_w8_s2_f32",
+    "wmmawarp_h_m22n22k16_w4_s3_f16",
+    "wmmawarp_h_m22n22k22_w8_s2_f32",
+    "wmmawarp_h_m23n23k16_w4_s2_f32",
+    "wmmawarp_h_m23n23k23_w8_s2_f32",
+    "wmmawarp_h_m24n24k16_w8_s3_f32",
+    "wmmawarp_h_m24n24k24_w8_s3_f16",
     "wmmawarp_h_m25n25k16_w4_s2_f16",
-    "wmmawarp_h_m25n25k25_w4_s2_f32",
-    "wmmawarp_h_m26n26k16_w8_s3_f16",
-    "wmmawarp_h_m26n26k26_w4_s2_f32",
-    "wmmawarp_h_m27n27k16_w8_s3_f16",
+    "wmmawarp_h_m25n25k25_w8_s2_f32",
+    "wmmawarp_h_m26n26k16_w8_s2_f32",
+    "wmmawarp_h_m26n26k26_w4_s2_f16",
+    "wmmawarp_h_m27n27k16_w4_s3_f32",
     "wmmawarp_h_m27n27k27_w8_s2_f16",
-    "wmmawarp_h_m28n28k16_w8_s3_f32",
+    "wmmawarp_h_m28n28k16_w4_s3_f32",
     "wmmawarp_h_m28n28k28_w4_s2_f16",
-    "wmmawarp_h_m29n29k16_w4_s2_f16",
-    "wmmawarp_h_m29n29k29_w8_s2_f16",
+    "wmmawarp_h_m29n29k16_w4_s2_f32",
+    "wmmawarp_h_m29n29k29_w8_s2_f32",
     "wmmawarp_h_m30n30k16_w8_s2_f16",
-    "wmmawarp_h_m30n30k30_w8_s3_f16",
-    "wmmawarp_h_m31n31k16_w8_s2_f16",
-    "wmmawarp_h_m31n31k31_w4_s2_f16",
-    "wmmawarp_h_m32n32k16_w4_s2_f16",
+    "wmmawarp_h_m30n30k30_w8_s2_f32",
+    "wmmawarp_h_m31n31k16_w8_s2_f32",
+    "wmmawarp_h_m31n31k31_w8_s3_f32",
+    "wmmawarp_h_m32n32k16_w8_s2_f16",
     "wmmawarp_h_m33n33k16_w4_s2_f32",
     "wmmawarp_h_m33n33k33_w4_s2_f32",
     "wmmawarp_h_m34n34k16_w4_s2_f32",
     "wmmawarp_h_m34n34k34_w8_s2_f32",
-    "wmmawarp_h_m35n35k16_w8_s2_f16",
-    "wmmawarp_h_m35n35k35_w8_s2_f32",
-    "wmmawarp_h_m36n36k16_w4_s3_f32",
-    "wmmawarp_h_m36n36k36_w8_s2_f32",
-    "wmmawarp_h_m37n37k16_w8_s2_f16",
+    "wmmawarp_h_m35n35k16_w4_s2_f32",
+    "wmmawarp_h_m35n35k35_w4_s2_f32",
+    "wmmawarp_h_m36n36k16_w8_s2_f16",
+    "wmmawarp_h_m36n36k36_w4_s2_f16",
+    "wmmawarp_h_m37n37k16_w4_s3_f16",
     "wmmawarp_h_m37n37k37_w4_s2_f16",
-    "wmmawarp_h_m38n38k16_w4_s3_f32",
+    "wmmawarp_h_m38n38k16_w4_s3_f16",
     "wmmawarp_h_m38n38k38_w8_s2_f32",
     "wmmawarp_h_m39n39k16_w4_s2_f32",
-    "wmmawarp_h_m39n39k39_w8_s2_f32",
-    "wmmawarp_h_m40n40k16_w8_s2_f32",
-    "wmmawarp_h_m40n40k40_w4_s2_f16",
-    "wmmawarp_h_m41n41k16_w8_s2_f32",
+    "wmmawarp_h_m39n39k39_w8_s2_f16",
+    "wmmawarp_h_m40n40k16_w4_s3_f32",
+    "wmmawarp_h_m40n40k40_w4_s2_f32",
+    "wmmawarp_h_m41n41k16_w8_s2_f16",
     "wmmawarp_h_m41n41k41_w4_s2_f32",
-    "wmmawarp_h_m42n42k16_w8_s2_f32",
-    "wmmawarp_h_m42n42k42_w4_s2_f32",
-    "wmmawarp_h_m43n43k16_w8_s3_f32",
-    "wmmawarp_h_m43n43k43_w4_s3_f32",
+    "wmmawarp_h_m42n42k16_w8_s2_f16",
+    "wmmawarp_h_m42n42k42_w8_s2_f32",
+    "wmmawarp_h_m43n43k16_w4_s2_f32",
+    "wmmawarp_h_m43n43k43_w4_s2_f32",
     "wmmawarp_h_m44n44k16_w4_s2_f16",
-    "wmmawarp_h_m44n44k44_w4_s2_f16",
-    "wmmawarp_h_m45n45k16_w4_s2_f16",
+    "wmmawarp_h_m44n44k44_w4_s2_f32",
+    "wmmawarp_h_m45n45k16_w4_s2_f32",
     "wmmawarp_h_m45n45k45_w4_s2_f16",
     "wmmawarp_h_m46n46k16_w8_s2_f16",
-    "wmmawarp_h_m46n46k46_w4_s2_f32",
+    "wmmawarp_h_m46n46k46_w4_s2_f16",
     "wmmawarp_h_m47n47k16_w4_s2_f32",
     "wmmawarp_h_m47n47k47_w4_s2_f16",
     "wmmawarp_h_m48n48k16_w4_s2_f32",
-    "wmmawarp_h_m48n48k48_w4_s3_f16",
-    "wmmawarp_h_m49n49k16_w8_s3_f32",
-    "wmmawarp_h_m49n49k49_w4_s2_f32",
-    "wmmawarp_h_m50n50k16_w4_s2_f16",
-    "wmmawarp_h_m50n50k50_w4_s2_f16",
-    "wmmawarp_h_m51n51k16_w4_s2_f16",
-    "wmmawarp_h_m51n51k51_w4_s2_f32",
-    "wmmawarp_h_m52n52k16_w4_s2_f32",
-    "wmmawarp_h_m52n52k52_w4_s2_f32",
-    "wmmawarp_h_m53n53k16_w4_s3_f32",
+    "wmmawarp_h_m48n48k48_w4_s3_f32",
+    "wmmawarp_h_m49n49k16_w8_s2_f32",
+    "wmmawarp_h_m49n49k49_w4_s3_f32",
+    "wmmawarp_h_m50n50k16_w4_s2_f32",
+    "wmmawarp_h_m50n50k50_w4_s2_f32",
+    "wmmawarp_h_m51n51k16_w4_s2_f32",
+    "wmmawarp_h_m51n51k51_w4_s2_f16",
+    "wmmawarp_h_m52n52k16_w8_s3_f32",
+    "wmmawarp_h_m52n52k52_w4_s2_f16",
+    "wmmawarp_h_m53n53k16_w4_s2_f32",
     "wmmawarp_h_m53n53k53_w8_s2_f32",
-    "wmmawarp_h_m54n54k16_w4_s2_f32",
+    "wmmawarp_h_m54n54k16_w4_s2_f16",
     "wmmawarp_h_m54n54k54_w4_s2_f32",
     "wmmawarp_h_m55n55k16_w4_s3_f32",
     "wmmawarp_h_m55n55k55_w4_s2_f32",
-    "wmmawarp_h_m56n56k16_w4_s2_f16",
-    "wmmawarp_h_m57n57k16_w4_s2_f16",
-    "wmmawarp_h_m57n57k57_w4_s2_f32",
-    "wmmawarp_h_m58n58k16_w8_s2_f16",
+    "wmmawarp_h_m56n56k16_w4_s2_f32",
+    "wmmawarp_h_m57n57k16_w4_s2_f32",
+    "wmmawarp_h_m57n57k57_w4_s2_f16",
+    "wmmawarp_h_m58n58k16_w4_s2_f32",
     "wmmawarp_h_m58n58k58_w4_s2_f16",
-    "wmmawarp_h_m59n59k16_w8_s2_f32",
-    "wmmawarp_h_m59n59k59_w4_s2_f16",
+    "wmmawarp_h_m59n59k16_w4_s2_f32",
+    "wmmawarp_h_m59n59k59_w4_s2_f32",
     "wmmawarp_h_m60n60k16_w4_s2_f32",
     "wmmawarp_h_m60n60k60_w4_s2_f32",
-    "wmmawarp_h_m61n61k16_w8_s2_f16",
+    "wmmawarp_h_m61n61k16_w4_s2_f32",
     "wmmawarp_h_m61n61k61_w4_s2_f16",
     "wmmawarp_h_m62n62k16_w4_s2_f32",
     "wmmawarp_h_m62n62k62_w4_s2_f16",
-    "wmmawarp_h_m63n63k16_w8_s3_f16",
+    "wmmawarp_h_m63n63k16_w4_s2_f32",
+    "wmmawarp_h_m63n63k63_w4_s2_f16",
     "wmmawarp_hc_m10n10k16_w8_s2_f16",
     "wmmawarp_hc_m11n11k16_w8_s2_f16",
-    "wmmawarp_hc_m12n12k16_w4_s2_f16",
-    "wmmawarp_hc_m16n16k16_w8_s2_f16",
-    "wmmawarp_hc_m17n17k16_w4_s2_f16",
+    "wmmawarp_hc_m12n12k16_w8_s2_f16",
+    "wmmawarp_hc_m16n16k16_w4_s2_f16",
+    "wmmawarp_hc_m17n17k16_w8_s2_f16",
     "wmmawarp_hc_m17n17k17_w8_s2_f16",
-    "wmmawarp_hc_m19n19k16_w4_s3_f16",
+    "wmmawarp_hc_m18n18k16_w8_s2_f16",
+    "wmmawarp_hc_m18n18k18_w4_s2_f16",
+    "wmmawarp_hc_m19n19k16_w4_s2_f16",
     "wmmawarp_hc_m19n19k19_w8_s2_f16",
     "wmmawarp_hc_m20n20k16_w8_s2_f16",
     "wmmawarp_hc_m20n20k20_w4_s2_f16",
@@ -2959,17 +2989,17 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m21n21k21_w8_s2_f16",
     "wmmawarp_hc_m22n22k16_w4_s2_f16",
     "wmmawarp_hc_m22n22k22_w4_s2_f16",
-    "wmmawarp_hc_m23n23k16_w4_s3_f16",
+    "wmmawarp_hc_m23n23k16_w8_s2_f16",
     "wmmawarp_hc_m23n23k23_w8_s2_f16",
     "wmmawarp_hc_m25n25k16_w4_s2_f16",
     "wmmawarp_hc_m25n25k25_w8_s2_f16",
-    "wmmawarp_hc_m26n26k16_w4_s2_f16",
-    "wmmawarp_hc_m26n26k26_w8_s2_f16",
-    "wmmawarp_hc_m27n27k16_w4_s2_f16",
+    "wmmawarp_hc_m26n26k16_w8_s2_f16",
+    "wmmawarp_hc_m26n26k26_w4_s2_f16",
+    "wmmawarp_hc_m27n27k16_w8_s2_f16",
     "wmmawarp_hc_m27n27k27_w8_s2_f16",
     "wmmawarp_hc_m28n28k16_w4_s2_f16",
     "wmmawarp_hc_m28n28k28_w4_s2_f16",
-    "wmmawarp_hc_m29n29k16_w4_s2_f16",
+    "wmmawarp_hc_m29n29k16_w8_s2_f16",
     "wmmawarp_hc_m29n29k29_w8_s2_f16",
     "wmmawarp_hc_m30n30k16_w4_s2_f16",
     "wmmawarp_hc_m30n30k30_w8_s2_f16",
@@ -2982,46 +3012,48 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m35n35k16_w4_s2_f16",
     "wmmawarp_hc_m35n35k35_w8_s2_f16",
     "wmmawarp_hc_m36n36k16_w4_s2_f16",
-    "wmmawarp_hc_m36n36k36_w8_s3_f16",
-    "wmmawarp_hc_m37n37k16_w8_s2_f16",
+    "wmmawarp_hc_m36n36k36_w4_s2_f16",
+    "wmmawarp_hc_m37n37k16_w4_s2_f16",
     "wmmawarp_hc_m37n37k37_w4_s2_f16",
-    "wmmawarp_hc_m38n38k16_w8_s2_f16",
+    "wmmawarp_hc_m38n38k16_w4_s2_f16",
     "wmmawarp_hc_m38n38k38_w4_s2_f16",
-    "wmmawarp_hc_m39n39k16_w8_s2_f16",
+    "wmmawarp_hc_m39n39k16_w4_s2_f16",
     "wmmawarp_hc_m39n39k39_w4_s2_f16",
     "wmmawarp_hc_m40n40k16_w4_s2_f16",
     "wmmawarp_hc_m40n40k40_w4_s2_f16",
     "wmmawarp_hc_m41n41k16_w4_s2_f16",
     "wmmawarp_hc_m41n41k41_w4_s2_f16",
-    "wmmawarp_hc_m42n42k16_w4_s2_f16",
+    "wmmawarp_hc_m42n42k16_w8_s2_f16",
     "wmmawarp_hc_m42n42k42_w4_s2_f16",
     "wmmawarp_hc_m43n43k16_w8_s2_f16",
     "wmmawarp_hc_m43n43k43_w4_s2_f16",
     "wmmawarp_hc_m44n44k16_w4_s2_f16",
     "wmmawarp_hc_m44n44k44_w8_s2_f16",
-    "wmmawarp_hc_m45n45k16_w4_s2_f16",
+    "wmmawarp_hc_m45n45k16_w4_s3_f16",
     "wmmawarp_hc_m45n45k45_w8_s2_f16",
     "wmmawarp_hc_m46n46k16_w4_s2_f16",
-    "wmmawarp_hc_m46n46k46_w8_s2_f16",
+    "wmmawarp_hc_m46n46k46_w4_s2_f16",
     "wmmawarp_hc_m47n47k16_w8_s2_f16",
     "wmmawarp_hc_m47n47k47_w4_s2_f16",
-    "wmmawarp_hc_m48n48k16_w8_s2_f16",
-    "wmmawarp_hc_m49n49k16_w8_s3_f16",
-    "wmmawarp_hc_m49n49k49_w8_s2_f16",
-    "wmmawarp_hc_m50n50k16_w8_s2_f16",
+    "wmmawarp_hc_m48n48k16_w4_s3_f16",
+    "wmmawarp_hc_m49n49k16_w4_s3_f16",
+    "wmmawarp_hc_m49n49k49_w4_s2_f16",
+    "wmmawarp_hc_m50n50k16_w4_s3_f16",
     "wmmawarp_hc_m50n50k50_w4_s2_f16",
-    "wmmawarp_hc_m51n51k16_w8_s3_f16",
-    "wmmawarp_hc_m51n51k51_w8_s2_f16",
+    "wmmawarp_hc_m51n51k16_w8_s2_f16",
+    "wmmawarp_hc_m51n51k51_w4_s2_f16",
     "wmmawarp_hc_m52n52k16_w4_s3_f16",
     "wmmawarp_hc_m53n53k16_w4_s3_f16",
-    "wmmawarp_hc_m54n54k16_w4_s3_f16",
-    "wmmawarp_hc_m55n55k16_w4_s3_f16",
+    "wmmawarp_hc_m54n54k16_w8_s3_f16",
+    "wmmawarp_hc_m55n55k16_w8_s3_f16",
     "wmmawarp_hc_m56n56k16_w8_s2_f16",
     "wmmawarp_hc_m57n57k16_w4_s2_f16",
     "wmmawarp_hc_m58n58k16_w4_s2_f16",
-    "wmmawarp_hc_m59n59k16_w8_s2_f16",
+    "wmmawarp_hc_m59n59k16_w4_s2_f16",
     "wmmawarp_hc_m61n61k16_w4_s2_f16",
-    "wmmawarp_hc_m62n62k16_w8_s2_f16",
+    "wmmawarp_hc_m62n62k16_w4_s2_f16",
+    "wmmawarp_hc_m63n63k16_w4_s2_f16",
+    "wmmawarp_hc_m9n9k16_w4_s2_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
     "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
@@ -3344,11 +3376,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 450; }
+extern "C" int gemmgen_kernel_count(void) { return 455; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 450) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 455) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
