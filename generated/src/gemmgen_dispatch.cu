@@ -110,9 +110,9 @@ extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided(char, char, c
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+extern "C" int small_c_m3n3k3_dim2x1_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m3n3k3_dim3x2_tba16_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+extern "C" int small_c_m3n3k3_dim2x1_tba16_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 extern "C" int small_c_m4n4k4_dim2x4_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
@@ -2558,7 +2558,7 @@ const GeneralEntry<double, double> general_d[] = {
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128_hoist", small_c_m1n1k1_dim1x1_tba128_hoist_strided, small_c_m1n1k1_dim1x1_tba128_hoist_array, 0},
     {2, 2, 2, 75, "small_c_m2n2k2_dim2x1_tba32", small_c_m2n2k2_dim2x1_tba32_strided, small_c_m2n2k2_dim2x1_tba32_array, 0},
-    {3, 3, 3, 75, "small_c_m3n3k3_dim3x2_tba16_hoist", small_c_m3n3k3_dim3x2_tba16_hoist_strided, small_c_m3n3k3_dim3x2_tba16_hoist_array, 0},
+    {3, 3, 3, 75, "small_c_m3n3k3_dim2x1_tba16_hoist", small_c_m3n3k3_dim2x1_tba16_hoist_strided, small_c_m3n3k3_dim2x1_tba16_hoist_array, 0},
     {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0},
     {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0},
     {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4_aring2", small_c_m6n6k6_dim2x3_tba4_aring2_strided, small_c_m6n6k6_dim2x3_tba4_aring2_array, 0},
@@ -2661,7 +2661,7 @@ const char* const kernel_names[] = {
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
     "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
     "small_c_m32n32k32_dim16x11_tba2_hoist_ring2",
-    "small_c_m3n3k3_dim3x2_tba16_hoist",
+    "small_c_m3n3k3_dim2x1_tba16_hoist",
     "small_c_m4n4k4_dim2x4_tba8",
     "small_c_m5n5k5_dim5x3_tba4_hoist",
     "small_c_m6n6k6_dim2x3_tba4_aring2",
