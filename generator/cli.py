@@ -209,9 +209,13 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
               help="Measure only the block kernels (raw mma.sync, h and hc, sizes from 32) at every stage-2 "
                    "shape, comparing with the results already in the file (measured again where they are "
                    "there: the latest result of a kernel counts).")
+@click.option("--final-only", is_flag=True,
+              help="After the sweep: where the table weighs a warp kernel against the rest, time both with "
+                   "256 MB of data (far past L2) and beta = 0 and 1; the table then decides between them "
+                   "on those times.")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, max_tuples, async_only,
-              small_only, warp_only, block_only, jobs):
+              small_only, warp_only, block_only, final_only, jobs):
     """The brute-force sweep of the wmma tuples (§5.8), the tiny-size kernels (§8.1), the warp
     kernels, the block kernels and the small-family cut-off, on square sizes and rank-16 updates up
     to 256."""
@@ -232,9 +236,11 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
                    f"{refused} refused for local memory")
         click.echo(f"wrote generator/tuning/{table_arch}.json")
         return
-    if async_only + small_only + warp_only + block_only > 1:
-        raise click.ClickException("--async-only, --small-only, --warp-only and --block-only each sweep a "
-                                   "different part; give one")
+    if async_only + small_only + warp_only + block_only + final_only > 1:
+        raise click.ClickException("--async-only, --small-only, --warp-only, --block-only and --final-only each "
+                                   "measure a different part; give one")
+    if final_only:
+        sys.exit(wmma_tune.run_final(results, build_dir, precs, jobs, max_tuples))
     sys.exit(wmma_tune.run_tune(results, build_dir, precs, jobs, budget_s, max_tuples, async_only, small_only,
                                 warp_only, block_only))
 

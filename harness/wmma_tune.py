@@ -14,6 +14,8 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
    architectures before sm_80; a block kernel serves a size's range from sm_80 on (the row's
    `block`) where it is BLOCK_MIN_GAIN faster than the row's general tuple, which still serves
    older devices.
+3. (`--final-only`, after the others) where the table weighs a warp kernel against the rest, both are
+   timed again with FINAL_MEGABYTES (far past L2) and β = 0 and 1, and those times decide between them.
 Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
 goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
 table keeps, per precision, kind and size, the fastest family and tuple, with at most
@@ -53,6 +55,11 @@ MIN_BATCH = 100
 WARP_MIN_GAIN = 1.05    # a warp kernel (one more source per shape) replaces the choice only this much faster
 BLOCK_MIN_GAIN = 1.05   # a block kernel replaces a range's general tuple (sm_80+) only this much faster
 MAX_BLOCKS = 8          # block kernels per precision in the table
+# The `final` stage (--final-only): 64 MB is barely past the H100's 50 MB L2, and there the warp kernels
+# read slower against the rest than with data far past it (hc 31: 1.02x the general tuple at 64 MB,
+# 0.97 against 0.88 of the floor at 512 MB, and 0.96 against 0.54 with beta = 1), so where the table
+# weighs a warp kernel against the rest, both are timed again with this much data and both betas.
+FINAL_MEGABYTES = 256
 
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
@@ -395,6 +402,51 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     return 0
 
 
+def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tuples: int = MAX_TUPLES) -> int:
+    """--final-only: at each point where the table weighs a warp kernel against the rest (_contenders,
+    from the stage-2 results in the file), time both with FINAL_MEGABYTES of data, beta = 0 and 1, in
+    this run (rows with stage "final", `beta` and this run's `run`); write_tuning_table then decides
+    between them on the sum of the two times."""
+    from .run_check import device_arch
+    from .timing import copy_bandwidth, median_time_ms
+    from .toolchain import gpu_available
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+    start = time.time()
+    arch, device = device_arch()
+    base = {"arch": arch, "device": device, "stage": "final", "run": int(start)}
+    points = [(prec, kind, size, (warp, rest)) for prec, kind, size, _, _, rest, warp, _, _
+              in _contenders(_best_by_point(load_results(results_path), device, "fine"), max_tuples)
+              if warp and prec in precisions]
+    names = sorted({r["name"] for *_, pair in points for r in pair})
+    specs = [small.SmallSpec.parse(n) if n.startswith("small_") else wmma.parse_name(n) for n in names]
+    click.echo(f"{device} ({arch}): {len(points)} points, {len(specs)} kernels, {FINAL_MEGABYTES} MB, beta 0 and 1")
+    root = build_dir / arch
+    bundles = _write_sources(root, specs, BUNDLE)
+    built = build_library(root, root / "build", (arch,), jobs or None, sources=bundles, library_name="libfinal_wmma.so")
+    lib = ctypes.CDLL(str(built.library))
+    bandwidth = copy_bandwidth()
+    with click.progressbar(points, label="final (far past L2)", show_pos=True) as bar:
+        for prec, kind, size, pair in bar:
+            m, n, k = shape_of(kind, size)
+            batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
+            work = Workload(prec, m, n, k, batch)
+            for r in pair:
+                takes_shape = r["name"].startswith(("wmma_", "wmmablock_"))
+                f = (general_launcher if takes_shape else shape_launcher)(lib, r["name"], prec)
+                for beta in (0.0, 1.0):
+                    ms = median_time_ms(work.ours(f, 1.0, beta, takes_shape=takes_shape))
+                    append_result(results_path, {
+                        **base, "name": r["name"], "family": r["family"], "precision": prec, "kind": kind,
+                        "size": size, "m": m, "n": n, "k": k, "beta": beta, "batch": batch, "status": "ok",
+                        "time_us": ms * 1e3,
+                        "floor_fraction": bytes_moved(prec, m, n, k, batch, beta != 0) / bandwidth / (ms * 1e-3)})
+            work.release()
+    click.echo(f"final stage complete in {time.time() - start:.0f} s")
+    return 0
+
+
 def _spills(spec, built, stem) -> bool:
     """Whether one of a bundle's kernels that spilled is this variant's (matched by the template
     arguments in the mangled name; an unmatched spill refuses every member)."""
@@ -478,15 +530,14 @@ def _cover(general: dict, best: dict, max_tuples: int) -> list[str]:
     return chosen
 
 
-def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: int = MAX_TUPLES) -> Path:
-    """The `wmma` section of generator/tuning/<arch>.json from the stage-2 results.
-
-    Per precision: `_cover` picks at most `max_tuples` wmma tuples; every size then uses the
-    fastest chosen one.  Where a small-family or tiny kernel of the shape beats it, the row says
-    so (`choice`), which is the tuned cut-off between the families."""
-    rows = _best_by_point(load_results(results_path), device, "fine")
-    table = load_table(arch)
-    out_rows = []
+def _contenders(rows: dict[tuple, list[dict]], max_tuples: int):
+    """Per precision and point (kind, size) of the stage-2 results (_best_by_point), what the table
+    weighs: w, the fastest of the precision's chosen wmma tuples (`_cover`); block, the fastest chosen
+    block kernel where it beats w by BLOCK_MIN_GAIN; rest, the fastest kernel that runs before sm_80
+    too (small, tiny, or w/block as "wmma"); warp, the fastest warp kernel (or None); best, the fastest
+    wmma time measured at the point; tried, the variants timed there.  Yields (prec, kind, size, w,
+    block, rest, warp, best, tried); a point with no chosen tuple measured is left out (the closest
+    size's row serves it)."""
     for prec in sorted({p for p, _, _ in rows}, key=list(PRECISIONS).index):
         points = sorted((kind, size) for p, kind, size in rows if p == prec)
         times = {pt: {r["name"]: r for r in rows[(prec, *pt)]} for pt in points}
@@ -497,9 +548,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
         best_block = {pt: min((r["time_us"] for r in g.values()), default=math.inf) for pt, g in block_times.items()}
         chosen_blocks = _cover(block_times, best_block, MAX_BLOCKS)
         for pt in points:
-            kind, size = pt
             mine = [general[pt][n] for n in chosen if n in general[pt]]
-            if not mine:   # no chosen tuple was measured here: the closest-size row decides later
+            if not mine:
                 continue
             w = min(mine, key=lambda r: r["time_us"])
             # From sm_80 the size's range takes the fastest chosen block kernel where it is clearly faster
@@ -508,23 +558,59 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
             block = min(blocks, key=lambda r: r["time_us"]) if blocks else None
             block = block if block and block["time_us"] * BLOCK_MIN_GAIN <= w["time_us"] else None
             ranged = {**(block or w), "family": "wmma"}   # "wmma": whichever kernel the range runs
-            block_fields = {"block": block["name"], "block_time_us": round(block["time_us"], 3)} if block else {}
             others = [r for r in times[pt].values() if r["family"] not in ("wmma", "wmmablock")]
             # The warp kernel needs sm_80; before it, the fastest of the rest serves (manifest.py).
             rest = min([r for r in others if r["family"] != "wmmawarp"] + [ranged], key=lambda r: r["time_us"])
             warps = [r for r in others if r["family"] == "wmmawarp"]
             warp = min(warps, key=lambda r: r["time_us"]) if warps else None
-            # Each warp kernel adds a source to the set (its tuple is its shape): it must be clearly faster.
-            fastest = warp if warp and warp["time_us"] * WARP_MIN_GAIN <= rest["time_us"] else rest
-            fallback = {"fallback_choice": rest["family"], "fallback_kernel": rest["name"]} \
-                if fastest is warp else {}
-            out_rows.append({
-                "precision": prec, "kind": kind, "size": size, "wmma": w["name"],
-                "wmma_time_us": round(w["time_us"], 3), "best_wmma_time_us": round(best[pt], 3),
-                "choice": fastest["family"], "kernel": fastest["name"],
-                "time_us": round(fastest["time_us"], 3),
-                "floor_fraction": round(fastest["floor_fraction"], 4), "batch": fastest["batch"],
-                "candidates_tried": len(times[pt]), "device": device, **block_fields, **fallback})
+            yield prec, pt[0], pt[1], w, block, rest, warp, best[pt], len(times[pt])
+
+
+def _final_times(rows: list[dict], device: str) -> dict[tuple, float]:
+    """Per (precision, kind, size, name), the latest `final` timing: β = 0 plus β = 1 time (µs) at
+    FINAL_MEGABYTES, where both were measured in the same run."""
+    parts: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("device") == device and r.get("stage") == "final" and r["status"] == "ok":
+            parts.setdefault((r["precision"], r["kind"], r["size"], r["name"], r["run"]), {})[r["beta"]] = r["time_us"]
+    out: dict[tuple, float] = {}
+    for (prec, kind, size, name, _), by_beta in parts.items():   # in file order: the latest run wins
+        if set(by_beta) == {0.0, 1.0}:
+            out[(prec, kind, size, name)] = by_beta[0.0] + by_beta[1.0]
+    return out
+
+
+def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: int = MAX_TUPLES) -> Path:
+    """The `wmma` section of generator/tuning/<arch>.json from the stage-2 results.
+
+    Per precision: `_cover` picks at most `max_tuples` wmma tuples; every size then uses the
+    fastest chosen one.  Where a small-family or tiny kernel of the shape beats it, the row says
+    so (`choice`), which is the tuned cut-off between the families.  Where a `--final-only` run timed
+    the point's warp kernel and the rest's choice with data far past L2 (`final`), that comparison
+    decides between them (WARP_MIN_GAIN still applies)."""
+    results = load_results(results_path)
+    rows = _best_by_point(results, device, "fine")
+    final = _final_times(results, device)
+    table = load_table(arch)
+    out_rows = []
+    for prec, kind, size, w, block, rest, warp, best, tried in _contenders(rows, max_tuples):
+        block_fields = {"block": block["name"], "block_time_us": round(block["time_us"], 3)} if block else {}
+        # Each warp kernel adds a source to the set (its tuple is its shape): it must be clearly faster.
+        fastest = warp if warp and warp["time_us"] * WARP_MIN_GAIN <= rest["time_us"] else rest
+        final_fields = {}
+        if warp and (prec, kind, size, warp["name"]) in final and (prec, kind, size, rest["name"]) in final:
+            f_warp, f_rest = final[(prec, kind, size, warp["name"])], final[(prec, kind, size, rest["name"])]
+            fastest = warp if f_warp * WARP_MIN_GAIN <= f_rest else rest
+            final_fields = {"final_warp_us": round(f_warp, 3), "final_rest_us": round(f_rest, 3)}
+        fallback = {"fallback_choice": rest["family"], "fallback_kernel": rest["name"]} \
+            if fastest is warp else {}
+        out_rows.append({
+            "precision": prec, "kind": kind, "size": size, "wmma": w["name"],
+            "wmma_time_us": round(w["time_us"], 3), "best_wmma_time_us": round(best, 3),
+            "choice": fastest["family"], "kernel": fastest["name"],
+            "time_us": round(fastest["time_us"], 3),
+            "floor_fraction": round(fastest["floor_fraction"], 4), "batch": fastest["batch"],
+            "candidates_tried": tried, "device": device, **block_fields, **fallback, **final_fields})
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["wmma"] = (
         f"gemmgen tune wmma (results: {results_path}); stage 2 batch: {MEGABYTES} MB of data, "

@@ -432,3 +432,41 @@ def test_a_kernel_measured_again_counts_with_its_latest_time():
     rows = [row("warp", 40.0), row("general", 35.0), row("other", 50.0), row("warp", 30.0), row("other", 60.0)]
     best = _best_by_point(rows, "H100", "fine")[("h", "square", 63)]
     assert [(r["name"], r["time_us"]) for r in best] == [("warp", 30.0), ("general", 35.0), ("other", 60.0)]
+
+
+def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(tmp_path, monkeypatch):
+    """Stage 2 (64 MB) has the warp kernel only 1.02x faster than the general tuple, under
+    WARP_MIN_GAIN: the general tuple stays.  A `--final-only` run timed both with 256 MB and both
+    betas; the sum of its two times decides (here the warp kernel, 1.5x), and only with both betas
+    of one run measured for both kernels."""
+    from harness import wmma_tune
+
+    saved = {}
+    monkeypatch.setattr(wmma_tune, "load_table", lambda arch: {})
+    monkeypatch.setattr(wmma_tune, "save_table", lambda arch, table: saved.update(table) or tmp_path)
+    general, warp = "wmma_h_tc16x16x16_blk32x32x32_dim8x16_w4_f16", "wmmawarp_h_m31n31k31_w8_s2_f16"
+
+    def fine(name, family, time_us):
+        return {"device": "H100", "stage": "fine", "status": "ok", "precision": "h", "kind": "square", "size": 31,
+                "name": name, "family": family, "time_us": time_us, "floor_fraction": 0.8, "batch": 100}
+
+    def final(name, beta, time_us, run=1):
+        return {"device": "H100", "stage": "final", "status": "ok", "precision": "h", "kind": "square", "size": 31,
+                "name": name, "beta": beta, "time_us": time_us, "run": run}
+
+    results = tmp_path / "results.jsonl"
+
+    def table(rows):
+        results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        wmma_tune.write_tuning_table(results, "sm_90", "H100")
+        return saved["wmma"][0]
+
+    stage2 = [fine(general, "wmma", 102.0), fine(warp, "wmmawarp", 100.0)]
+    assert table(stage2)["choice"] == "wmma"
+    row = table(stage2 + [final(general, 0.0, 100.0), final(general, 1.0, 200.0),
+                          final(warp, 0.0, 90.0), final(warp, 1.0, 110.0)])
+    assert row["choice"] == "wmmawarp" and row["fallback_kernel"] == general
+    assert (row["final_warp_us"], row["final_rest_us"]) == (200.0, 300.0)
+    # the warp kernel's beta = 1 time missing from its run: stage 2 decides
+    assert table(stage2 + [final(general, 0.0, 100.0), final(general, 1.0, 200.0), final(warp, 0.0, 90.0),
+                           final(warp, 1.0, 110.0, run=0)])["choice"] == "wmma"
