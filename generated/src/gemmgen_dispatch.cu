@@ -650,14 +650,6 @@ extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided(char, char, cuF
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m31n31k31_dim16x16_tba1_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m31n31k31_dim16x16_tba1_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -970,29 +962,13 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComp
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m13n13k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m13n13k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m14n14k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m14n14k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m17n17k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m17n17k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1049,10 +1025,6 @@ extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_array(char, char, float, const __h
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k24_w8_s3_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m24n24k24_w8_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1302,6 +1274,10 @@ extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
@@ -1358,33 +1334,9 @@ extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m11n11k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m11n11k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m12n12k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m12n12k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m16n16k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m16n16k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
-    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
-    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1482,9 +1434,17 @@ extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1610,6 +1570,10 @@ extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -1666,6 +1630,10 @@ extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -1678,9 +1646,9 @@ extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_strided(char, char, cuFloatComple
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m9n9k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_hc_m9n9k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1887,19 +1855,15 @@ const SmallEntry<__half, float> small_h[] = {
     {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0},
     {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
     {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
-    {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0},
     {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
-    {13, 13, 16, 80, "wmmawarp_h_m13n13k16_w8_s2_f16", wmmawarp_h_m13n13k16_w8_s2_f16_strided, wmmawarp_h_m13n13k16_w8_s2_f16_array, 0},
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
     {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
-    {14, 14, 16, 80, "wmmawarp_h_m14n14k16_w8_s2_f32", wmmawarp_h_m14n14k16_w8_s2_f32_strided, wmmawarp_h_m14n14k16_w8_s2_f32_array, 0},
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
-    {17, 17, 16, 80, "wmmawarp_h_m17n17k16_w8_s2_f16", wmmawarp_h_m17n17k16_w8_s2_f16_strided, wmmawarp_h_m17n17k16_w8_s2_f16_array, 0},
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
@@ -1929,7 +1893,6 @@ const SmallEntry<__half, float> small_h[] = {
     {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
     {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0},
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
-    {24, 24, 24, 80, "wmmawarp_h_m24n24k24_w8_s3_f16", wmmawarp_h_m24n24k24_w8_s3_f16_strided, wmmawarp_h_m24n24k24_w8_s3_f16_array, 0},
     {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
     {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0},
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
@@ -2055,6 +2018,8 @@ const SmallEntry<__half, float> small_h[] = {
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
     {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1},
     {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0},
+    {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1},
+    {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0},
     {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1},
     {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0},
     {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1},
@@ -2187,16 +2152,12 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
     {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
-    {9, 9, 16, 80, "wmmawarp_hc_m9n9k16_w4_s2_f16", wmmawarp_hc_m9n9k16_w4_s2_f16_strided, wmmawarp_hc_m9n9k16_w4_s2_f16_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
-    {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
-    {11, 11, 16, 80, "wmmawarp_hc_m11n11k16_w8_s2_f16", wmmawarp_hc_m11n11k16_w8_s2_f16_strided, wmmawarp_hc_m11n11k16_w8_s2_f16_array, 0},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
     {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {12, 12, 16, 80, "wmmawarp_hc_m12n12k16_w8_s2_f16", wmmawarp_hc_m12n12k16_w8_s2_f16_strided, wmmawarp_hc_m12n12k16_w8_s2_f16_array, 0},
     {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
     {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
     {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0},
@@ -2204,13 +2165,10 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
     {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
-    {16, 16, 16, 80, "wmmawarp_hc_m16n16k16_w4_s2_f16", wmmawarp_hc_m16n16k16_w4_s2_f16_strided, wmmawarp_hc_m16n16k16_w4_s2_f16_array, 0},
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
     {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
-    {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0},
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
-    {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0},
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
@@ -2261,10 +2219,12 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {30, 30, 30, 80, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 0},
     {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1},
     {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0},
-    {31, 31, 31, 75, "small_hc_m31n31k31_dim16x16_tba1", small_hc_m31n31k31_dim16x16_tba1_strided, small_hc_m31n31k31_dim16x16_tba1_array, 1},
+    {31, 31, 31, 75, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 1},
+    {31, 31, 31, 80, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 0},
     {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1},
     {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0},
-    {32, 32, 32, 75, "small_hc_m32n32k32_dim8x8_tba1_ring2_acc16", small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_strided, small_hc_m32n32k32_dim8x8_tba1_ring2_acc16_array, 1},
+    {32, 32, 32, 75, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 1},
+    {32, 32, 32, 80, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 0},
     {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1},
     {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0},
     {33, 33, 33, 75, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 1},
@@ -2327,6 +2287,8 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0},
     {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1},
     {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0},
+    {48, 48, 48, 75, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 1},
+    {48, 48, 48, 80, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 0},
     {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1},
     {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0},
     {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1},
@@ -2355,12 +2317,16 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0},
     {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1},
     {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0},
+    {60, 60, 16, 75, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 1},
+    {60, 60, 16, 80, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 0},
     {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1},
     {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0},
     {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1},
     {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0},
     {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1},
     {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0},
+    {64, 64, 16, 75, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 1},
+    {64, 64, 16, 80, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 0},
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2796,8 +2762,6 @@ const char* const kernel_names[] = {
     "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16",
     "small_hc_m2n2k16_dim1x2_tba64_ring2",
     "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2",
-    "small_hc_m31n31k31_dim16x16_tba1",
-    "small_hc_m32n32k32_dim8x8_tba1_ring2_acc16",
     "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2",
     "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3",
     "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2",
@@ -2876,12 +2840,8 @@ const char* const kernel_names[] = {
     "small_z_m7n7k7_dim7x7_tba1_hoist",
     "small_z_m8n8k8_dim4x8_tba1",
     "small_z_m9n9k9_dim5x9_tba2_hoist",
-    "wmmawarp_h_m13n13k13_w8_s2_f16",
-    "wmmawarp_h_m13n13k16_w8_s2_f16",
     "wmmawarp_h_m14n14k14_w8_s2_f16",
-    "wmmawarp_h_m14n14k16_w8_s2_f32",
     "wmmawarp_h_m15n15k15_w4_s2_f32",
-    "wmmawarp_h_m17n17k16_w8_s2_f16",
     "wmmawarp_h_m17n17k17_w4_s2_f32",
     "wmmawarp_h_m18n18k16_w8_s2_f16",
     "wmmawarp_h_m18n18k18_w8_s2_f32",
@@ -2896,7 +2856,6 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m23n23k16_w4_s2_f32",
     "wmmawarp_h_m23n23k23_w8_s2_f32",
     "wmmawarp_h_m24n24k16_w8_s3_f32",
-    "wmmawarp_h_m24n24k24_w8_s3_f16",
     "wmmawarp_h_m25n25k16_w4_s2_f16",
     "wmmawarp_h_m25n25k25_w8_s2_f32",
     "wmmawarp_h_m26n26k16_w8_s2_f32",
@@ -2959,6 +2918,7 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m55n55k16_w4_s3_f32",
     "wmmawarp_h_m55n55k55_w4_s2_f32",
     "wmmawarp_h_m56n56k16_w4_s2_f32",
+    "wmmawarp_h_m56n56k56_w4_s2_f32",
     "wmmawarp_h_m57n57k16_w4_s2_f32",
     "wmmawarp_h_m57n57k57_w4_s2_f16",
     "wmmawarp_h_m58n58k16_w4_s2_f32",
@@ -2973,13 +2933,7 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m62n62k62_w4_s2_f16",
     "wmmawarp_h_m63n63k16_w4_s2_f32",
     "wmmawarp_h_m63n63k63_w4_s2_f16",
-    "wmmawarp_hc_m10n10k16_w8_s2_f16",
-    "wmmawarp_hc_m11n11k16_w8_s2_f16",
-    "wmmawarp_hc_m12n12k16_w8_s2_f16",
-    "wmmawarp_hc_m16n16k16_w4_s2_f16",
     "wmmawarp_hc_m17n17k16_w8_s2_f16",
-    "wmmawarp_hc_m17n17k17_w8_s2_f16",
-    "wmmawarp_hc_m18n18k16_w8_s2_f16",
     "wmmawarp_hc_m18n18k18_w4_s2_f16",
     "wmmawarp_hc_m19n19k16_w4_s2_f16",
     "wmmawarp_hc_m19n19k19_w8_s2_f16",
@@ -3004,7 +2958,9 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m30n30k16_w4_s2_f16",
     "wmmawarp_hc_m30n30k30_w8_s2_f16",
     "wmmawarp_hc_m31n31k16_w4_s2_f16",
+    "wmmawarp_hc_m31n31k31_w8_s2_f16",
     "wmmawarp_hc_m32n32k16_w4_s2_f16",
+    "wmmawarp_hc_m32n32k32_w4_s3_f16",
     "wmmawarp_hc_m33n33k16_w4_s2_f16",
     "wmmawarp_hc_m33n33k33_w8_s2_f16",
     "wmmawarp_hc_m34n34k16_w4_s3_f16",
@@ -3036,6 +2992,7 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m47n47k16_w8_s2_f16",
     "wmmawarp_hc_m47n47k47_w4_s2_f16",
     "wmmawarp_hc_m48n48k16_w4_s3_f16",
+    "wmmawarp_hc_m48n48k48_w4_s2_f16",
     "wmmawarp_hc_m49n49k16_w4_s3_f16",
     "wmmawarp_hc_m49n49k49_w4_s2_f16",
     "wmmawarp_hc_m50n50k16_w4_s3_f16",
@@ -3050,10 +3007,11 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m57n57k16_w4_s2_f16",
     "wmmawarp_hc_m58n58k16_w4_s2_f16",
     "wmmawarp_hc_m59n59k16_w4_s2_f16",
+    "wmmawarp_hc_m60n60k16_w4_s2_f16",
     "wmmawarp_hc_m61n61k16_w4_s2_f16",
     "wmmawarp_hc_m62n62k16_w4_s2_f16",
     "wmmawarp_hc_m63n63k16_w4_s2_f16",
-    "wmmawarp_hc_m9n9k16_w4_s2_f16",
+    "wmmawarp_hc_m64n64k16_w8_s2_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
     "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
@@ -3376,11 +3334,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 455; }
+extern "C" int gemmgen_kernel_count(void) { return 447; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 455) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 447) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
