@@ -15,7 +15,8 @@ Two stages keep thousands of tuples affordable on a 30-minute device budget:
    `block`) where it is BLOCK_MIN_GAIN faster than the row's general tuple, which still serves
    older devices.
 3. (`--final-only`, after the others) where the table weighs a warp kernel against the rest, both are
-   timed again with FINAL_MEGABYTES (far past L2) and β = 0 and 1, and those times decide between them.
+   timed again with FINAL_MEGABYTES (far past L2) and β = 0 and 1, and each one's worse fraction of
+   the floor over the two decides between them.
 Every result, including refusals (did not compile, local memory, wrong answer, failed launch),
 goes to an append-only JSON-lines file; an interrupted sweep resumes where it stopped.  The
 table keeps, per precision, kind and size, the fastest family and tuple, with at most
@@ -406,7 +407,7 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     """--final-only: at each point where the table weighs a warp kernel against the rest (_contenders,
     from the stage-2 results in the file), time both with FINAL_MEGABYTES of data, beta = 0 and 1, in
     this run (rows with stage "final", `beta` and this run's `run`); write_tuning_table then decides
-    between them on the sum of the two times."""
+    between them on each one's worse fraction of the floor (_final_times)."""
     from .run_check import device_arch
     from .timing import copy_bandwidth, median_time_ms
     from .toolchain import gpu_available
@@ -567,16 +568,18 @@ def _contenders(rows: dict[tuple, list[dict]], max_tuples: int):
 
 
 def _final_times(rows: list[dict], device: str) -> dict[tuple, float]:
-    """Per (precision, kind, size, name), the latest `final` timing: β = 0 plus β = 1 time (µs) at
-    FINAL_MEGABYTES, where both were measured in the same run."""
+    """Per (precision, kind, size, name), from its latest `final` run that timed both betas: the worse
+    of its two fractions of the floor (the issues' bars hold for each beta, so a kernel is as good as
+    its slower case)."""
     parts: dict[tuple, dict] = {}
     for r in rows:
         if r.get("device") == device and r.get("stage") == "final" and r["status"] == "ok":
-            parts.setdefault((r["precision"], r["kind"], r["size"], r["name"], r["run"]), {})[r["beta"]] = r["time_us"]
+            parts.setdefault((r["precision"], r["kind"], r["size"], r["name"], r["run"]), {})[r["beta"]] = \
+                r["floor_fraction"]
     out: dict[tuple, float] = {}
     for (prec, kind, size, name, _), by_beta in parts.items():   # in file order: the latest run wins
         if set(by_beta) == {0.0, 1.0}:
-            out[(prec, kind, size, name)] = by_beta[0.0] + by_beta[1.0]
+            out[(prec, kind, size, name)] = min(by_beta.values())
     return out
 
 
@@ -587,7 +590,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
     fastest chosen one.  Where a small-family or tiny kernel of the shape beats it, the row says
     so (`choice`), which is the tuned cut-off between the families.  Where a `--final-only` run timed
     the point's warp kernel and the rest's choice with data far past L2 (`final`), that comparison
-    decides between them (WARP_MIN_GAIN still applies)."""
+    decides between them: each kernel's worse fraction of the floor over beta = 0 and 1 (WARP_MIN_GAIN
+    still applies)."""
     results = load_results(results_path)
     rows = _best_by_point(results, device, "fine")
     final = _final_times(results, device)
@@ -600,8 +604,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
         final_fields = {}
         if warp and (prec, kind, size, warp["name"]) in final and (prec, kind, size, rest["name"]) in final:
             f_warp, f_rest = final[(prec, kind, size, warp["name"])], final[(prec, kind, size, rest["name"])]
-            fastest = warp if f_warp * WARP_MIN_GAIN <= f_rest else rest
-            final_fields = {"final_warp_us": round(f_warp, 3), "final_rest_us": round(f_rest, 3)}
+            fastest = warp if f_warp >= f_rest * WARP_MIN_GAIN else rest
+            final_fields = {"final_warp_floor": round(f_warp, 4), "final_rest_floor": round(f_rest, 4)}
         fallback = {"fallback_choice": rest["family"], "fallback_kernel": rest["name"]} \
             if fastest is warp else {}
         out_rows.append({

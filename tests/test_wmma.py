@@ -437,8 +437,8 @@ def test_a_kernel_measured_again_counts_with_its_latest_time():
 def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(tmp_path, monkeypatch):
     """Stage 2 (64 MB) has the warp kernel only 1.02x faster than the general tuple, under
     WARP_MIN_GAIN: the general tuple stays.  A `--final-only` run timed both with 256 MB and both
-    betas; the sum of its two times decides (here the warp kernel, 1.5x), and only with both betas
-    of one run measured for both kernels."""
+    betas; each kernel's worse fraction of the floor decides (the warp kernel: 0.80 against 0.70, though
+    the general tuple is faster with beta = 0), and only with both betas of one run for both kernels."""
     from harness import wmma_tune
 
     saved = {}
@@ -450,9 +450,9 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
         return {"device": "H100", "stage": "fine", "status": "ok", "precision": "h", "kind": "square", "size": 31,
                 "name": name, "family": family, "time_us": time_us, "floor_fraction": 0.8, "batch": 100}
 
-    def final(name, beta, time_us, run=1):
+    def final(name, beta, floor_fraction, run=1):
         return {"device": "H100", "stage": "final", "status": "ok", "precision": "h", "kind": "square", "size": 31,
-                "name": name, "beta": beta, "time_us": time_us, "run": run}
+                "name": name, "beta": beta, "floor_fraction": floor_fraction, "run": run}
 
     results = tmp_path / "results.jsonl"
 
@@ -463,10 +463,11 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
 
     stage2 = [fine(general, "wmma", 102.0), fine(warp, "wmmawarp", 100.0)]
     assert table(stage2)["choice"] == "wmma"
-    row = table(stage2 + [final(general, 0.0, 100.0), final(general, 1.0, 200.0),
-                          final(warp, 0.0, 90.0), final(warp, 1.0, 110.0)])
+    finals = [final(general, 0.0, 0.95), final(general, 1.0, 0.70), final(warp, 0.0, 0.90)]
+    row = table(stage2 + finals + [final(warp, 1.0, 0.80)])
     assert row["choice"] == "wmmawarp" and row["fallback_kernel"] == general
-    assert (row["final_warp_us"], row["final_rest_us"]) == (200.0, 300.0)
-    # the warp kernel's beta = 1 time missing from its run: stage 2 decides
-    assert table(stage2 + [final(general, 0.0, 100.0), final(general, 1.0, 200.0), final(warp, 0.0, 90.0),
-                           final(warp, 1.0, 110.0, run=0)])["choice"] == "wmma"
+    assert (row["final_warp_floor"], row["final_rest_floor"]) == (0.80, 0.70)
+    # within WARP_MIN_GAIN of each other: the rest (one source fewer)
+    assert table(stage2 + finals + [final(warp, 1.0, 0.72)])["choice"] == "wmma"
+    # the warp kernel's beta = 1 timing from another run: stage 2 decides
+    assert table(stage2 + finals + [final(warp, 1.0, 0.80, run=0)])["choice"] == "wmma"

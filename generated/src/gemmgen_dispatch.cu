@@ -962,6 +962,10 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComp
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
+    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_array(char, char, float, const __half* const*, int,
+    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
@@ -973,10 +977,6 @@ extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __h
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_array(char, char, float, const __half* const*, int,
-    const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int wmmawarp_h_m18n18k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
-    const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int wmmawarp_h_m18n18k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
@@ -1334,9 +1334,21 @@ extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_strided(char, char, float, const _
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1381,6 +1393,10 @@ extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_array(char, char, cuFloatComplex,
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
+    const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1855,6 +1871,7 @@ const SmallEntry<__half, float> small_h[] = {
     {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0},
     {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
     {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
+    {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0},
     {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
@@ -1867,7 +1884,6 @@ const SmallEntry<__half, float> small_h[] = {
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
-    {18, 18, 16, 80, "wmmawarp_h_m18n18k16_w8_s2_f16", wmmawarp_h_m18n18k16_w8_s2_f16_strided, wmmawarp_h_m18n18k16_w8_s2_f16_array, 0},
     {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
@@ -2154,6 +2170,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
+    {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0},
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
     {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
@@ -2168,7 +2185,9 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
     {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0},
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
+    {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0},
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
+    {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0},
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
     {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0},
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
@@ -2192,6 +2211,7 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0},
     {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0},
     {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+    {24, 24, 16, 80, "wmmawarp_hc_m24n24k16_w4_s2_f16", wmmawarp_hc_m24n24k16_w4_s2_f16_strided, wmmawarp_hc_m24n24k16_w4_s2_f16_array, 0},
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0},
     {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0},
     {25, 25, 16, 80, "wmmawarp_hc_m25n25k16_w4_s2_f16", wmmawarp_hc_m25n25k16_w4_s2_f16_strided, wmmawarp_hc_m25n25k16_w4_s2_f16_array, 0},
@@ -2840,10 +2860,10 @@ const char* const kernel_names[] = {
     "small_z_m7n7k7_dim7x7_tba1_hoist",
     "small_z_m8n8k8_dim4x8_tba1",
     "small_z_m9n9k9_dim5x9_tba2_hoist",
+    "wmmawarp_h_m13n13k13_w8_s2_f16",
     "wmmawarp_h_m14n14k14_w8_s2_f16",
     "wmmawarp_h_m15n15k15_w4_s2_f32",
     "wmmawarp_h_m17n17k17_w4_s2_f32",
-    "wmmawarp_h_m18n18k16_w8_s2_f16",
     "wmmawarp_h_m18n18k18_w8_s2_f32",
     "wmmawarp_h_m19n19k16_w8_s2_f32",
     "wmmawarp_h_m19n19k19_w4_s2_f32",
@@ -2933,7 +2953,10 @@ const char* const kernel_names[] = {
     "wmmawarp_h_m62n62k62_w4_s2_f16",
     "wmmawarp_h_m63n63k16_w4_s2_f32",
     "wmmawarp_h_m63n63k63_w4_s2_f16",
+    "wmmawarp_hc_m10n10k16_w8_s2_f16",
     "wmmawarp_hc_m17n17k16_w8_s2_f16",
+    "wmmawarp_hc_m17n17k17_w8_s2_f16",
+    "wmmawarp_hc_m18n18k16_w8_s2_f16",
     "wmmawarp_hc_m18n18k18_w4_s2_f16",
     "wmmawarp_hc_m19n19k16_w4_s2_f16",
     "wmmawarp_hc_m19n19k19_w8_s2_f16",
@@ -2945,6 +2968,7 @@ const char* const kernel_names[] = {
     "wmmawarp_hc_m22n22k22_w4_s2_f16",
     "wmmawarp_hc_m23n23k16_w8_s2_f16",
     "wmmawarp_hc_m23n23k23_w8_s2_f16",
+    "wmmawarp_hc_m24n24k16_w4_s2_f16",
     "wmmawarp_hc_m25n25k16_w4_s2_f16",
     "wmmawarp_hc_m25n25k25_w8_s2_f16",
     "wmmawarp_hc_m26n26k16_w8_s2_f16",
@@ -3334,11 +3358,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 447; }
+extern "C" int gemmgen_kernel_count(void) { return 451; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 447) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < 451) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
