@@ -377,7 +377,7 @@ class WmmaWarpSpec(Spec):
     @property
     def parts(self) -> int:
         """Halves per element: 1 (h), 2 (hc, interleaved)."""
-        return PRECISIONS[self.precision].element_bytes // 2
+        return parts_of(self.precision)
 
     @property
     def stage_bytes(self) -> int:
@@ -416,7 +416,6 @@ class WmmaWarpSpec(Spec):
                     f"{self.stages} stages of {self.stage_bytes} bytes exceed {limit} on {a}")
         return self
 
-
     def k_stride(self, ta: str, tb: str) -> int:
         """The order of k in the kernel's fragments for A and B stored as ta, tb (warp_k_stride)."""
         return warp_k_stride(self.precision, self.m, self.n, self.k, ta, tb)
@@ -454,9 +453,14 @@ def _read_cost(addresses: np.ndarray, valid: np.ndarray) -> float:
     return float(per_bank.max(axis=1).sum() + PARTIAL_READ_COST * partial.sum())
 
 
+def parts_of(precision: str) -> int:
+    """Halves per element: 1 (h), 2 (hc, interleaved)."""
+    return PRECISIONS[precision].element_bytes // 2
+
+
 def warp_k_slots(precision: str, k: int) -> int:
     """The k slots of one lane in the warp kernel: a quarter of K padded to whole k-steps."""
-    parts = PRECISIONS[precision].element_bytes // 2
+    parts = parts_of(precision)
     return -(-parts * k // 16) * 16 // parts // 4
 
 
@@ -469,7 +473,7 @@ def warp_k(q, t, stride: int):
 def warp_k_stride(precision: str, m: int, n: int, k: int, ta: str, tb: str) -> int:
     """The stride s of the warp kernel's k order for A and B stored as ta, tb ('C' is stored as 'T'):
     the one whose fragment reads cost least (_read_cost; see above)."""
-    parts = PRECISIONS[precision].element_bytes // 2
+    parts = parts_of(precision)
     element = 2 * parts                              # bytes
     slots = warp_k_slots(precision, k)
     g = np.arange(8)[:, None]                        # lane = 4·g + t: arrays below are (..., 8, 4)

@@ -99,6 +99,12 @@ def shape_launcher(lib, name: str, prec: str):
     return f
 
 
+def spec_launcher(lib, spec):
+    """(launcher, takes_shape) of a variant built into lib: general and block kernels take m, n, k."""
+    takes_shape = spec.family in ("wmma", "wmmablock")
+    return (general_launcher if takes_shape else shape_launcher)(lib, spec.name, spec.precision), takes_shape
+
+
 def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,
               aligned: bool = False, packed: bool = False) -> tuple[bool, float]:
     """One NN launch with padded leading dimensions against a float64 CuPy reference; returns
@@ -267,7 +273,8 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     # same names (the latest counts, _best_by_point), so an interrupted one starts over rather than
     # resuming.  The sweeps (full, --async-only) resume.
     if small_only or warp_only or block_only:
-        done = {key for key in done if key[0] not in {s.name for s in specs}}
+        measured_again = {s.name for s in specs}
+        done = {key for key in done if key[0] not in measured_again}
     click.echo(f"{device} ({arch}): {len(general)} wmma tuples, {len(tiny)} tiny, {len(small_specs)} small, "
                f"{len(warps)} warp, {len(blocks)} block kernels; {len(done)} results already in {results_path}")
     root = build_dir / arch
@@ -303,9 +310,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     workloads = _Workloads()
 
     def launcher(spec):
-        takes_shape = spec.family in ("wmma", "wmmablock")
-        f = (general_launcher if takes_shape else shape_launcher)(lib, spec.name, spec.precision)
-        return f, takes_shape
+        return spec_launcher(lib, spec)
 
     def correct(spec) -> bool:
         if spec.name in refused:
@@ -422,6 +427,7 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
               if warp and prec in precisions]
     names = sorted({r["name"] for *_, pair in points for r in pair})
     specs = [small.SmallSpec.parse(n) if n.startswith("small_") else wmma.parse_name(n) for n in names]
+    by_name = dict(zip(names, specs))
     click.echo(f"{device} ({arch}): {len(points)} points, {len(specs)} kernels, {FINAL_MEGABYTES} MB, beta 0 and 1")
     root = build_dir / arch
     bundles = _write_sources(root, specs, BUNDLE)
@@ -433,9 +439,8 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
             m, n, k = shape_of(kind, size)
             batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
             work = Workload(prec, m, n, k, batch)
-            for r in pair:
-                takes_shape = r["name"].startswith(("wmma_", "wmmablock_"))
-                f = (general_launcher if takes_shape else shape_launcher)(lib, r["name"], prec)
+            for r in pair:   # (a row's family says "wmma" for a block kernel serving a range: the spec's does not)
+                f, takes_shape = spec_launcher(lib, by_name[r["name"]])
                 for beta in (0.0, 1.0):
                     ms = median_time_ms(work.ours(f, 1.0, beta, takes_shape=takes_shape))
                     append_result(results_path, {
