@@ -25,33 +25,13 @@ from generator.tuning import load_table, save_table
 from . import reference as ref
 from .api import _SCALAR
 from .build import build_library
+from .results import append_result, load_results, standing_refusals
 from .run_check import device_arch
 from .timing import copy_bandwidth, median_time_ms
 from .toolchain import gpu_available
 from .workload import Workload, batch_for_megabytes, bytes_moved
 
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-
-
-def load_results(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue   # a line cut by an interruption
-    return rows
-
-
-def append_result(path: Path, row: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
 
 
 def _launcher(lib, spec: small.SmallSpec):
@@ -256,11 +236,20 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
 ARRAY_RING_MIN_GAIN = 1.10  # a pointer-array ring must be this much faster than the staged path
 
 
+def _refused_at_build(row: dict) -> bool:
+    """A refusal by the sweep's own build (a failed compile, local memory), as opposed to one by
+    verify_winners's all-transposes build, a wrong answer or a failed launch."""
+    return row["status"] == "compile-failed" or (
+        row["status"] == "local-memory" and not row.get("reason", "").startswith("all-transposes"))
+
+
 def _latest(rows: list[dict]) -> dict[str, dict]:
-    """Per variant name, its latest result if it was measured correct and never refused (a refusal,
-    e.g. by verify_winners, stands whatever was measured before or after).  The latest time counts:
-    a re-measurement happened in a run that compared the variant with its neighbours."""
-    refused = {r["name"] for r in rows if r["status"] != "ok"}
+    """Per variant name, its latest result if it was measured correct and is not refused
+    (results.standing_refusals: a refusal at the sweep's build gives way to a later clean result,
+    any other stands whatever was measured before or after).  The latest time counts: a
+    re-measurement happened in a run that compared the variant with its neighbours."""
+    standing, at_build = standing_refusals(rows, _refused_at_build)
+    refused = standing | at_build
     return {r["name"]: r for r in rows if r["status"] == "ok" and r["name"] not in refused}
 
 

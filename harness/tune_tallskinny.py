@@ -18,7 +18,7 @@ from generator import tsm2
 from generator.tuning import load_table, save_table
 
 from .check_tallskinny import TsCase, run_ts_case
-from .tune_small import append_result, load_results
+from .results import append_result, load_results
 from .workload_tallskinny import TsWorkload, bytes_moved
 
 TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)

@@ -42,7 +42,7 @@ from generator.tuning import load_table, save_table
 
 from .api import _SCALAR
 from .build import build_library
-from .tune_small import append_result, load_results
+from .results import append_result, load_results, standing_refusals
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
@@ -480,23 +480,12 @@ def _nearest(grid, size):
 
 
 def refusals(rows: list[dict], device: str, builds: bool = True) -> set[str]:
-    """The variants refused on `device`.  A wrong answer, a launch failure or a refusal in the table's
-    all-transposes verification stands whatever came after.  A refusal at build (local memory, a failed
-    compile) is a property of the code of its day: a later successful result of the same name (the sweep
-    builds every variant again, so a template change that removes a spill brings it back) supersedes it.
-    builds=False: the standing refusals other than those at build."""
-    refused: set[str] = set()
-    at_build: set[str] = set()
-    for r in rows:   # in the order they were appended
-        if r.get("device") != device:
-            continue
-        if r["status"] == "ok":
-            at_build.discard(r["name"])
-        elif r.get("stage") == "build":
-            at_build.add(r["name"])
-        else:
-            refused.add(r["name"])
-    return refused | at_build if builds else refused
+    """The variants refused on `device` (results.standing_refusals: a refusal at build gives way to a
+    later successful result of the same name; a wrong answer, a launch failure or a refusal in the
+    table's all-transposes verification stands).  builds=False: the standing refusals alone."""
+    standing, at_build = standing_refusals((r for r in rows if r.get("device") == device),
+                                           lambda r: r.get("stage") == "build")
+    return standing | at_build if builds else standing
 
 
 def _best_by_point(rows, device, stage) -> dict[tuple, list[dict]]:

@@ -36,14 +36,36 @@ def test_latest_time_counts_and_refusals_stand(tmp_path):
         # a later run measured both again, next to each other: the latest times decide
         _row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0),
         _row("small_s_m19n19k19_dim5x7_tba8", time_us=9.5, tba=8),
-        # fastest of all, but refused later (local memory with another transpose): never wins
+        # fastest of all, but refused later by verify_winners (local memory with another transpose):
+        # never wins, whatever is measured after
         _row("small_s_m19n19k19_dim5x7_tba4_hoist", time_us=5.0),
-        _row("small_s_m19n19k19_dim5x7_tba4_hoist", status="local-memory"),
+        {**_row("small_s_m19n19k19_dim5x7_tba4_hoist", status="local-memory"),
+         "reason": "all-transposes build: sm_80 _Z... stack 8 B, spills 8/8 B"},
         _row("small_s_m19n19k19_dim5x7_tba4_hoist", time_us=4.0),
+        # a wrong answer stands too
+        _row("small_s_m19n19k19_dim5x7_tba2", time_us=3.0, tba=2),
+        _row("small_s_m19n19k19_dim5x7_tba2", status="wrong-answer", tba=2),
     ]
     best = best_variants(_write(tmp_path, rows), "H100", "sm_90")
     assert best[("s", 19, 19, 19)]["name"] == "small_s_m19n19k19_dim5x7_tba4"
     assert best[("s", 19, 19, 19)]["time_us"] == 8.0
+
+
+def test_a_sweep_build_refusal_gives_way_to_a_later_clean_build(tmp_path):
+    # the same rule as tune wmma's (harness.results.standing_refusals): local memory at the sweep's
+    # own build is the code of its day; a later sweep that built it clean and measured it counts
+    refused = {**_row("small_s_m19n19k19_dim5x7_tba4_hoist", status="local-memory"),
+               "reason": "ptxas reported stack or spills"}
+    rows = [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0), refused]
+    best = best_variants(_write(tmp_path, rows), "H100", "sm_90")
+    assert best[("s", 19, 19, 19)]["name"] == "small_s_m19n19k19_dim5x7_tba4"
+    rows.append(_row("small_s_m19n19k19_dim5x7_tba4_hoist", time_us=6.0))
+    assert best_variants(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == \
+        "small_s_m19n19k19_dim5x7_tba4_hoist"
+    # and a build refusal after the clean result refuses it again (the template changed since)
+    rows.append(refused)
+    assert best_variants(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == \
+        "small_s_m19n19k19_dim5x7_tba4"
 
 
 def test_other_devices_do_not_count(tmp_path):
