@@ -1,8 +1,13 @@
-"""Launch one h point a few times through the public strided entry point (or cuBLAS), for ncu.
+"""Launch one batched-GEMM point a few times through the public entry point (or cuBLAS), for ncu.
 
-Usage (on a GPU): python docs/experiments/wmma_profile_launch.py LIB.so ours|cublas square|rank SIZE [MB]
-Run under ncu with --launch-skip 2 --launch-count 1 and a kernel-name filter."""
-import sys
+Usage (on a GPU, repository root):
+    python docs/experiments/profile_launch.py LIB.so ours|cublas square|rank|MxNxK SIZE [MB]
+        [--prec h] [--batch B] [--beta 0|1] [--arrays]
+`square` is SIZE×SIZE×SIZE, `rank` SIZE×SIZE×16, `MxNxK` takes SIZE as ignored; the batch fills MB
+megabytes (default 256, ≫ L2) unless --batch is given; --arrays goes through the pointer-array entry
+point (ours only). Run under ncu with --launch-skip 2 --launch-count 1 and a kernel-name filter
+(docs/experiments/profile.sh)."""
+import argparse
 from pathlib import Path
 
 import cupy as cp
@@ -11,17 +16,40 @@ from harness.api import GemmgenLibrary
 from harness.workload import Workload, batch_for_megabytes
 
 
-def main(lib_path: str, who: str, kind: str, size: str, megabytes: str = "256") -> None:
-    n = int(size)
-    m, k = n, (n if kind == "square" else 16)
-    batch = batch_for_megabytes("h", m, n, k, float(megabytes))
-    work = Workload("h", m, n, k, batch)
-    if who == "ours":
-        lib = GemmgenLibrary(Path(lib_path))
-        print("kernel", lib.selected_kernel("h", m, n, k), "batch", batch, flush=True)
-        launch = work.ours(lib.lib.gemmgen_hgemm_batched_strided, 1.0, 0.0)
+def shape_of(kind: str, size: int) -> tuple[int, int, int]:
+    if kind == "square":
+        return size, size, size
+    if kind == "rank":
+        return size, size, 16
+    m, n, k = (int(x) for x in kind.split("x"))
+    return m, n, k
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("lib")
+    ap.add_argument("who", choices=("ours", "cublas"))
+    ap.add_argument("kind")
+    ap.add_argument("size", type=int)
+    ap.add_argument("megabytes", type=float, nargs="?", default=256.0)
+    ap.add_argument("--prec", default="h")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--beta", type=float, default=0.0)
+    ap.add_argument("--arrays", action="store_true")
+    a = ap.parse_args()
+    m, n, k = shape_of(a.kind, a.size)
+    batch = a.batch or batch_for_megabytes(a.prec, m, n, k, a.megabytes)
+    work = Workload(a.prec, m, n, k, batch)
+    if a.who == "ours":
+        lib = GemmgenLibrary(Path(a.lib))
+        print("kernel", lib.selected_kernel(a.prec, m, n, k), "batch", batch, flush=True)
+        if a.arrays:
+            launch = work.ours_array(getattr(lib.lib, f"gemmgen_{a.prec}gemm_batched"), 1.0, a.beta)
+        else:
+            launch = work.ours(getattr(lib.lib, f"gemmgen_{a.prec}gemm_batched_strided"), 1.0, a.beta)
     else:
-        launch = work.cublas(1.0, 0.0)
+        print("cublas batch", batch, flush=True)
+        launch = work.cublas(1.0, a.beta)
     stream = cp.cuda.Stream(non_blocking=True)
     for _ in range(3):
         launch(stream.ptr)
@@ -29,4 +57,4 @@ def main(lib_path: str, who: str, kind: str, size: str, megabytes: str = "256") 
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()
