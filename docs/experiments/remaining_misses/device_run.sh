@@ -17,7 +17,7 @@ LIB=$(ls $B/sm_90/libgemmgen.so)
 bash docs/experiments/profile.sh $LIB $O \
   "ours square 9 --prec h" "cublas square 9 --prec h" \
   "ours square 31 --prec s" "cublas square 31 --prec s" "ours square 32 --prec s" \
-  "ours square 27 --prec z 512" "ours square 26 --prec z 512" \
+  "ours square 27 512 --prec z" "ours square 26 512 --prec z" \
   "ours square 7 --prec h --arrays" "ours square 13 --prec h --arrays" "ours square 13 --prec h" \
   "ours square 96 --batch 1000" "cublas square 96 --batch 1000" \
   "ours square 112 --batch 1000" "cublas square 112 --batch 1000" \
