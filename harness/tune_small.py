@@ -7,7 +7,6 @@ refused by the spec, did not compile, used local memory, gave a wrong answer, fa
 from __future__ import annotations
 
 import ctypes
-import json
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path

@@ -1,11 +1,10 @@
 """Launch one batched-GEMM point a few times through the public entry point (or cuBLAS), for ncu.
 
 Usage (on a GPU, repository root):
-    python docs/experiments/profile_launch.py LIB.so ours|cublas square|rank|MxNxK SIZE [MB]
+    python docs/experiments/profile_launch.py LIB.so ours|cublas square|rank SIZE [MB]
         [--prec h] [--batch B] [--beta 0|1] [--arrays]
-`square` is SIZE×SIZE×SIZE, `rank` SIZE×SIZE×16, `MxNxK` takes SIZE as ignored; the batch fills MB
-megabytes (default 256, ≫ L2) unless --batch is given; --arrays goes through the pointer-array entry
-point (ours only). Run under ncu with --launch-skip 2 --launch-count 1 and a kernel-name filter
+`square` is SIZE×SIZE×SIZE, `rank` SIZE×SIZE×16; the batch fills MB megabytes (default 256, ≫ L2)
+unless --batch is given; --arrays goes through the pointer-array entry point (ours only). Run under ncu with --launch-skip 2 --launch-count 1 and a kernel-name filter
 (docs/experiments/profile.sh)."""
 import argparse
 from pathlib import Path
@@ -16,20 +15,11 @@ from harness.api import GemmgenLibrary
 from harness.workload import Workload, batch_for_megabytes
 
 
-def shape_of(kind: str, size: int) -> tuple[int, int, int]:
-    if kind == "square":
-        return size, size, size
-    if kind == "rank":
-        return size, size, 16
-    m, n, k = (int(x) for x in kind.split("x"))
-    return m, n, k
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("lib")
     ap.add_argument("who", choices=("ours", "cublas"))
-    ap.add_argument("kind")
+    ap.add_argument("kind", choices=("square", "rank"))
     ap.add_argument("size", type=int)
     ap.add_argument("megabytes", type=float, nargs="?", default=256.0)
     ap.add_argument("--prec", default="h")
@@ -37,7 +27,7 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=0.0)
     ap.add_argument("--arrays", action="store_true")
     a = ap.parse_args()
-    m, n, k = shape_of(a.kind, a.size)
+    m, n, k = a.size, a.size, (a.size if a.kind == "square" else 16)
     batch = a.batch or batch_for_megabytes(a.prec, m, n, k, a.megabytes)
     work = Workload(a.prec, m, n, k, batch)
     if a.who == "ours":
