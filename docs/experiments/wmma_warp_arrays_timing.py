@@ -7,10 +7,12 @@ beta = 0, NN: the strided interface and pointer arrays to the same packed matric
 floor, and of the floor that counts the 24 bytes of pointers per GEMM).  Each point also checks that both
 give the same bits (same products, same order of sums) through both interfaces, with beta = 0.5.
 
-Usage (on a GPU): python docs/experiments/wmma_warp_arrays_timing.py BEFORE_GEN AFTER_GEN OUT.json"""
+Usage (on a GPU): python docs/experiments/wmma_warp_arrays_timing.py BEFORE_GEN AFTER_GEN OUT.json
+    [--prec h|hc] [--points square:13,rank:10,...] [--what TEXT]
+(2026-11-26: also the second, pointer-array instance of the smallest shapes, docs/experiments/remaining_misses.)"""
+import argparse
 import ctypes
 import json
-import sys
 from pathlib import Path
 
 from harness.api import variant_function
@@ -23,27 +25,34 @@ SIZES = [("square", s) for s in (13, 14, 15, 17, 18, 19, 21, 23, 25, 27, 29, 31,
     + [("rank", s) for s in (19, 23, 27, 33, 41, 49, 57, 63)]
 
 
-def main(before: Path, after: Path, out: Path) -> None:
+def shape_of(stem: str) -> tuple[int, int, int]:
+    """(m, n, k) of a warp kernel's name, wmmawarp_<prec>_m13n13k13_..."""
+    return tuple(int(x) for x in stem.split("_")[2][1:].replace("n", " ").replace("k", " ").split())
+
+
+def main(before: Path, after: Path, out: Path, prec: str = "h", points=SIZES,
+         what: str = "warp kernels reading each GEMM's addresses just before its copies (before) or one GEMM "
+                     "earlier (after)") -> None:
     import cupy as cp
 
     arch, device = device_arch()
+    wanted = {(s, s, s if kind == "square" else 16) for kind, s in points}
     libs = {}
     for label, gen in (("before", before), ("after", after)):
-        built = build_library(gen, gen / "build", (arch,), 16, sources=sorted(gen.glob("src/wmmawarp/h/*.cu")),
-                              library_name="libwarp.so")
+        sources = [p for p in sorted(gen.glob(f"src/wmmawarp/{prec}/*.cu")) if shape_of(p.stem) in wanted]
+        built = build_library(gen, gen / "build", (arch,), 16, sources=sources, library_name="libwarp.so")
         assert not built.local_memory_kernels, built.local_memory_kernels
         libs[label] = ctypes.CDLL(str(built.library))
-    names = {tuple(int(x) for x in p.stem.split("_")[2][1:].replace("n", " ").replace("k", " ").split()): p.stem
-             for p in sorted(after.glob("src/wmmawarp/h/*.cu"))}
+    names = {shape_of(p.stem): p.stem for p in sorted(after.glob(f"src/wmmawarp/{prec}/*.cu"))}
     bandwidth = copy_bandwidth()
     rows = []
-    for kind, size in SIZES:
+    for kind, size in points:
         m, n, k = (size, size, size) if kind == "square" else (size, size, 16)
         name = names.get((m, n, k))
         if name is None:
             continue
-        work = Workload("h", m, n, k, batch_for_megabytes("h", m, n, k, 512))
-        floor_ms = bytes_moved("h", m, n, k, work.batch, False) / bandwidth * 1e3
+        work = Workload(prec, m, n, k, batch_for_megabytes(prec, m, n, k, 512))
+        floor_ms = bytes_moved(prec, m, n, k, work.batch, False) / bandwidth * 1e3
         pointer_ms = 24 * work.batch / bandwidth * 1e3
         row = {"kind": kind, "size": size, "kernel": name}
         results = {}
@@ -67,11 +76,19 @@ def main(before: Path, after: Path, out: Path) -> None:
         print(kind, size, name, " ".join(f"{c}={row[c + '_before']:.2f}->{row[c + '_after']:.2f}"
                                          for c in ("strided", "array", "array_with_pointers")),
               "same bits" if row["same_bits"] else "DIFFERENT BITS", flush=True)
-    out.write_text(json.dumps({"device": device, "arch": arch, "copy_bandwidth_gbs": bandwidth / 1e9,
-                               "what": "fraction of the bandwidth floor, ≫ L2, beta = 0, NN: warp kernels reading "
-                                       "each GEMM's addresses just before its copies (before) or one GEMM earlier (after)",
+    out.write_text(json.dumps({"device": device, "arch": arch, "precision": prec, "copy_bandwidth_gbs": bandwidth / 1e9,
+                               "what": f"fraction of the bandwidth floor, ≫ L2, beta = 0, NN: {what}",
                                "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--prec", default="h", choices=("h", "hc"))
+    ap.add_argument("--points", help="kind:size,... (kind square or rank); default: the 2026-11-24 set")
+    ap.add_argument("--what")
+    a = ap.parse_args()
+    points = [(p.split(":")[0], int(p.split(":")[1])) for p in a.points.split(",")] if a.points else SIZES
+    main(a.before, a.after, a.out, a.prec, points, *([a.what] if a.what else []))

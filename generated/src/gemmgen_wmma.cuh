@@ -1402,7 +1402,8 @@ __device__ __forceinline__ void warp_product(const __half2* As, const __half2* B
             }
 }
 
-template <typename S, int M, int N, int K, char TA, char TB, typename ACC, int STAGES, int KS, typename Scalar>
+template <typename S, int M, int N, int K, char TA, char TB, typename ACC, int STAGES, int KS, bool LOOKAHEAD,
+          typename Scalar>
 __global__ void __launch_bounds__(256, (WarpMinBlocks<S, M, N, K, ACC>::value))
 wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
                  Conjugate conj)
@@ -1421,11 +1422,8 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
     const bool contiguous = lda == A_ROWS && ldb == B_ROWS && ldc == M;
 
     // A batch entry's matrices.  Through pointer arrays each address is a global load that the copies
-    // wait for, so the warp reads them one GEMM before it copies (a queue in registers, every index a
-    // compile-time constant).  Not for the smallest shapes (accumulators of at most 8 registers): there
-    // the queue cost the strided interface up to 0.1 of the floor (h 13×13×13 0.89 → 0.78), more than
-    // pointer arrays gained (docs/experiments/wmma_warp_arrays_sm_90.json).
-    constexpr bool LOOKAHEAD = WarpMinBlocks<S, M, N, K, ACC>::ACC_REGISTERS > 8;
+    // wait for, so with LOOKAHEAD the warp reads them one GEMM before it copies (a queue in registers,
+    // every index a compile-time constant; launch_wmma_warp says which interface gets it).
     struct Entry { const S* a; const S* b; S* c; bool valid; };
     auto entry = [&](long long item) {
         Entry e{nullptr, nullptr, nullptr, item < batch};
@@ -1525,7 +1523,14 @@ template <int M, int N, int K, typename ACC, int STAGES, int WARPS, char TA, cha
 int launch_wmma_warp(Conjugate conj, const BatchPointers<S>& p, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
                      int batch, cudaStream_t stream)
 {
-    auto kernel = wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, KS, Scalar>;
+    // The address queue (LOOKAHEAD) for pointer arrays always; for strided batches only past the
+    // smallest shapes (accumulators of more than 8 registers): there the queue cost the strided
+    // interface up to 0.07 of the floor (h 13×13×13 0.89 → 0.83) while pointer arrays gained 0.08
+    // (0.64 → 0.72 counting the pointers; docs/experiments/wmma_warp_arrays_sm_90.json), so those
+    // shapes build a second instance, with its own registers, for pointer arrays.
+    constexpr bool STRIDED_LOOKAHEAD = WarpMinBlocks<S, M, N, K, ACC>::ACC_REGISTERS > 8;
+    auto kernel = p.A_array != nullptr ? wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, KS, true, Scalar>
+                                       : wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, KS, STRIDED_LOOKAHEAD, Scalar>;
     constexpr int PER_WARP = STAGES * WarpLayout<S, M, N, K>::STAGE * 2;
     const DeviceInfo dev = device_info();
     if (dev.cc < 80)
