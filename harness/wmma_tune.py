@@ -54,6 +54,9 @@ BUNDLE = 12             # variants per nvcc call in the sweep
 MEGABYTES = 64          # data per launch (≫ L2 would cost more device time; 64 MB is past L2)
 MIN_BATCH = 100
 WARP_MIN_GAIN = 1.05    # a warp kernel (one more source per shape) replaces the choice only this much faster
+# ... or where, with data far past L2, it alone reaches the issues' floor bar for h and hc in both betas
+# (its worse case at least 0.80 of the floor, the rest's under it): a goal met is worth the source.
+WARP_BAR = 0.80
 BLOCK_MIN_GAIN = 1.05   # a block kernel replaces a range's general tuple (sm_80+) only this much faster
 MAX_BLOCKS = 8          # block kernels per precision in the table
 # The `final` stage (--final-only): 64 MB is barely past the H100's 50 MB L2, and there the warp kernels
@@ -585,7 +588,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
     so (`choice`), which is the tuned cut-off between the families.  Where a `--final-only` run timed
     the point's warp kernel and the rest's choice with data far past L2 (`final`), that comparison
     decides between them: each kernel's worse fraction of the floor over beta = 0 and 1 (WARP_MIN_GAIN
-    still applies)."""
+    still applies, unless only the warp kernel reaches WARP_BAR)."""
     results = load_results(results_path)
     rows = _best_by_point(results, device, "fine")
     final = _final_times(results, device)
@@ -598,7 +601,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
         final_fields = {}
         if warp and (prec, kind, size, warp["name"]) in final and (prec, kind, size, rest["name"]) in final:
             f_warp, f_rest = final[(prec, kind, size, warp["name"])], final[(prec, kind, size, rest["name"])]
-            fastest = warp if f_warp >= f_rest * WARP_MIN_GAIN else rest
+            fastest = warp if f_warp >= f_rest * WARP_MIN_GAIN or f_rest < WARP_BAR <= f_warp else rest
             final_fields = {"final_warp_floor": round(f_warp, 4), "final_rest_floor": round(f_rest, 4)}
         fallback = {"fallback_choice": rest["family"], "fallback_kernel": rest["name"]} \
             if fastest is warp else {}

@@ -469,5 +469,9 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
     assert (row["final_warp_floor"], row["final_rest_floor"]) == (0.80, 0.70)
     # within WARP_MIN_GAIN of each other: the rest (one source fewer)
     assert table(stage2 + finals + [final(warp, 1.0, 0.72)])["choice"] == "wmma"
+    # within WARP_MIN_GAIN, but only the warp kernel reaches WARP_BAR (0.80) with both betas: the warp kernel
+    near_bar = [final(general, 0.0, 0.95), final(general, 1.0, 0.79), final(warp, 0.0, 0.90)]
+    assert table(stage2 + near_bar + [final(warp, 1.0, 0.81)])["choice"] == "wmmawarp"
+    assert table(stage2 + near_bar + [final(warp, 1.0, 0.795)])["choice"] == "wmma"
     # the warp kernel's beta = 1 timing from another run: stage 2 decides
     assert table(stage2 + finals + [final(warp, 1.0, 0.80, run=0)])["choice"] == "wmma"
