@@ -15,6 +15,7 @@ import ctypes
 import json
 from pathlib import Path
 
+from generator.wmma import WmmaWarpSpec
 from harness.api import variant_function
 from harness.build import build_library
 from harness.run_check import device_arch
@@ -26,8 +27,9 @@ SIZES = [("square", s) for s in (13, 14, 15, 17, 18, 19, 21, 23, 25, 27, 29, 31,
 
 
 def shape_of(stem: str) -> tuple[int, int, int]:
-    """(m, n, k) of a warp kernel's name, wmmawarp_<prec>_m13n13k13_..."""
-    return tuple(int(x) for x in stem.split("_")[2][1:].replace("n", " ").replace("k", " ").split())
+    """(m, n, k) of a warp kernel, from its name."""
+    spec = WmmaWarpSpec.parse(stem)
+    return spec.m, spec.n, spec.k
 
 
 def main(before: Path, after: Path, out: Path, prec: str = "h", points=SIZES,

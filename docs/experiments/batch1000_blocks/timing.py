@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from generator import wmma
+from generator.tuning import load_table
 from harness.bench_wmma import MAX_SETS, _sets
 from harness.build import build_library
 from harness.run_check import device_arch
@@ -34,8 +35,7 @@ def main(out: Path) -> None:
     bundle_of = {s.name: bundles[i // BUNDLE].stem for i, s in enumerate(specs)}
     usable = [s for s in specs if not _spills(s, built, bundle_of[s.name])]
     lib = ctypes.CDLL(str(built.library))
-    table = {(r["kind"], r["size"]): r["kernel"] for r in json.loads(Path("generator/tuning/sm_90.json").read_text())["wmma"]
-             if r["precision"] == "h"}
+    table = {(r["kind"], r["size"]): r["kernel"] for r in load_table(arch)["wmma"] if r["precision"] == "h"}
     rows = []
     for kind in ("square", "rank"):
         for size in SIZES:
