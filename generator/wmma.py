@@ -583,6 +583,13 @@ class WmmaBlockSpec(Spec):
     def smem_bytes(self) -> int:
         return self.stages * self.stage_bytes + self.staging_bytes
 
+    @property
+    def wgmma_path(self) -> bool:
+        """Whether the kernel also carries the sm_90a path (gemmgen_wmma.cuh, wgmma_block_kernel): h blocks
+        of at most 128 rows whose columns are a whole number of wgmma n16 steps up to 128.  Where a GEMM
+        fits one such block, the launch takes it on sm_90 devices, built from compute_90a."""
+        return self.precision == "h" and self.blk_m <= 128 and self.blk_n % 16 == 0 and self.blk_n <= 128
+
     def validate(self, arch: str | None = None) -> "WmmaBlockSpec":
         require(self.precision in PRECISIONS_WMMA, "precision",
                 f"the wmma family covers h and hc, not {self.precision!r}")

@@ -85,28 +85,42 @@ def parse_ptxas_report(source: str, text: str) -> list[KernelResources]:
 # keeps about 40 units for the default set, enough to keep every core busy to the end.
 UNITY_SOURCES = 16
 
-_CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+)+)")
+_CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+a?)+)")
 
 
 def code_paths(source_text: str) -> tuple[int, ...]:
     """The compute capabilities at which a source's device code changes (its
     `gemmgen-code-paths:` line; none for most sources)."""
     m = _CODE_PATHS.search(source_text)
-    return tuple(sorted(int(x) for x in m.group(1).split())) if m else ()
+    return tuple(sorted(int(x.rstrip("a")) for x in m.group(1).split())) if m else ()
 
 
-def gencode_flags(archs: Iterable[str], paths: tuple[int, ...] = ()) -> list[str]:
+def arch_specific_paths(source_text: str) -> tuple[int, ...]:
+    """The code paths written with an `a` (`90a`): code there uses instructions of that exact
+    architecture (wgmma: sm_90a), so it is compiled from compute_90a PTX into sm_90a code."""
+    m = _CODE_PATHS.search(source_text)
+    return tuple(sorted(int(x[:-1]) for x in m.group(1).split() if x.endswith("a"))) if m else ()
+
+
+def gencode_flags(archs: Iterable[str], paths: tuple[int, ...] = (), specific: tuple[int, ...] = ()) -> list[str]:
     """One PTX per code path, for the lowest target architecture on it, assembled into SASS for
     every target on that path.  The front end (cicc), most of the compile time of these fully
     unrolled kernels, then runs once per code path instead of once per architecture; ptxas still
     builds, and reports resources, for each target.  `paths` are the capabilities where the code
-    changes (a cp.async ring: 80), so sm_80 and sm_90 get the cp.async PTX, as CMake builds them."""
+    changes (a cp.async ring: 80), so sm_80 and sm_90 get the cp.async PTX, as CMake builds them.
+    `specific`: paths of arch-specific code (90: wgmma), whose band is that one architecture's
+    compute_90a -> sm_90a."""
     ccs = sorted({ARCHS[a].cc for a in archs})
     bands: dict[int, list[int]] = {}
     for cc in ccs:
         bands.setdefault(sum(cc >= p for p in paths), []).append(cc)
     flags: list[str] = []
     for band in bands.values():
+        if band[0] in specific and band[0] in paths:   # the path starts a band of its own
+            flags += ["-gencode", f"arch=compute_{band[0]}a,code=[sm_{band[0]}a]"]
+            band = band[1:]
+            if not band:
+                continue
         flags += ["-gencode", f"arch=compute_{band[0]},code=[{','.join(f'sm_{cc}' for cc in band)}]"]
     return flags
 
@@ -144,7 +158,9 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
     device code is compiled at full optimization either way)."""
     texts = [p.read_text() for p in (members or (source,))]
     paths = tuple(sorted({cc for t in texts for cc in code_paths(t)}))
-    flags = [host_optimization, "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths), *extra]
+    specific = tuple(sorted({cc for t in texts for cc in arch_specific_paths(t)}))
+    flags = [host_optimization, "-std=c++14", "-Xcompiler", "-fPIC", "-Xptxas", "-v", *gencode_flags(archs, paths, specific),
+             *extra]
     key = object_key(compiler_version(nvcc), flags, source, include_dirs, members)
     for inc in include_dirs:
         flags += ["-I", str(inc)]
@@ -190,7 +206,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
             folder = source.parent.relative_to(generated / "src")
             if not folder.parts:
                 return None
-            return "_".join(folder.parts) + "".join(f"_p{cc}" for cc in code_paths(source.read_text()))
+            return "_".join(folder.parts) + "".join(f"_p{cc}" for cc in code_paths(source.read_text())) + \
+                "".join(f"a{cc}" for cc in arch_specific_paths(source.read_text()))
         units = unity_units(sources, group, build_dir / "unity", unity, ".cu")
     else:
         units = {s: () for s in sources}

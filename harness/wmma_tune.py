@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -188,16 +189,22 @@ def _write_sources(root: Path, specs, bundle: int) -> list[Path]:
     for rel, text in support_files("gemmgen tune wmma", ("sm_90",), ("h", "hc")).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
+    paths = {}   # each variant's `gemmgen-code-paths:` tokens: a bundle is compiled for all of its members'
     for spec in specs:
         path = root / kernel_source_path(spec)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = kernel_source(spec, "gemmgen tune wmma", trans_pairs=(("N", "N"),))
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
+        found = re.search(r"gemmgen-code-paths:((?: \d+a?)+)", text)
+        paths[spec] = found.group(1).split() if found else []
     bundles = []
     (root / "src" / "bundles").mkdir(parents=True, exist_ok=True)
     for i in range(0, len(specs), bundle):
         lines = ['#include "gemmgen_wmma.cuh"', '#include "gemmgen_small.cuh"']
+        tokens = sorted({t for spec in specs[i:i + bundle] for t in paths[spec]}, key=lambda t: (int(t.rstrip("a")), t))
+        if tokens:
+            lines.insert(0, "// gemmgen-code-paths: " + " ".join(tokens))
         for j, spec in enumerate(specs[i:i + bundle]):
             # Each variant keeps its file-local names in a namespace of its own.
             lines += [f"namespace variant_{j} {{", f'#include "{kernel_source_path(spec)[4:]}"', "}"]

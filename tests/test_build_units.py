@@ -8,8 +8,8 @@ from pathlib import Path
 from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
 from generator.small import SmallSpec
 from generator.tsm2 import Tsm2Spec
-from generator.wmma import WmmaSpec
-from harness.build import code_paths, gencode_flags
+from generator.wmma import WmmaBlockSpec, WmmaSpec
+from harness.build import arch_specific_paths, code_paths, gencode_flags
 from harness.unity import unity_units
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +21,12 @@ def test_one_ptx_per_code_path():
     assert gencode_flags(archs, (80,)) == ["-gencode", "arch=compute_75,code=[sm_75]",
                                            "-gencode", "arch=compute_80,code=[sm_80,sm_90]"]
     assert gencode_flags(("sm_90",), (80,)) == ["-gencode", "arch=compute_90,code=[sm_90]"]
+    # arch-specific code (wgmma, `90a` in a source's code paths): sm_90 alone from compute_90a PTX
+    assert gencode_flags(archs, (80, 90), (90,)) == ["-gencode", "arch=compute_75,code=[sm_75]",
+                                                     "-gencode", "arch=compute_80,code=[sm_80]",
+                                                     "-gencode", "arch=compute_90a,code=[sm_90a]"]
+    assert arch_specific_paths("// gemmgen-code-paths: 80 90a") == (90,)
+    assert code_paths("// gemmgen-code-paths: 80 90a") == (80, 90)
 
 
 def test_templates_branch_only_where_sources_say_so():
@@ -28,7 +34,8 @@ def test_templates_branch_only_where_sources_say_so():
     engine's, and exactly the sources that instantiate a cp.async ring (TSM2, wmma or small with a
     strided or a pointer-array ring, every warp and block wmma kernel) or the small family's fp64
     Tensor Core product (`mma`, sm_80+ as well) declare the first code path, and exactly the h wmma tuples with
-    the whole-GEMM path the second, so their sm_80/sm_90 SASS is built from PTX of that level."""
+    the whole-GEMM path and the h block kernels with the wgmma path the second (the latter as `90a`: sm_90a
+    code), so their sm_80/sm_90 SASS is built from PTX of that level."""
     thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
     assert thresholds == {CP_ASYNC_MIN_CC * 10, TENSOR_COPY_MIN_CC * 10}
@@ -43,8 +50,10 @@ def test_templates_branch_only_where_sources_say_so():
                                            or SmallSpec.parse(source.stem).mma))
                 or family in ("wmmawarp", "wmmablock"))
         whole = family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).whole_path
-        expected = ((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole else ())
+        wgmma = family == "wmmablock" and WmmaBlockSpec.parse(source.stem).wgmma_path
+        expected = ((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole or wgmma else ())
         assert code_paths(source.read_text()) == expected, source.name
+        assert arch_specific_paths(source.read_text()) == ((TENSOR_COPY_MIN_CC,) if wgmma else ()), source.name
 
 
 def test_unity_units_group_chunk_and_keep_loners(tmp_path):

@@ -165,7 +165,8 @@ def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
 
 
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
-    """Compile one emitted general kernel, one tiny, one warp and one block kernel for sm_90 and read the SASS."""
+    """Compile one emitted general kernel, one tiny, one warp and two block kernels for sm_90 and read the SASS."""
+    from harness.build import arch_specific_paths, code_paths, gencode_flags
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
 
     try:
@@ -186,13 +187,18 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     # and a warp kernel and an hc block kernel (raw mma.sync rather than the WMMA API)
     warp = next(k["name"] for k in listing["kernels"] if k["family"] == "wmmawarp")
     block = next(k["name"] for k in listing["wmma"]["kernels"] if k["name"].startswith("wmmablock_hc_"))
-    for name in dict.fromkeys((general, whole, tiny.name, warp, block)):
+    # an h block kernel also holds the sm_90a wgmma kernel, fed by tensor copies
+    hopper = next(k["name"] for k in listing["wmma"]["kernels"]
+                  if getattr(wmma.parse_name(k["name"]), "wgmma_path", False))
+    for name in dict.fromkeys((general, whole, tiny.name, warp, block, hopper)):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
             source = tiny_source
         obj = tmp_path / f"{name}.o"
-        subprocess.run([str(nvcc), "-std=c++14", "-O3", "-arch=sm_90", "-I", str(generated / "include"),
+        text = source.read_text()   # as the harness builds it: sm_90a code where the source says `90a`
+        arch = gencode_flags(("sm_90",), code_paths(text), arch_specific_paths(text))
+        subprocess.run([str(nvcc), "-std=c++14", "-O3", *arch, "-I", str(generated / "include"),
                         "-I", str(generated / "src"), "-c", str(source), "-o", str(obj)],
                        check=True, capture_output=True, env=nvcc_environment(nvcc))
         # cuobjdump runs nvdisasm, which the wheels install beside it
@@ -201,6 +207,8 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
         assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
         if name == whole:
             assert "UTMALDG" in sass and "UTMASTG" in sass, f"{name}: no tensor copy in the SASS"
+        if name == hopper:
+            assert "HGMMA" in sass and "UTMALDG" in sass, f"{name}: no wgmma (HGMMA) or tensor copy in the SASS"
 
 
 WARP = wmma.WmmaWarpSpec("h", 33, 33, 16, 8, 3, "f16")

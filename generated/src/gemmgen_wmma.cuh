@@ -1044,7 +1044,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
 // A strided batch of fp16 matrices (rows × cols, ld and stride in elements) as a 3-d tensor map whose box is
 // box_rows × box_cols of one entry.  False where the driver refuses it.
 inline bool batch_tensor_map(CUtensorMap* map, const __half* base, int rows, int cols, int ld, long long stride,
-                             int batch, int box_rows, int box_cols)
+                             int batch, int box_rows, int box_cols,
+                             CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE)
 {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode)
@@ -1054,7 +1055,7 @@ inline bool batch_tensor_map(CUtensorMap* map, const __half* base, int rows, int
     const cuuint32_t box[3] = {(cuuint32_t)box_rows, (cuuint32_t)box_cols, 1};
     const cuuint32_t unit[3] = {1, 1, 1};
     return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(base), dims, strides, box, unit,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 #endif
@@ -1763,6 +1764,356 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
     __syncwarp();   // the staging is free for the warp's next tile
 }
 
+// ---- sm_90a: h blocks on wgmma, K in 64-deep slices through the copy engine -------------------------
+// The mma.sync block kernels reach 0.84-0.96 of the floor on h squares 96-128 with data past L2 and
+// 0.91-1.00x cuBLAS at batch 1000; cuBLAS runs wgmma fed by the copy engine.  An experiment
+// (docs/experiments/wgmma_block/) separated the two: wgmma fed by cp.async, or by the copy engine in
+// 16-byte rows, is slower than mma.sync (0.81-0.86 of the floor); the copy engine moving 128-byte rows
+// with the 128-byte swizzle, 64 k deep, is what reaches the floor (0.99-1.01; 1.05-1.11x cuBLAS at batch
+// 1000).  So where a GEMM fits one 128×BN block (m ≤ 128, n ≤ BN) of a strided, op(A) = A, op(B) = B
+// batch with 16-byte columns, an h block kernel takes this path on sm_90 (an sm_90a image: wgmma exists
+// only there):
+// - a persistent grid of two warpgroups per thread block, one GEMM at a time; K in slices of 64 through a
+//   ring of STAGES stages, copied STAGES - 1 slices ahead across GEMM boundaries by one thread: A as the
+//   tensor (M, K, batch) in two boxes of 64 rows × 64 k (one per warpgroup), B as (K, N, batch) in one
+//   box of 64 k × BN columns, each landing as rows of 128 bytes (64 halves) whose 16-byte chunk c sits at
+//   c ^ (row % 8); the engine fills zeros past M, N and K and completes on the stage's mbarrier;
+// - warpgroup g multiplies rows 64g..64g+63: wgmma.mma_async.m64nBNk16 with fp32 sums, A from registers
+//   (ldmatrix.trans of the swizzled rows, the m16n8k16 A fragment of each warp), B from shared memory
+//   through a descriptor: B's box is wgmma's K-major layout with the 128-byte swizzle (8-row atoms of
+//   1024 bytes, so SBO = 1024; a k16 step starts 32 bytes further into the atom);
+// - each warp stages its 16 rows of alpha·AB column-major and writes 16-byte chunks of C (+ beta·C).
+#if CUDART_VERSION >= 12000
+constexpr int WGMMA_K = 64;          // k per slice: one 128-byte row of halves
+constexpr int WGMMA_THREADS = 256;   // two warpgroups: rows 0-63 and 64-127
+constexpr int WGMMA_STAGES = 3;      // the best or within 1.5 % of it at 96-128 (the experiment)
+constexpr int WGMMA_CLD = 24;        // halves per staged column of a warp's 16 rows (+8: no bank conflicts)
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16: d (N/2 fp32 per thread) += A (registers) · B
+// (descriptor); accumulate = 0 overwrites d.
+template <int N>
+struct Wgmma;
+template <>
+struct Wgmma<16> {
+    __device__ __forceinline__ static void mma(float (&d)[8], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+                     "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<32> {
+    __device__ __forceinline__ static void mma(float (&d)[16], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                     "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<48> {
+    __device__ __forceinline__ static void mma(float (&d)[24], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+                     "{%24, %25, %26, %27}, %28, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<64> {
+    __device__ __forceinline__ static void mma(float (&d)[32], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                     "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<80> {
+    __device__ __forceinline__ static void mma(float (&d)[40], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, "
+                     "{%40, %41, %42, %43}, %44, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<96> {
+    __device__ __forceinline__ static void mma(float (&d)[48], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+                     "{%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<112> {
+    __device__ __forceinline__ static void mma(float (&d)[56], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, "
+                     "{%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+template <>
+struct Wgmma<128> {
+    __device__ __forceinline__ static void mma(float (&d)[64], const unsigned (&a)[4], unsigned long long desc,
+                                               int accumulate)
+    {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                     "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+#endif
+    }
+};
+
+template <int BN, int STAGES>
+struct WgmmaGeometry {
+    static constexpr int A_BYTES = 2 * 64 * 128;   // two boxes of 64 rows × 64 k
+    static constexpr int B_BYTES = BN * 128;       // one box of 64 k × BN columns
+    static constexpr int STAGE_BYTES = (A_BYTES + B_BYTES + 1023) / 1024 * 1024;   // stages on 1024 bytes
+    // 1024 bytes of slack to put the ring on 1024 bytes (the swizzle follows address bits 4-9), the ring,
+    // each warp's C staging
+    static constexpr int BYTES = 1024 + STAGES * STAGE_BYTES + 8 * BN * WGMMA_CLD * 2;
+};
+
+__device__ __forceinline__ unsigned long long wgmma_descriptor_sw128(const void* p)
+{
+    // start address, LBO (unused by swizzled K-major layouts: 1), SBO = 1024 bytes, 128-byte swizzle
+    return (unsigned long long)((smem_address(p) & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// The box at (c0, c1, entry) of a 3-d tensor map into shared memory, completing on `bar`.
+__device__ __forceinline__ void tensor_load_at(void* dst, const CUtensorMap& map, int c0, int c1, int entry, unsigned bar)
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4 }], [%5];\n"
+                 ::"r"(smem_address(dst)), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(entry),
+                 "r"(bar) : "memory");
+#endif
+}
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(WGMMA_THREADS, 1)
+wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, __half* C,
+                   int M, int N, int K, int ldc, long long stride_c, float alpha, float beta, int batch)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // Static shared memory only in the sm_90a image: the launcher reads its size to know that this image,
+    // and not an empty one, is what the device runs (wgmma_image).
+    __shared__ __align__(8) unsigned long long full[STAGES];
+    using G = WgmmaGeometry<BN, STAGES>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* ring = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+    const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    const int row0 = warp * 16;   // the warp's 16 rows of C (warpgroup warp / 4: rows 64 (warp / 4) ...)
+    __half* staging = reinterpret_cast<__half*>(ring + STAGES * G::STAGE_BYTES) + warp * BN * WGMMA_CLD;
+    const int slices = (K + WGMMA_K - 1) / WGMMA_K;
+    const bool issuer = threadIdx.x == 0;
+    if (issuer)
+        for (int s = 0; s < STAGES; ++s)
+            mbarrier_init(smem_address(full + s), 1);
+    __syncthreads();
+
+    long long load_entry = blockIdx.x;
+    int load_slice = 0, load_stage = 0;
+    auto copy_next = [&]() {
+        if (issuer && load_entry < batch) {
+            unsigned char* s = ring + load_stage * G::STAGE_BYTES;
+            const unsigned bar = smem_address(full + load_stage);
+            mbarrier_arrive_expect_tx(bar, G::A_BYTES + G::B_BYTES);
+            tensor_load_at(s, map_a, 0, load_slice * WGMMA_K, (int)load_entry, bar);
+            tensor_load_at(s + 64 * 128, map_a, 64, load_slice * WGMMA_K, (int)load_entry, bar);
+            tensor_load_at(s + G::A_BYTES, map_b, load_slice * WGMMA_K, 0, (int)load_entry, bar);
+        }
+        if (++load_slice == slices) {
+            load_slice = 0;
+            load_entry += gridDim.x;
+        }
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    };
+    for (int j = 0; j < STAGES - 1; ++j)
+        copy_next();
+
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i)
+        d[i] = 0.f;
+    // ldmatrix.trans: lane i of 8x8 matrix q gives the address of k = i + 8 (q / 2) of rows 8 (q % 2) ...
+    const int q = lane >> 3, i = lane & 7, chunk = (row0 & 63) / 8 + (q & 1);
+    int slice = 0, stage = 0;
+    unsigned parity = 0;
+    for (long long entry = blockIdx.x; entry < batch;) {
+        __syncthreads();   // every warp is done with the stage the next copy overwrites
+        copy_next();
+        mbarrier_wait(smem_address(full + stage), parity);
+        const unsigned char* sa = ring + stage * G::STAGE_BYTES + (row0 >> 6) * 64 * 128;
+        const unsigned char* sb = ring + stage * G::STAGE_BYTES + G::A_BYTES;
+        unsigned a[WGMMA_K / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < WGMMA_K / 16; ++ks) {
+            const int k = ks * 16 + i + 8 * (q >> 1);
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                         : "=r"(a[ks][0]), "=r"(a[ks][1]), "=r"(a[ks][2]), "=r"(a[ks][3])
+                         : "r"(smem_address(sa + k * 128 + ((chunk ^ (k & 7)) << 4))));
+        }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < WGMMA_K / 16; ++ks)
+            Wgmma<BN>::mma(d, a[ks], wgmma_descriptor_sw128(sb + ks * 32), slice > 0 || ks > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (slice == slices - 1 && row0 < M) {   // the warp's rows of this GEMM's C
+            const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int c = 8 * j + 2 * t;
+                staging[c * WGMMA_CLD + g] = __float2half_rn(alpha * d[4 * j]);
+                staging[(c + 1) * WGMMA_CLD + g] = __float2half_rn(alpha * d[4 * j + 1]);
+                staging[c * WGMMA_CLD + g + 8] = __float2half_rn(alpha * d[4 * j + 2]);
+                staging[(c + 1) * WGMMA_CLD + g + 8] = __float2half_rn(alpha * d[4 * j + 3]);
+            }
+            __syncwarp();
+            __half* c_out = C + entry * stride_c + row0;
+            const bool read_c = !is_zero(beta);
+#pragma unroll
+            for (int e = lane; e < 2 * BN; e += 32) {   // chunk e: column e / 2, rows 8 (e % 2) ...
+                const int col = e >> 1, r = 8 * (e & 1), rows = M - row0 - r;
+                if (col >= N || rows <= 0)
+                    continue;
+                const __half* in = staging + col * WGMMA_CLD + r;
+                __half* out = c_out + r + (long long)col * ldc;
+                if (rows >= 8) {
+                    int4 v = *reinterpret_cast<const int4*>(in);
+                    if (read_c)
+                        v = chunk_add_scaled(v, *reinterpret_cast<const int4*>(out), beta);
+                    *reinterpret_cast<int4*>(out) = v;
+                } else {   // the last rows of C
+                    for (int x = 0; x < rows; ++x)
+                        out[x] = read_c ? __float2half_rn(__half2float(in[x]) + beta * __half2float(out[x])) : in[x];
+                }
+            }
+            __syncwarp();
+        }
+        if (++slice == slices) {
+            slice = 0;
+            entry += gridDim.x;
+        }
+        if (++stage == STAGES) {
+            stage = 0;
+            parity ^= 1;
+        }
+    }
+#endif
+}
+
+// Whether the device runs this kernel's sm_90a image: only that image declares static shared memory
+// (a build without sm_90a, or a device it does not run on, has an empty kernel).
+template <int BN, int STAGES>
+bool wgmma_image()
+{
+    static const bool present = [] {
+        cudaFuncAttributes attributes;
+        return cudaFuncGetAttributes(&attributes, wgmma_block_kernel<BN, STAGES>) == cudaSuccess &&
+               attributes.sharedSizeBytes >= STAGES * sizeof(unsigned long long);
+    }();
+    return present;
+}
+#endif
+
+// The wgmma path's launch where it applies (an sm_90a image on the device, h, a strided batch, op(A) = A
+// and op(B) = B, beta = 0, m ≤ 128, n ≤ BN, k > 32, 16-byte columns and non-zero strides on 16-byte
+// multiples, tensor maps from the driver; GEMMGEN_NO_WGMMA defined turns it off); -1 where it does not.
+// beta = 0: its epilogue reads old C chunk by chunk where the mma.sync ring has them in flight ahead (the
+// bench with beta = 1 past L2: square 96 0.74 -> 0.53 of the floor, 88 0.79 -> 0.46).  k > 32: the
+// rank-16 updates lose on it (a 64-deep slice three quarters zeros; with data past L2 rank 64 0.93 -> 0.76
+// of the floor, 72 0.86 -> 0.75), the squares 64-128 gain (batch 1000: 0.90-1.03x -> 1.03-1.45x cuBLAS;
+// past L2 80 0.88 -> 0.97, 96 0.90 -> 1.01, 112 0.89 -> 0.98; 72, 88, 128 lose 1-4 %):
+// docs/experiments/wgmma_block/wgmma_ab_sm_90.json.
+template <typename S>
+struct WgmmaPath {   // hc: none
+    template <int BN, char TA, char TB, typename Scalar>
+    static int launch(const BatchPointers<S>&, int, int, int, int, int, int, Scalar, Scalar, int, cudaStream_t)
+    {
+        return -1;
+    }
+};
+
+template <>
+struct WgmmaPath<__half> {
+    template <int BN, char TA, char TB>
+    static int launch(const BatchPointers<__half>& p, int m, int n, int k, int lda, int ldb, int ldc, float alpha,
+                      float beta, int batch, cudaStream_t stream)
+    {
+#if CUDART_VERSION >= 12000 && !defined(GEMMGEN_NO_WGMMA)
+        if (TA != 'N' || TB != 'N' || BN % 16 != 0 || BN > 128)
+            return -1;
+        constexpr int N_TILE = BN % 16 == 0 && BN <= 128 ? BN : 16;   // (only the tiles that pass above get here)
+        if (p.A_array || !is_zero(beta) || m > 128 || n > N_TILE || k <= 32 || lda % 8 || ldb % 8 || ldc % 8 || p.stride_a <= 0 ||
+            p.stride_b <= 0 || p.stride_c <= 0 || p.stride_a % 8 || p.stride_b % 8 || p.stride_c % 8 ||
+            !aligned16(p.A) || !aligned16(p.B) || !aligned16(p.C))
+            return -1;
+        using G = WgmmaGeometry<N_TILE, WGMMA_STAGES>;
+        const DeviceInfo dev = device_info();
+        if (dev.cc != 90 || G::BYTES > dev.smem_per_block || !wgmma_image<N_TILE, WGMMA_STAGES>())
+            return -1;
+        CUtensorMap map_a, map_b;
+        if (!batch_tensor_map(&map_a, p.A, m, k, lda, p.stride_a, batch, 64, WGMMA_K, CU_TENSOR_MAP_SWIZZLE_128B) ||
+            !batch_tensor_map(&map_b, p.B, k, n, ldb, p.stride_b, batch, WGMMA_K, N_TILE, CU_TENSOR_MAP_SWIZZLE_128B))
+            return -1;
+        auto kernel = wgmma_block_kernel<N_TILE, WGMMA_STAGES>;
+        const unsigned grid = persistent_grid(kernel, WGMMA_THREADS, G::BYTES, batch);
+        if (grid == 0)
+            return GEMMGEN_LAUNCH_FAILED;
+        kernel<<<grid, WGMMA_THREADS, G::BYTES, stream>>>(map_a, map_b, p.C, m, n, k, ldc,
+                                                         p.stride_c, alpha, beta, batch);
+        return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+#else
+        (void)p, (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc, (void)alpha, (void)beta, (void)batch, (void)stream;
+        return -1;
+#endif
+    }
+};
+
 // MIN_BLOCKS (a tuning parameter): thread blocks ptxas must fit on an SM at once (2: at most 128
 // registers per thread for 256 threads), so that one block's epilogue and barriers overlap another's
 // Tensor Core work.
@@ -1870,6 +2221,11 @@ int launch_wmma_block(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n
 {
     using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
     constexpr int PER_CHUNK = 8 / G::P;   // elements per 16-byte chunk
+    if (BM <= 128) {   // sm_90a, where the GEMM fits one block: wgmma through the copy engine (h)
+        const int rc = WgmmaPath<S>::template launch<BN, TA, TB>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
+        if (rc != -1)
+            return rc;
+    }
     const DeviceInfo dev = device_info();
     if (dev.cc < 80)
         return GEMMGEN_NOT_GENERATED;

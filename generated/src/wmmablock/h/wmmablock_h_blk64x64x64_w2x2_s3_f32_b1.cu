@@ -6,7 +6,9 @@
 //   mma.sync.m16n8k16 (f32 sums, 32 accumulator registers), a 3-slice cp.async ring and a persistent
 //   grid of 1 or more thread blocks per SM, 65536 bytes of shared memory at most
 //   (gemmgen_wmma.cuh, wmma_block_kernel).
-//   gemmgen-code-paths: 80
+//   On sm_90 (its sm_90a code), a strided NN batch whose GEMMs fit one 128×64 block with 16-byte columns
+//   runs on wgmma with the tensor copy engine instead (gemmgen_wmma.cuh, wgmma_block_kernel).
+//   gemmgen-code-paths: 80 90a
 
 #include "gemmgen_wmma.cuh"
 
