@@ -115,13 +115,19 @@ def plan(manifest: Manifest) -> dict[str, str]:
         cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
+    # sm_90a's hc kernel for large squares, which the dispatch tries before the table (wmma.WGMMA_HC_MIN_SIZE)
+    wgmma_hc = "hc" in manifest.selection.precisions and "sm_90" in manifest.selection.archs
+    if wgmma_hc:
+        files[wmma.WGMMA_HC_SOURCE] = render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
     files["src/gemmgen_dispatch.cu"] = render(
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
-        rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, **common)
+        rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
+        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
-                                            + ["src/gemmgen_tallskinny_dispatch.cu"]),
+                                            + ["src/gemmgen_tallskinny_dispatch.cu"]
+                                            + ([wmma.WGMMA_HC_SOURCE] if wgmma_hc else [])),
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],
         cpu_sources=sorted(cpu.source_path(s) for s in manifest.cpu_kernels), **common)

@@ -645,6 +645,11 @@ SWEEP_BLOCK = (
     ("hc", 96, 96, 32, 2, 4, 3, "f16"), ("hc", 96, 96, 32, 3, 2, 3, "f16"), ("hc", 128, 128, 32, 4, 4, 3, "f16"),
 )
 BLOCK_MIN_SIZE = 32   # below it the warp kernel (h) or the general tuples' small blocks serve
+# hc squares from this size (m, n and k) run sm_90a's wgmma kernel where it applies, before the table's
+# choice (templates/wmma/wgmma_hc.cu.j2): 1.6-2.3x planar cuBLAS at 128-256 against the tuned kernels'
+# 0.9-1.8x; at 72 and 96 the tuned block kernels stay ahead (docs/experiments/wgmma_block/).
+WGMMA_HC_MIN_SIZE = 128
+WGMMA_HC_SOURCE = "src/wmmahopper/gemmgen_wgmma_hc.cu"
 
 
 def block_candidates(precision: str, arch: str = "sm_90") -> list[WmmaBlockSpec]:

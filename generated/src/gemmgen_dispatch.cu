@@ -1814,6 +1814,9 @@ extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided(char, char, int, 
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+// sm_90a: large hc squares on wgmma (src/wmmahopper/gemmgen_wgmma_hc.cu); -1 where it does not apply.
+extern "C" int gemmgen_wgmma_hc_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
+    const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 
 namespace {
 
@@ -3212,8 +3215,19 @@ int first_failure(const Check (&checks)[L])
     return 0;
 }
 
+// A launcher tried before the table's choice (the hc wgmma path); -1: it does not apply.
+// (a struct's member type: not deduced from the argument, so nullptr passes for "none")
 template <typename S, typename Scalar>
-int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general, char transa, char transb, int m, int n, int k,
+struct First {
+    using type = int (*)(char, char, int, int, int, Scalar, const S*, int, long long, const S*, int, long long,
+                         Scalar, S*, int, long long, int, cudaStream_t);
+};
+template <typename S, typename Scalar>
+using FirstChoice = typename First<S, Scalar>::type;
+
+template <typename S, typename Scalar>
+int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general, FirstChoice<S, Scalar> first,
+                  char transa, char transb, int m, int n, int k,
                   Scalar alpha, const S* A, int lda, long long strideA, const S* B, int ldb,
                   long long strideB, Scalar beta, S* C, int ldc, long long strideC, int batch,
                   cudaStream_t stream)
@@ -3245,6 +3259,11 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
+    if (first) {
+        const int rc = first(ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
+        if (rc != -1)
+            return rc;
+    }
     const bool chunks = on_chunks<S>(lda, strideA) && on_chunks<S>(ldb, strideB) && on_chunks<S>(ldc, strideC) &&
                         gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
     const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, chunks);
@@ -3320,6 +3339,9 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
+        // NN, beta = 0, 16-byte columns on an sm_90a image: gemmgen_wgmma_hc_strided's kernel
+        if (cc == 90 && m >= 128 && n >= 128 && k >= 128)
+            return "wgmma_hc (NN, beta = 0, sm_90a; otherwise the table's)";
         const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
@@ -3374,7 +3396,8 @@ extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, in
     float beta, __half* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_h, general_h, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_h, general_h, nullptr,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -3393,7 +3416,8 @@ extern "C" int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, i
     cuFloatComplex beta, __half2* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_hc, general_hc, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_hc, general_hc, gemmgen_wgmma_hc_strided,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -3412,7 +3436,8 @@ extern "C" int gemmgen_sgemm_batched_strided(char transa, char transb, int m, in
     float beta, float* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_s, general_s, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_s, general_s, nullptr,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -3431,7 +3456,8 @@ extern "C" int gemmgen_dgemm_batched_strided(char transa, char transb, int m, in
     double beta, double* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_d, general_d, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_d, general_d, nullptr,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -3450,7 +3476,8 @@ extern "C" int gemmgen_cgemm_batched_strided(char transa, char transb, int m, in
     cuFloatComplex beta, cuFloatComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_c, general_c, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_c, general_c, nullptr,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 
@@ -3469,7 +3496,8 @@ extern "C" int gemmgen_zgemm_batched_strided(char transa, char transb, int m, in
     cuDoubleComplex beta, cuDoubleComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_z, general_z, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
+    return gemm_strided(small_z, general_z, nullptr,
+                         transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }
 

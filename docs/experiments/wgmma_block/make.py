@@ -749,6 +749,184 @@ int launch_hc(const __half2* A, int lda, long long sa, const __half2* B, int ldb
         map_a, map_b, reinterpret_cast<__half*>(C), 2 * m, n, 2 * k, 2 * ldc, 2 * sc, alpha, batch, tiles_m, tiles);
     return cudaGetLastError() == cudaSuccess ? 0 : -3;
 }
+
+// The same with the Tensor Cores kept busy: slice i's wgmma runs while the lanes wait for slice i + 1 and
+// build its fragments (two register sets of A, wgmma.wait_group 1); the ring needs 3 stages or more (the
+// stage refilled is slice i - 1's).
+__device__ __forceinline__ void hc_fragments(unsigned (&a)[4][4], const unsigned char* sa_, int lr, int t, bool even)
+{
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        const int c = ks * 8 + t;
+        __half2 x = __halves2half2(swz_half(sa_, c, lr), swz_half(sa_, c, lr + 8));
+        __half2 y = __halves2half2(swz_half(sa_, c + 4, lr), swz_half(sa_, c + 4, lr + 8));
+        unsigned xu = *reinterpret_cast<unsigned*>(&x), yu = *reinterpret_cast<unsigned*>(&y);
+        unsigned px = __shfl_xor_sync(0xffffffffu, xu, 4), py = __shfl_xor_sync(0xffffffffu, yu, 4);
+        if (even) {
+            px ^= 0x80008000u;
+            py ^= 0x80008000u;
+        }
+        a[ks][0] = (xu & 0xffffu) | (px << 16);
+        a[ks][1] = (xu >> 16) | (px & 0xffff0000u);
+        a[ks][2] = (yu & 0xffffu) | (py << 16);
+        a[ks][3] = (yu >> 16) | (py & 0xffff0000u);
+    }
+}
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(THREADS, 1)
+wgmma_hc2(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, __half* __restrict__ C,
+          int M2, int N, int K2, int ldc2, long long sc2, float alpha, int batch, int tiles_m, int tiles)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    static_assert(STAGES >= 3, "the refilled stage must not be the one whose fragments are built");
+    using G = HcGeometry<BN, STAGES>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem);
+    unsigned char* ring = smem + 1024;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int row0 = warp * 16;
+    __half* staging = reinterpret_cast<__half*>(ring + STAGES * G::STAGE_BYTES) + warp * BN * SLD;
+    const int slices = (K2 + 63) / 64;
+    const long long items = (long long)batch * tiles;
+    if (tid == 0)
+        for (int s = 0; s < STAGES; ++s)
+            mbar_init(full + s);
+    __syncthreads();
+
+    long long load_item = blockIdx.x;
+    int load_slice = 0, load_stage = 0;
+    auto copy_next = [&]() {
+        if (tid == 0 && load_item < items) {
+            const int entry = (int)(load_item / tiles), tile = (int)(load_item % tiles);
+            const int m0 = tile % tiles_m * 128, n0 = tile / tiles_m * BN;
+            unsigned char* s = ring + load_stage * G::STAGE_BYTES;
+            mbar_expect(full + load_stage, G::A_BYTES + G::B_BYTES);
+            tma_load3(s, &map_a, m0, load_slice * 32, entry, full + load_stage);
+            tma_load3(s + 32 * 128, &map_a, m0 + 64, load_slice * 32, entry, full + load_stage);
+            tma_load3(s + G::A_BYTES, &map_b, load_slice * 64, n0, entry, full + load_stage);
+        }
+        if (++load_slice == slices) {
+            load_slice = 0;
+            load_item += gridDim.x;
+        }
+        load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
+    };
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; ++j)
+        copy_next();
+
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i)
+        d[i] = 0.f;
+    const int g = lane >> 2, t = lane & 3, lr = (row0 & 63) + g;
+    const bool even = (g & 1) == 0;
+    const int half_offset = (row0 >> 6) * 32 * 128;
+    long long item = blockIdx.x;
+    int slice = 0, stage = 0, parity = 0;
+    unsigned a0[4][4], a1[4][4];
+    if (item < items) {
+        mbar_wait(full, 0);
+        hc_fragments(a0, ring + half_offset, lr, t, even);
+    }
+    // One slice: issue its products with fragments `cur`, then wait for the next slice and build `next`.
+    auto step = [&](unsigned (&cur)[4][4], unsigned (&next)[4][4]) {
+        const unsigned char* sb_ = ring + stage * G::STAGE_BYTES + G::A_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+            wgmma_rs<BN>(d, cur[ks], descriptor_sw128(sb_ + ks * 32), slice > 0 || ks > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        const bool last = slice == slices - 1;
+        const long long done_item = item;
+        if (last) {
+            slice = 0;
+            item += gridDim.x;
+        } else {
+            ++slice;
+        }
+        if (++stage == STAGES) {
+            stage = 0;
+            parity ^= 1;
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // the slice before is done
+        __syncthreads();                                                  // in every warp: its stage is free
+        copy_next();
+        if (item < items) {
+            mbar_wait(full + stage, parity);
+            hc_fragments(next, ring + stage * G::STAGE_BYTES + half_offset, lr, t, even);
+        }
+        if (last) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            const int entry = (int)(done_item / tiles), tile = (int)(done_item % tiles);
+            const int m0 = tile % tiles_m * 128 + row0, n0 = tile / tiles_m * BN;
+            if (m0 < M2) {
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int c = 8 * j + 2 * t;
+                    staging[c * SLD + g] = __float2half_rn(alpha * d[4 * j]);
+                    staging[(c + 1) * SLD + g] = __float2half_rn(alpha * d[4 * j + 1]);
+                    staging[c * SLD + g + 8] = __float2half_rn(alpha * d[4 * j + 2]);
+                    staging[(c + 1) * SLD + g + 8] = __float2half_rn(alpha * d[4 * j + 3]);
+                }
+                __syncwarp();
+                __half* c_out = C + entry * sc2 + m0 + (long long)n0 * ldc2;
+#pragma unroll
+                for (int q = lane; q < 2 * BN; q += 32) {
+                    const int col = q >> 1, h = q & 1;
+                    if (n0 + col >= N || m0 + 8 * h >= M2)
+                        continue;
+                    *reinterpret_cast<int4*>(c_out + 8 * h + (long long)col * ldc2) =
+                        *reinterpret_cast<const int4*>(staging + col * SLD + 8 * h);
+                }
+                __syncwarp();
+            }
+        }
+    };
+    while (item < items) {
+        step(a0, a1);
+        if (item >= items)
+            break;
+        step(a1, a0);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+template <int BN, int STAGES>
+int launch_hc2(const __half2* A, int lda, long long sa, const __half2* B, int ldb, long long sb, __half2* C, int ldc,
+               long long sc, float alpha, int m, int n, int k, int batch, cudaStream_t stream)
+{
+    using G = HcGeometry<BN, STAGES>;
+    auto kernel = wgmma_hc2<BN, STAGES>;
+    static int grid = 0;
+    if (grid == 0) {
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::BYTES) != cudaSuccess)
+            return -1;
+        int per_sm = 0, dev = 0, sms = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, G::BYTES);
+        if (per_sm == 0)
+            return -2;
+        grid = per_sm * sms;
+    }
+    CUtensorMap map_a, map_b;
+    int rc = encode3(&map_a, A, {(cuuint64_t)(2 * m), (cuuint64_t)k, (cuuint64_t)batch},
+                     {(cuuint64_t)lda * 4, (cuuint64_t)sa * 4}, {64, 32, 1});
+    if (rc == 0)
+        rc = encode3(&map_b, B, {(cuuint64_t)(2 * k), (cuuint64_t)n, (cuuint64_t)batch},
+                     {(cuuint64_t)ldb * 4, (cuuint64_t)sb * 4}, {64, BN, 1});
+    if (rc != 0)
+        return rc;
+    const int tiles_m = (2 * m + 127) / 128, tiles = tiles_m * ((n + BN - 1) / BN);
+    const long long items = (long long)batch * tiles;
+    kernel<<<(unsigned)(items < grid ? items : grid), THREADS, G::BYTES, stream>>>(
+        map_a, map_b, reinterpret_cast<__half*>(C), 2 * m, n, 2 * k, 2 * ldc, 2 * sc, alpha, batch, tiles_m, tiles);
+    return cudaGetLastError() == cudaSuccess ? 0 : -3;
+}
 """
 
 HC_ENTRY = """extern "C" int wgmmahc_n{bn}_s{st}(char, char, int m, int n, int k, cuFloatComplex alpha, const __half2* A,
@@ -757,6 +935,11 @@ HC_ENTRY = """extern "C" int wgmmahc_n{bn}_s{st}(char, char, int m, int n, int k
 {{ return launch_hc<{bn}, {st}>(A, lda, sa, B, ldb, sb, C, ldc, sc, alpha.x, m, n, k, batch, stream); }}
 """
 HC_VARIANTS = ((128, 3), (128, 4), (256, 3))   # (columns per block, stages)
+HC2_ENTRY = """extern "C" int wgmmahc2_n{bn}_s{st}(char, char, int m, int n, int k, cuFloatComplex alpha, const __half2* A,
+    int lda, long long sa, const __half2* B, int ldb, long long sb, cuFloatComplex beta, __half2* C, int ldc,
+    long long sc, int batch, cudaStream_t stream)
+{{ return launch_hc2<{bn}, {st}>(A, lda, sa, B, ldb, sb, C, ldc, sc, alpha.x, m, n, k, batch, stream); }}
+"""
 
 SW_ENTRY = """extern "C" int wgmmasw_{s}_s{st}_b{mb}(char, char, int, int, int, float alpha, const __half* A, int lda,
     long long sa, const __half* B, int ldb, long long sb, float beta, __half* C, int ldc, long long sc, int batch,
@@ -771,6 +954,7 @@ def main(out: Path) -> None:
     parts += [TMA_BODY] + [TMA_ENTRY.format(s=s, st=st, mb=mb) for s in SIZES for st, mb in TMA_VARIANTS]
     parts += [SW_ENTRY.format(s=s, st=st, mb=mb) for s in SIZES for st, mb in SW_VARIANTS]
     parts += [HC_BODY] + [HC_ENTRY.format(bn=bn, st=st) for bn, st in HC_VARIANTS]
+    parts += [HC2_ENTRY.format(bn=bn, st=st) for bn, st in HC_VARIANTS]
     out.write_text("\n".join(parts))
 
 

@@ -20,7 +20,8 @@ from harness.wmma_tune import BUNDLE, _write_sources, spec_launcher
 from harness.workload import Workload, bytes_moved, flops
 
 SIZES = (72, 96, 128, 160, 192, 224, 256)
-VARIANTS = ("wgmmahc_n128_s3", "wgmmahc_n128_s4", "wgmmahc_n256_s3")
+VARIANTS = ("wgmmahc_n128_s3", "wgmmahc_n128_s4", "wgmmahc_n256_s3",
+            "wgmmahc2_n128_s3", "wgmmahc2_n128_s4", "wgmmahc2_n256_s3")
 
 
 def launcher(lib, name):

@@ -1,0 +1,59 @@
+"""hc through the public entry point where the dispatch tries the sm_90a wgmma kernel first: shapes that take
+it (m, n, k >= 128, NN, beta = 0, several blocks along m and n, partial blocks, complex alpha) and shapes
+that must fall back to the table (beta != 0, a transpose, m < 128), each against float64 with DESIGN.md's
+bound; ld past the matrix on 16-byte multiples.
+
+Usage (on an H100, repository root): python docs/experiments/wgmma_block/check_hc_api.py LIBGEMMGEN.so"""
+import ctypes
+import sys
+
+from harness.api import scalar
+from harness.reference import error_bound
+
+SHAPES = [  # (m, n, k, trans, beta)
+    (128, 128, 128, "NN", 0.0), (256, 256, 256, "NN", 0.0), (202, 136, 160, "NN", 0.0), (130, 250, 129, "NN", 0.0),
+    (300, 260, 140, "NN", 0.0), (136, 128, 300, "NN", 0.0),
+    (128, 128, 128, "NN", 0.5), (160, 160, 160, "CN", 0.0), (96, 200, 200, "NN", 0.0),
+]
+
+
+def main(lib_path: str) -> int:
+    import cupy as cp
+
+    lib = ctypes.CDLL(lib_path)
+    f = lib.gemmgen_hcgemm_batched_strided
+    c, i, ll, p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
+    s = type(scalar("hc", 1.0))
+    f.restype = i
+    f.argtypes = [c, c, i, i, i, s, p, i, ll, p, i, ll, s, p, i, ll, i, p]
+    rng = cp.random.RandomState(9)
+    failed = 0
+    for m, n, k, trans, beta in SHAPES:
+        batch = 30
+        ra, ca = (m, k) if trans[0] == "N" else (k, m)
+        lda, ldb, ldc = -(-ra // 4) * 4 + 4, -(-k // 4) * 4 + 8, -(-m // 4) * 4 + 4
+        make = lambda rows, cols, ld: rng.uniform(-1, 1, size=(batch, cols, ld, 2)).astype(cp.float16)  # noqa: E731
+        A, B, C = make(ra, ca, lda), make(k, n, ldb), make(m, n, ldc)
+        val = lambda x, rows: cp.transpose(x[:, :, :rows, 0].astype(cp.float64)  # noqa: E731
+                                           + 1j * x[:, :, :rows, 1].astype(cp.float64), (0, 2, 1))
+        a, b, c0 = val(A, ra), val(B, k), val(C, m)
+        if trans[0] == "C":
+            a = cp.conj(cp.transpose(a, (0, 2, 1)))
+        padding = C[:, :, m:].copy()
+        alpha = complex(0.75, -0.5)
+        rc = f(trans[0].encode(), trans[1].encode(), m, n, k, scalar("hc", alpha), A.data.ptr, lda, lda * ca,
+               B.data.ptr, ldb, ldb * n, scalar("hc", beta), C.data.ptr, ldc, ldc * n, batch, None)
+        cp.cuda.runtime.deviceSynchronize()
+        norm = lambda x: cp.sqrt(cp.sum(cp.abs(x) ** 2, axis=(1, 2)))   # noqa: E731
+        err = float(cp.max(norm(val(C, m) - (alpha * (a @ b) + beta * c0))
+                           / (abs(alpha) * norm(a) * norm(b) + abs(beta) * norm(c0))))
+        ok = rc == 0 and err <= error_bound("hc", k) and bool(cp.all(C[:, :, m:] == padding))
+        failed += not ok
+        print(f"{m}x{n}x{k} {trans} beta={beta}: rc {rc} error {err:.3g} bound {error_bound('hc', k):.3g}",
+              "ok" if ok else "FAIL", flush=True)
+    print("failed:", failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
