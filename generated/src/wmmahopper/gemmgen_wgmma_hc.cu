@@ -221,9 +221,13 @@ extern "C" int gemmgen_wgmma_hc_strided(char transa, char transb, int m, int n, 
         strideA <= 0 || strideB <= 0 || strideC <= 0 || strideA % 4 || strideB % 4 || strideC % 4 ||
         !aligned16(A) || !aligned16(B) || !aligned16(C) || device_info().cc != 90)
         return -1;
-    // n ≤ 128: 128 columns a block, 4 stages; wider: 256 columns, 3 stages (the experiment's best)
-    return n <= 128 ? tc::hc_wgmma::launch_hc<128, 4>(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, m, n, k, batch, stream)
-                    : tc::hc_wgmma::launch_hc<256, 3>(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, m, n, k, batch, stream);
+    // Columns per block: 128 up to n = 128 (4 stages), 192 up to 192, 256 beyond (3 stages; the experiment's
+    // best at 128 and 160-256, and 192 wastes fewer columns at 136-192)
+    if (n <= 128)
+        return tc::hc_wgmma::launch_hc<128, 4>(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, m, n, k, batch, stream);
+    if (n <= 192)
+        return tc::hc_wgmma::launch_hc<192, 3>(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, m, n, k, batch, stream);
+    return tc::hc_wgmma::launch_hc<256, 3>(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, m, n, k, batch, stream);
 #else
     (void)transa, (void)transb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)lda, (void)strideA, (void)B,
         (void)ldb, (void)strideB, (void)beta, (void)C, (void)ldc, (void)strideC, (void)batch, (void)stream;
