@@ -165,7 +165,8 @@ def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
 
 
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
-    """Compile one emitted general kernel, one tiny, one warp and two block kernels for sm_90 and read the SASS."""
+    """Compile one emitted general kernel, one tiny, one warp, two block kernels and the hc wgmma source for
+    sm_90 and read the SASS."""
     from harness.build import arch_specific_paths, code_paths, gencode_flags
     from harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
 
@@ -190,11 +191,14 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     # an h block kernel also holds the sm_90a wgmma kernel, fed by tensor copies
     hopper = next(k["name"] for k in listing["wmma"]["kernels"]
                   if getattr(wmma.parse_name(k["name"]), "wgmma_path", False))
-    for name in dict.fromkeys((general, whole, tiny.name, warp, block, hopper)):
+    hopper_hc = "gemmgen_wgmma_hc"   # the hc wgmma source the dispatch tries first (not a table kernel)
+    for name in dict.fromkeys((general, whole, tiny.name, warp, block, hopper, hopper_hc)):
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
             source = tiny_source
+        if name == hopper_hc:
+            source = generated / wmma.WGMMA_HC_SOURCE
         obj = tmp_path / f"{name}.o"
         text = source.read_text()   # as the harness builds it: sm_90a code where the source says `90a`
         arch = gencode_flags(("sm_90",), code_paths(text), arch_specific_paths(text))
@@ -204,10 +208,11 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
         # cuobjdump runs nvdisasm, which the wheels install beside it
         sass = subprocess.run([str(cuobjdump), "-sass", str(obj)], check=True, capture_output=True,
                               text=True, env=nvcc_environment(cuobjdump)).stdout
-        assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
+        if name != hopper_hc:   # (wgmma alone: HGMMA)
+            assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
         if name == whole:
             assert "UTMALDG" in sass and "UTMASTG" in sass, f"{name}: no tensor copy in the SASS"
-        if name == hopper:
+        if name in (hopper, hopper_hc):
             assert "HGMMA" in sass and "UTMALDG" in sass, f"{name}: no wgmma (HGMMA) or tensor copy in the SASS"
 
 
@@ -483,3 +488,22 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
     assert table(stage2 + near_bar + [final(warp, 1.0, 0.795)])["choice"] == "wmma"
     # the warp kernel's beta = 1 timing from another run: stage 2 decides
     assert table(stage2 + finals + [final(warp, 1.0, 0.80, run=0)])["choice"] == "wmma"
+
+
+@pytest.mark.parametrize("archs, precisions, emitted", [
+    ("sm_80,sm_90", "hc", True), ("sm_90", "h,hc", True), ("sm_80", "hc", False), ("sm_90", "h,s", False)])
+def test_the_hc_wgmma_source_comes_with_hc_on_sm_90_only(archs, precisions, emitted):
+    """The dispatch tries gemmgen_wgmma_hc_strided before the table only where the set has hc and sm_90; the
+    source says `90a` (its sm_90 code from compute_90a) and is in CMake's source list."""
+    from generator.emit import plan
+    from generator.manifest import Selection, build_manifest
+    from harness.build import arch_specific_paths
+
+    files = plan(build_manifest(Selection.parse(archs, precisions, "2-4", "")))
+    dispatch = files["src/gemmgen_dispatch.cu"]
+    assert (wmma.WGMMA_HC_SOURCE in files) == emitted
+    assert ("gemm_strided(small_hc, general_hc, gemmgen_wgmma_hc_strided," in dispatch) == emitted
+    assert (wmma.WGMMA_HC_SOURCE in files["CMakeLists.txt"]) == emitted
+    if emitted:
+        assert arch_specific_paths(files[wmma.WGMMA_HC_SOURCE]) == (90,)
+        assert f"m < {wmma.WGMMA_HC_MIN_SIZE}" in files[wmma.WGMMA_HC_SOURCE]
