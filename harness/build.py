@@ -88,18 +88,21 @@ UNITY_SOURCES = 16
 _CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+a?)+)")
 
 
-def code_paths(source_text: str) -> tuple[int, ...]:
-    """The compute capabilities at which a source's device code changes (its
-    `gemmgen-code-paths:` line; none for most sources)."""
+def code_path_tokens(source_text: str) -> tuple[str, ...]:
+    """A source's `gemmgen-code-paths:` line as written ("80", "90a"; none for most sources)."""
     m = _CODE_PATHS.search(source_text)
-    return tuple(sorted(int(x.rstrip("a")) for x in m.group(1).split())) if m else ()
+    return tuple(m.group(1).split()) if m else ()
+
+
+def code_paths(source_text: str) -> tuple[int, ...]:
+    """The compute capabilities at which a source's device code changes."""
+    return tuple(sorted(int(x.rstrip("a")) for x in code_path_tokens(source_text)))
 
 
 def arch_specific_paths(source_text: str) -> tuple[int, ...]:
     """The code paths written with an `a` (`90a`): code there uses instructions of that exact
     architecture (wgmma: sm_90a), so it is compiled from compute_90a PTX into sm_90a code."""
-    m = _CODE_PATHS.search(source_text)
-    return tuple(sorted(int(x[:-1]) for x in m.group(1).split() if x.endswith("a"))) if m else ()
+    return tuple(sorted(int(x[:-1]) for x in code_path_tokens(source_text) if x.endswith("a")))
 
 
 def gencode_flags(archs: Iterable[str], paths: tuple[int, ...] = (), specific: tuple[int, ...] = ()) -> list[str]:
@@ -206,8 +209,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
             folder = source.parent.relative_to(generated / "src")
             if not folder.parts:
                 return None
-            return "_".join(folder.parts) + "".join(f"_p{cc}" for cc in code_paths(source.read_text())) + \
-                "".join(f"a{cc}" for cc in arch_specific_paths(source.read_text()))
+            return "_".join(folder.parts) + "".join(f"_p{t}" for t in code_path_tokens(source.read_text()))
         units = unity_units(sources, group, build_dir / "unity", unity, ".cu")
     else:
         units = {s: () for s in sources}

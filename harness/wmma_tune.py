@@ -28,7 +28,6 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -42,7 +41,7 @@ from generator.precision import PRECISIONS
 from generator.tuning import load_table, save_table
 
 from .api import _SCALAR
-from .build import build_library
+from .build import build_library, code_path_tokens
 from .results import append_result, load_results, standing_refusals
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
@@ -196,8 +195,7 @@ def _write_sources(root: Path, specs, bundle: int) -> list[Path]:
         text = kernel_source(spec, "gemmgen tune wmma", trans_pairs=(("N", "N"),))
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
-        found = re.search(r"gemmgen-code-paths:((?: \d+a?)+)", text)
-        paths[spec] = found.group(1).split() if found else []
+        paths[spec] = code_path_tokens(text)
     bundles = []
     (root / "src" / "bundles").mkdir(parents=True, exist_ok=True)
     for i in range(0, len(specs), bundle):
