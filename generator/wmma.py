@@ -646,9 +646,10 @@ SWEEP_BLOCK = (
 )
 BLOCK_MIN_SIZE = 32   # below it the warp kernel (h) or the general tuples' small blocks serve
 # hc squares from this size (m, n and k) run sm_90a's wgmma kernel where it applies, before the table's
-# choice (templates/wmma/wgmma_hc.cu.j2): 1.6-2.3x planar cuBLAS at 128-256 against the tuned kernels'
-# 0.9-1.8x; at 72 and 96 the tuned block kernels stay ahead (docs/experiments/wgmma_block/).
-WGMMA_HC_MIN_SIZE = 128
+# choice (templates/wmma/wgmma_hc.cu.j2).  Since its producer warp it is ahead of the tuned block kernels
+# from 72 up (72: 34.9 against 45.1 us, 104: 52.3 against 95.6 us at batch 1000, H100) and ties them at 64
+# (20.4 against 21.3 us) (docs/experiments/wgmma_hc_tiles/).
+WGMMA_HC_MIN_SIZE = 64
 WGMMA_HC_SOURCE = "src/wmmahopper/gemmgen_wgmma_hc.cu"
 
 

@@ -5,7 +5,7 @@
 #   bash docs/experiments/profile.sh LIB.so OUTDIR "ours square 72" "cublas square 96 --batch 1000" ...
 export PYTHONPATH=$PWD
 L=$1; O=$2; shift 2
-S=docs/experiments/profile_launch.py
+S=${PROFILE_LAUNCH:-docs/experiments/profile_launch.py}   # another launcher takes the same place
 st=smsp__average_warps_issue_stalled
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active

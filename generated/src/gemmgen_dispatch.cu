@@ -3340,7 +3340,7 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
     }
     if (!std::strcmp(precision, "hc")) {
         // NN, beta = 0, 16-byte columns on an sm_90a image: gemmgen_wgmma_hc_strided's kernel
-        if (cc == 90 && m >= 128 && n >= 128 && k >= 128)
+        if (cc == 90 && m >= 64 && n >= 64 && k >= 64)
             return "wgmma_hc (NN, beta = 0, sm_90a; otherwise the table's)";
         const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
