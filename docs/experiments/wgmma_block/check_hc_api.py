@@ -14,6 +14,10 @@ SHAPES = [  # (m, n, k, trans, beta)
     (128, 128, 128, "NN", 0.0), (256, 256, 256, "NN", 0.0), (202, 136, 160, "NN", 0.0), (130, 250, 129, "NN", 0.0),
     (300, 260, 140, "NN", 0.0), (136, 128, 300, "NN", 0.0),
     (128, 128, 128, "NN", 0.5), (160, 160, 160, "CN", 0.0), (96, 200, 200, "NN", 0.0),
+    # since the kernel's lower bound went to 64 (docs/experiments/wgmma_hc_tiles/): shapes that take it from
+    # 64 up, and m = 60, 66 (under 64; not a multiple of 4) that must not
+    (64, 64, 64, "NN", 0.0), (72, 72, 72, "NN", 0.0), (100, 104, 70, "NN", 0.0), (60, 200, 200, "NN", 0.0),
+    (66, 90, 100, "NN", 0.0),
 ]
 
 
