@@ -115,7 +115,7 @@ def plan(manifest: Manifest) -> dict[str, str]:
         cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
-    # sm_90a's hc kernel for large squares, which the dispatch tries before the table (wmma.WGMMA_HC_MIN_SIZE)
+    # sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up, which the dispatch tries before the table
     wgmma_hc = "hc" in manifest.selection.precisions and "sm_90" in manifest.selection.archs
     if wgmma_hc:
         files[wmma.WGMMA_HC_SOURCE] = render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE, **common)

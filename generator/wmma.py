@@ -645,7 +645,7 @@ SWEEP_BLOCK = (
     ("hc", 96, 96, 32, 2, 4, 3, "f16"), ("hc", 96, 96, 32, 3, 2, 3, "f16"), ("hc", 128, 128, 32, 4, 4, 3, "f16"),
 )
 BLOCK_MIN_SIZE = 32   # below it the warp kernel (h) or the general tuples' small blocks serve
-# hc squares from this size (m, n and k) run sm_90a's wgmma kernel where it applies, before the table's
+# hc GEMMs from this size (m, n and k) run sm_90a's wgmma kernel where it applies, before the table's
 # choice (templates/wmma/wgmma_hc.cu.j2).  Since its producer warp it is ahead of the tuned block kernels
 # from 72 up (72: 34.9 against 45.1 us, 104: 52.3 against 95.6 us at batch 1000, H100) and ties them at 64
 # (20.4 against 21.3 us) (docs/experiments/wgmma_hc_tiles/).

@@ -102,6 +102,17 @@ def variant_function(lib, name: str, interface: str):
     return f
 
 
+def strided_function(lib, symbol: str, prec: str):
+    """`symbol` of `lib` with the argument types of the public strided entry point of `prec` (m, n, k
+    included; scalars as harness.api.scalar makes them): the entry points themselves, and launchers of that
+    signature such as gemmgen_wgmma_hc_strided and the experiments' own."""
+    f = getattr(lib, symbol)
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    f.restype = _i
+    f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    return f
+
+
 class GemmgenLibrary(TallSkinnyLibrary):
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -109,9 +120,7 @@ class GemmgenLibrary(TallSkinnyLibrary):
         bind_tallskinny(self.lib)
         for key in PRECISION_ORDER:
             s = _SCALAR[PRECISIONS[key].scalar]
-            f = getattr(self.lib, f"gemmgen_{key}gemm_batched_strided")
-            f.restype = _i
-            f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+            strided_function(self.lib, f"gemmgen_{key}gemm_batched_strided", key)
             g = getattr(self.lib, f"gemmgen_{key}gemm_batched")
             g.restype = _i
             g.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]

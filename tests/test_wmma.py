@@ -214,6 +214,8 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
             assert "UTMALDG" in sass and "UTMASTG" in sass, f"{name}: no tensor copy in the SASS"
         if name in (hopper, hopper_hc):
             assert "HGMMA" in sass and "UTMALDG" in sass, f"{name}: no wgmma (HGMMA) or tensor copy in the SASS"
+        if name == hopper_hc:   # its C leaves through the copy engine too
+            assert "UTMASTG" in sass, f"{name}: no tensor store in the SASS"
 
 
 WARP = wmma.WmmaWarpSpec("h", 33, 33, 16, 8, 3, "f16")

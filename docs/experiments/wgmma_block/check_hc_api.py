@@ -7,7 +7,7 @@ Usage (on an H100, repository root): python docs/experiments/wgmma_block/check_h
 import ctypes
 import sys
 
-from harness.api import scalar
+from harness.api import scalar, strided_function
 from harness.reference import error_bound
 
 SHAPES = [  # (m, n, k, trans, beta)
@@ -24,12 +24,7 @@ SHAPES = [  # (m, n, k, trans, beta)
 def main(lib_path: str) -> int:
     import cupy as cp
 
-    lib = ctypes.CDLL(lib_path)
-    f = lib.gemmgen_hcgemm_batched_strided
-    c, i, ll, p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-    s = type(scalar("hc", 1.0))
-    f.restype = i
-    f.argtypes = [c, c, i, i, i, s, p, i, ll, p, i, ll, s, p, i, ll, i, p]
+    f = strided_function(ctypes.CDLL(lib_path), "gemmgen_hcgemm_batched_strided", "hc")
     rng = cp.random.RandomState(9)
     failed = 0
     for m, n, k, trans, beta in SHAPES:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from generator import wmma
 from generator.tuning import load_table
-from harness.api import scalar
+from harness.api import scalar, strided_function
 from harness.bench_wmma import MAX_SETS, Planar, _sets
 from harness.build import build_library
 from harness.reference import error_bound
@@ -25,12 +25,7 @@ VARIANTS = ("wgmmahc_n128_s3", "wgmmahc_n128_s4", "wgmmahc_n256_s3",
 
 
 def launcher(lib, name):
-    f = getattr(lib, name)
-    c, i, ll, p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-    s = type(scalar("hc", 1.0))
-    f.restype = i
-    f.argtypes = [c, c, i, i, i, s, p, i, ll, p, i, ll, s, p, i, ll, i, p]
-    return f
+    return strided_function(lib, name, "hc")
 
 
 def check(f, n, batch=40):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from generator import wmma
 from generator.tuning import load_table
-from harness.api import scalar
+from harness.api import scalar, strided_function
 from harness.bench_wmma import MAX_SETS, Planar, _sets
 from harness.build import build_library
 from harness.reference import error_bound
@@ -43,12 +43,7 @@ ROUNDS = 3
 
 
 def launcher(lib, fn):
-    f = getattr(lib, fn)
-    c, i, ll, p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-    s = type(scalar("hc", 1.0))
-    f.restype = i
-    f.argtypes = [c, c, i, i, i, s, p, i, ll, p, i, ll, s, p, i, ll, i, p]
-    return f
+    return strided_function(lib, fn, "hc")
 
 
 def check(f, m, n, k, pad, alpha, batch=24):
