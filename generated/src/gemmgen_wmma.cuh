@@ -2171,16 +2171,21 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
 #endif
 }
 
-// Whether the device runs this kernel's sm_90a image: only that image declares static shared memory
-// (a build without sm_90a, or a device it does not run on, has an empty kernel).
+// Whether the device runs `kernel`'s sm_90a image: only that image declares the `marker_bytes` of static
+// shared memory its mbarriers take (a build without sm_90a, or a device it does not run on, has an empty
+// kernel).
+template <typename Kernel>
+bool runs_sm90a_image(Kernel kernel, size_t marker_bytes)
+{
+    cudaFuncAttributes attributes;
+    return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.sharedSizeBytes >= marker_bytes;
+}
+
 template <int BN, int STAGES>
 bool wgmma_image()
 {
-    static const bool present = [] {
-        cudaFuncAttributes attributes;
-        return cudaFuncGetAttributes(&attributes, wgmma_block_kernel<BN, STAGES>) == cudaSuccess &&
-               attributes.sharedSizeBytes >= STAGES * sizeof(unsigned long long);
-    }();
+    static const bool present =
+        runs_sm90a_image(wgmma_block_kernel<BN, STAGES>, STAGES * sizeof(unsigned long long));
     return present;
 }
 #endif

@@ -193,15 +193,12 @@ wgmma_hc_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant
 #endif
 }
 
-// Whether the device runs the kernel's sm_90a image (only it declares static shared memory).
+// Whether the device runs the kernel's sm_90a image (its `full` and `empty` barriers: runs_sm90a_image).
 template <int BN, int STAGES>
 bool hc_image()
 {
-    static const bool present = [] {
-        cudaFuncAttributes attributes;
-        return cudaFuncGetAttributes(&attributes, wgmma_hc_kernel<BN, STAGES>) == cudaSuccess &&
-               attributes.sharedSizeBytes >= 2 * STAGES * sizeof(unsigned long long);
-    }();
+    static const bool present =
+        runs_sm90a_image(wgmma_hc_kernel<BN, STAGES>, 2 * STAGES * sizeof(unsigned long long));
     return present;
 }
 
