@@ -115,10 +115,12 @@ def plan(manifest: Manifest) -> dict[str, str]:
         cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
-    # sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up, which the dispatch tries before the table
+    # sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up (k from WGMMA_HC_MIN_K with beta ≠ 0), which
+    # the dispatch tries before the table
     wgmma_hc = "hc" in manifest.selection.precisions and "sm_90" in manifest.selection.archs
     if wgmma_hc:
-        files[wmma.WGMMA_HC_SOURCE] = render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
+        files[wmma.WGMMA_HC_SOURCE] = render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE,
+                                            min_k=wmma.WGMMA_HC_MIN_K, **common)
     files["src/gemmgen_dispatch.cu"] = render(
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,

@@ -650,6 +650,11 @@ BLOCK_MIN_SIZE = 32   # below it the warp kernel (h) or the general tuples' smal
 # from 72 up (72: 34.9 against 45.1 us, 104: 52.3 against 95.6 us at batch 1000, H100) and ties them at 64
 # (20.4 against 21.3 us) (docs/experiments/wgmma_hc_tiles/).
 WGMMA_HC_MIN_SIZE = 64
+# With beta ≠ 0 it runs too (old C brought in by the copy engine), with k from WGMMA_HC_MIN_K: squares with
+# beta = 1 1.1-2.8x as fast as the table's kernels at batch 1000 on the H100, rank-16 updates 1.0-1.9x
+# (0.93-0.96x at 128 and 256); rank-16 updates with beta = 0 stay with the table's kernels, which were as fast
+# or faster at 96-128 and 232-256 past L2 (docs/experiments/wgmma_hc_beta/).
+WGMMA_HC_MIN_K = 16
 WGMMA_HC_SOURCE = "src/wmmahopper/gemmgen_wgmma_hc.cu"
 
 

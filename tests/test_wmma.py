@@ -216,6 +216,10 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
             assert "HGMMA" in sass and "UTMALDG" in sass, f"{name}: no wgmma (HGMMA) or tensor copy in the SASS"
         if name == hopper_hc:   # its C leaves through the copy engine too
             assert "UTMASTG" in sass, f"{name}: no tensor store in the SASS"
+            # every block width in two instances: beta = 0, and beta != 0 (READ_C: old C by the copy engine)
+            kernels = re.findall(r"Function : (\S*wgmma_hc_kernel\S*)", sass)
+            read_c = [k for k in kernels if "Lb1E" in k]
+            assert kernels and len(read_c) * 2 == len(kernels), kernels
 
 
 WARP = wmma.WmmaWarpSpec("h", 33, 33, 16, 8, 3, "f16")

@@ -1814,7 +1814,7 @@ extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided(char, char, int, 
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
-// sm_90a: large hc squares on wgmma (src/wmmahopper/gemmgen_wgmma_hc.cu); -1 where it does not apply.
+// sm_90a: large hc GEMMs on wgmma (src/wmmahopper/gemmgen_wgmma_hc.cu); -1 where it does not apply.
 extern "C" int gemmgen_wgmma_hc_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 
@@ -3339,9 +3339,10 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
-        // NN, beta = 0, 16-byte columns on an sm_90a image: gemmgen_wgmma_hc_strided's kernel
+        // NN, 16-byte columns on an sm_90a image: gemmgen_wgmma_hc_strided's kernel (also k from a lower bound
+        // with beta ≠ 0, which this name does not tell)
         if (cc == 90 && m >= 64 && n >= 64 && k >= 64)
-            return "wgmma_hc (NN, beta = 0, sm_90a; otherwise the table's)";
+            return "wgmma_hc (NN, sm_90a; otherwise the table's)";
         const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }

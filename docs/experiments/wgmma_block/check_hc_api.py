@@ -1,7 +1,8 @@
 """hc through the public entry point where the dispatch tries the sm_90a wgmma kernel first: shapes that take
-it (m, n, k >= 128, NN, beta = 0, several blocks along m and n, partial blocks, complex alpha) and shapes
-that must fall back to the table (beta != 0, a transpose, m < 128), each against float64 with DESIGN.md's
-bound; ld past the matrix on 16-byte multiples.
+it (m, n >= 64, k >= 16, NN, any beta, several blocks along m and n, partial blocks, complex alpha) and shapes
+that must fall back to the table (a transpose, m < 64, m not a multiple of 4, k < 16), each against float64
+with DESIGN.md's bound; ld past the matrix on 16-byte multiples.  (The first shapes date from the kernel's
+first version: m, n, k >= 128 and beta = 0 then.)
 
 Usage (on an H100, repository root): python docs/experiments/wgmma_block/check_hc_api.py LIBGEMMGEN.so"""
 import ctypes
@@ -18,6 +19,11 @@ SHAPES = [  # (m, n, k, trans, beta)
     # 64 up, and m = 60, 66 (under 64; not a multiple of 4) that must not
     (64, 64, 64, "NN", 0.0), (72, 72, 72, "NN", 0.0), (100, 104, 70, "NN", 0.0), (60, 200, 200, "NN", 0.0),
     (66, 90, 100, "NN", 0.0),
+    # since the kernel takes beta != 0, and then k from 16 (docs/experiments/wgmma_hc_beta/): beta = 1 and
+    # complex, rank-16 updates with beta = 1 (with beta = 0 they stay with the table), a last slice with real k
+    # in its first 8 (2K = 200), and k = 8 (under 16), which must not
+    (200, 208, 216, "NN", 1.0), (204, 201, 199, "NN", complex(-0.5, 0.25)), (200, 200, 16, "NN", 0.0),
+    (96, 120, 16, "NN", 1.0), (100, 120, 100, "NN", 0.0), (64, 64, 8, "NN", 0.0),
 ]
 
 

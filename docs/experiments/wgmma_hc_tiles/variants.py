@@ -1,6 +1,7 @@
 """Emit the experiment's CUDA file: the library's hc wgmma source (generated/src/wmmahopper/gemmgen_wgmma_hc.cu)
 included as is, and one exported launcher per (block columns, stages) pair, so that run.py can time every
-block width at every size, where the library's entry point picks one.
+block width at every size, where the library's entry point picks one.  (launch_hc takes beta since
+docs/experiments/wgmma_hc_beta/; the builds of this experiment's README predate it.)
 
 Usage: python docs/experiments/wgmma_hc_tiles/variants.py OUT.cu"""
 import sys
@@ -22,10 +23,10 @@ def source() -> str:
     for bn, st in VARIANTS:
         lines += [
             f'extern "C" int {name(bn, st)}(char, char, int m, int n, int k, cuFloatComplex alpha, const __half2* A, '
-            "int lda, long long sa, const __half2* B, int ldb, long long sb, cuFloatComplex, __half2* C, int ldc, "
+            "int lda, long long sa, const __half2* B, int ldb, long long sb, cuFloatComplex beta, __half2* C, int ldc, "
             "long long sc, int batch, cudaStream_t stream)",
             "{",
-            f"    return gemmgen::tc::hc_wgmma::launch_hc<{bn}, {st}>(A, lda, sa, B, ldb, sb, C, ldc, sc, alpha, m, n, "
+            f"    return gemmgen::tc::hc_wgmma::launch_hc<{bn}, {st}>(A, lda, sa, B, ldb, sb, C, ldc, sc, alpha, beta, m, n, "
             "k, batch, stream);",
             "}",
         ]
