@@ -1,7 +1,7 @@
 """hc through the public entry point where the dispatch tries the sm_90a wgmma kernel first: shapes that take
 it (m, n >= 64, k >= 16, NN, any beta, several blocks along m and n, partial blocks, complex alpha) and shapes
 that must fall back to the table (a transpose, m < 64, m not a multiple of 4, k < 16), each against float64
-with DESIGN.md's bound; ld past the matrix on 16-byte multiples.  (The first shapes date from the kernel's
+with DESIGN.md's bound; ld past the matrix on 16-byte multiples; C as NaN where beta = 0.  (The first shapes date from the kernel's
 first version: m, n, k >= 128 and beta = 0 then.)
 
 Usage (on an H100, repository root): python docs/experiments/wgmma_block/check_hc_api.py LIBGEMMGEN.so"""
@@ -27,37 +27,59 @@ SHAPES = [  # (m, n, k, trans, beta)
 ]
 
 
-def main(lib_path: str) -> int:
+def check_case(f, prec, m, n, k, trans, alpha, beta, rng, batch=30):
+    """One batch through f (the public strided signature of prec, h or hc) against float64 with DESIGN.md's
+    norm and bound, ld past the matrix on 16-byte multiples: (passed, a report line).  C starts as NaN where
+    beta = 0 (it must not be read); its padding rows must stay as they were."""
     import cupy as cp
 
-    f = strided_function(ctypes.CDLL(lib_path), "gemmgen_hcgemm_batched_strided", "hc")
-    rng = cp.random.RandomState(9)
+    lanes, parts = (4, (2,)) if prec == "hc" else (8, ())   # elements per 16 bytes; halves per element
+    ra, ca = (m, k) if trans[0] == "N" else (k, m)
+    pad = lambda rows, extra: -(-rows // lanes) * lanes + extra   # noqa: E731
+    lda, ldb, ldc = pad(ra, lanes), pad(k, 2 * lanes), pad(m, lanes)
+    make = lambda cols, ld: rng.uniform(-1, 1, size=(batch, cols, ld) + parts).astype(cp.float16)  # noqa: E731
+    A, B, C = make(ca, lda), make(n, ldb), make(n, ldc)
+
+    def val(x, rows):
+        x = x[:, :, :rows].astype(cp.float64)
+        return cp.transpose(x[..., 0] + 1j * x[..., 1] if parts else x, (0, 2, 1))
+
+    a, b = val(A, ra), val(B, k)
+    c0 = val(C, m) if beta != 0 else 0
+    if beta == 0:
+        C[:, :, :m] = cp.nan
+    if trans[0] != "N":
+        a = cp.transpose(a, (0, 2, 1))
+        a = cp.conj(a) if trans[0] == "C" else a
+    padding = C[:, :, m:].copy()
+    rc = f(trans[0].encode(), trans[1].encode(), m, n, k, scalar(prec, alpha), A.data.ptr, lda, lda * ca,
+           B.data.ptr, ldb, ldb * n, scalar(prec, beta), C.data.ptr, ldc, ldc * n, batch, None)
+    cp.cuda.runtime.deviceSynchronize()
+    norm = lambda x: cp.sqrt(cp.sum(cp.abs(x) ** 2, axis=(1, 2)))   # noqa: E731
+    scale = abs(alpha) * norm(a) * norm(b) + (abs(beta) * norm(c0) if beta != 0 else 0)
+    err = float(cp.max(norm(val(C, m) - (alpha * (a @ b) + beta * c0)) / scale))
+    ok = rc == 0 and err <= error_bound(prec, k) and bool(cp.all(C[:, :, m:] == padding))
+    line = f"{m}x{n}x{k} {trans} beta={beta}: rc {rc} error {err:.3g} bound {error_bound(prec, k):.3g}"
+    return ok, line + (" ok" if ok else " FAIL")
+
+
+def run_cases(f, prec, cases, seed, batch=30) -> int:
+    """check_case on each (m, n, k, trans, alpha, beta), a line each; the exit status (1: any failed)."""
+    import cupy as cp
+
+    rng = cp.random.RandomState(seed)
     failed = 0
-    for m, n, k, trans, beta in SHAPES:
-        batch = 30
-        ra, ca = (m, k) if trans[0] == "N" else (k, m)
-        lda, ldb, ldc = -(-ra // 4) * 4 + 4, -(-k // 4) * 4 + 8, -(-m // 4) * 4 + 4
-        make = lambda rows, cols, ld: rng.uniform(-1, 1, size=(batch, cols, ld, 2)).astype(cp.float16)  # noqa: E731
-        A, B, C = make(ra, ca, lda), make(k, n, ldb), make(m, n, ldc)
-        val = lambda x, rows: cp.transpose(x[:, :, :rows, 0].astype(cp.float64)  # noqa: E731
-                                           + 1j * x[:, :, :rows, 1].astype(cp.float64), (0, 2, 1))
-        a, b, c0 = val(A, ra), val(B, k), val(C, m)
-        if trans[0] == "C":
-            a = cp.conj(cp.transpose(a, (0, 2, 1)))
-        padding = C[:, :, m:].copy()
-        alpha = complex(0.75, -0.5)
-        rc = f(trans[0].encode(), trans[1].encode(), m, n, k, scalar("hc", alpha), A.data.ptr, lda, lda * ca,
-               B.data.ptr, ldb, ldb * n, scalar("hc", beta), C.data.ptr, ldc, ldc * n, batch, None)
-        cp.cuda.runtime.deviceSynchronize()
-        norm = lambda x: cp.sqrt(cp.sum(cp.abs(x) ** 2, axis=(1, 2)))   # noqa: E731
-        err = float(cp.max(norm(val(C, m) - (alpha * (a @ b) + beta * c0))
-                           / (abs(alpha) * norm(a) * norm(b) + abs(beta) * norm(c0))))
-        ok = rc == 0 and err <= error_bound("hc", k) and bool(cp.all(C[:, :, m:] == padding))
+    for m, n, k, trans, alpha, beta in cases:
+        ok, line = check_case(f, prec, m, n, k, trans, alpha, beta, rng, batch)
         failed += not ok
-        print(f"{m}x{n}x{k} {trans} beta={beta}: rc {rc} error {err:.3g} bound {error_bound('hc', k):.3g}",
-              "ok" if ok else "FAIL", flush=True)
+        print(line, flush=True)
     print("failed:", failed)
     return 1 if failed else 0
+
+
+def main(lib_path: str) -> int:
+    f = strided_function(ctypes.CDLL(lib_path), "gemmgen_hcgemm_batched_strided", "hc")
+    return run_cases(f, "hc", [(m, n, k, trans, complex(0.75, -0.5), beta) for m, n, k, trans, beta in SHAPES], 9)
 
 
 if __name__ == "__main__":
