@@ -1,6 +1,7 @@
 """GPU architectures the generator knows: the resource limits a spec is checked against."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -49,3 +50,15 @@ def parse_archs(text: str) -> tuple[str, ...]:
     if not names:
         raise ValueError("no architecture given")
     return tuple(sorted(set(names), key=lambda n: ARCHS[n].cc))
+
+
+# An emitted source names the capabilities where its device code changes on one line, `gemmgen-code-paths:
+# 80 90a`; an `a` marks code of that exact architecture (wgmma: sm_90a), which the harness and CMake build
+# from compute_90a.
+_CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+a?)+)")
+
+
+def code_path_tokens(source_text: str) -> tuple[str, ...]:
+    """A source's `gemmgen-code-paths:` line as written ("80", "90a"; none for most sources)."""
+    m = _CODE_PATHS.search(source_text)
+    return tuple(m.group(1).split()) if m else ()

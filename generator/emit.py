@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from . import __version__, cpu
-from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
+from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC, code_path_tokens
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
@@ -126,10 +126,12 @@ def plan(manifest: Manifest) -> dict[str, str]:
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
         wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
+    cuda_sources = sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
+                          + ["src/gemmgen_tallskinny_dispatch.cu"] + ([wmma.WGMMA_HC_SOURCE] if wgmma_hc else []))
+    # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
+    sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", sources=sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
-                                            + ["src/gemmgen_tallskinny_dispatch.cu"]
-                                            + ([wmma.WGMMA_HC_SOURCE] if wgmma_hc else [])),
+        "CMakeLists.txt.j2", sources=[path for path in cuda_sources if path not in sm90a], sm90a_sources=sm90a,
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],
         cpu_sources=sorted(cpu.source_path(s) for s in manifest.cpu_kernels), **common)

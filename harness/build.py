@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from generator.arch import ARCHS
+from generator.arch import ARCHS, code_path_tokens
 
 from .toolchain import find_nvcc, nvcc_environment
 from .unity import largest_first, unity_units
@@ -84,15 +84,6 @@ def parse_ptxas_report(source: str, text: str) -> list[KernelResources]:
 # Sources per translation unit when a whole emitted set is built (gemmgen check, the tests): 16
 # keeps about 40 units for the default set, enough to keep every core busy to the end.
 UNITY_SOURCES = 16
-
-_CODE_PATHS = re.compile(r"gemmgen-code-paths:((?: \d+a?)+)")
-
-
-def code_path_tokens(source_text: str) -> tuple[str, ...]:
-    """A source's `gemmgen-code-paths:` line as written ("80", "90a"; none for most sources)."""
-    m = _CODE_PATHS.search(source_text)
-    return tuple(m.group(1).split()) if m else ()
-
 
 def code_paths(source_text: str) -> tuple[int, ...]:
     """The compute capabilities at which a source's device code changes."""

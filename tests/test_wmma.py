@@ -2,6 +2,7 @@
 ranges, and that the emitted kernels compile to Tensor Core instructions (cuobjdump on the SASS)."""
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -494,6 +495,35 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
     assert table(stage2 + near_bar + [final(warp, 1.0, 0.795)])["choice"] == "wmma"
     # the warp kernel's beta = 1 timing from another run: stage 2 decides
     assert table(stage2 + finals + [final(warp, 1.0, 0.80, run=0)])["choice"] == "wmma"
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake missing")
+def test_cmake_builds_the_sm90a_sources_from_compute_90a(tmp_path):
+    """CMake (the vendoring path) builds the sources with wgmma (`gemmgen-code-paths: ... 90a`: the h block
+    kernels that carry the wgmma path, the hc wgmma source) for sm_90 from compute_90a, as the harness does,
+    and every other source from compute_90; sm_80 stays sm_80.  Read from CMake's compile commands."""
+    from generator.arch import code_path_tokens
+    from generator.emit import plan
+    from generator.manifest import Selection, build_manifest
+    from harness.toolchain import find_nvcc, nvcc_environment
+
+    files = plan(build_manifest(Selection.parse("sm_80,sm_90", "h,hc", "2-4", "")))
+    for rel, text in files.items():
+        (tmp_path / "gen" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "gen" / rel).write_text(text)
+    nvcc = find_nvcc()
+    configured = subprocess.run(
+        ["cmake", "-S", str(tmp_path / "gen"), "-B", str(tmp_path / "build"), "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+         f"-DCMAKE_CUDA_COMPILER={nvcc}", "-DCMAKE_CUDA_ARCHITECTURES=80;90"],
+        capture_output=True, text=True, env=nvcc_environment(nvcc))
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    commands = json.loads((tmp_path / "build" / "compile_commands.json").read_text())
+    targets = {Path(c["file"]).relative_to(tmp_path / "gen").as_posix():
+               set(re.findall(r"arch=(compute_\w+),code=", c["command"])) for c in commands if c["file"].endswith(".cu")}
+    specific = {rel for rel in targets if "90a" in code_path_tokens(files[rel])}
+    assert wmma.WGMMA_HC_SOURCE in specific and any(rel.startswith("src/wmmablock/h/") for rel in specific)
+    for rel, archs in targets.items():
+        assert archs == ({"compute_80", "compute_90a"} if rel in specific else {"compute_80", "compute_90"}), rel
 
 
 @pytest.mark.parametrize("archs, precisions, emitted", [
