@@ -58,6 +58,34 @@ struct SwizzledBox {
     }
 };
 
+// The tiles a block takes, round after round of the persistent loop (a round: one item per block, items being
+// GEMM-major (GEMM, tile) pairs), kept as a GEMM and a tile so that no division is left in the loop.  Plain
+// order: the block's item moves on by the grid each round (`entries` whole GEMMs and `tiles` more).  Turned
+// order (`turning`, where the grid is a multiple of the tiles per GEMM: launch_hc_kernel says when): each
+// group of `tiles` blocks still takes one GEMM a round, and the group's tile indices turn by one each round.
+struct RoundStep {
+    int entries, tiles;   // the grid's whole GEMMs, and its tiles past them
+    bool turning;
+};
+
+struct TileWalk {
+    int entry, tile;
+    __device__ explicit TileWalk(int tiles) : entry((int)blockIdx.x / tiles), tile((int)blockIdx.x % tiles) {}
+    __device__ void next(int tiles, RoundStep step)
+    {
+        entry += step.entries;
+        if (step.turning) {
+            tile = tile + 1 == tiles ? 0 : tile + 1;
+        } else {
+            tile += step.tiles;
+            if (tile >= tiles) {
+                tile -= tiles;
+                ++entry;
+            }
+        }
+    }
+};
+
 // Two warpgroups of consumers and one producer warp that only issues the copies: a stage goes back to the
 // producer when all eight consumer warps have arrived on its `empty` barrier, so no warp waits for another
 // at a block-wide barrier (a first version with __syncthreads per slice spent most of its stalls there).
@@ -70,7 +98,7 @@ template <int BN, int STAGES, bool READ_C>
 __global__ void __launch_bounds__(HC_THREADS, 1)
 wgmma_hc_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, int m2, int k2, float alpha_re, float alpha_im,
-                float beta_re, float beta_im, int batch, int tiles_m, int tiles)
+                float beta_re, float beta_im, int batch, int tiles_m, int tiles, RoundStep step)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // static: marks the sm_90a image (hc_image)
@@ -80,7 +108,6 @@ wgmma_hc_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant
     unsigned char* ring = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const int slices = (k2 + 63) / 64;
-    const long long items = (long long)batch * tiles;
     if (threadIdx.x == 0)
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(smem_address(full + s), 1);
@@ -94,8 +121,8 @@ wgmma_hc_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant
         if (lane == 0) {
             int stage = 0;
             unsigned parity = 1;   // a fresh barrier's phase before the first counts as complete
-            for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-                const int entry = (int)(item / tiles), tile = (int)(item % tiles);
+            for (TileWalk walk(tiles); walk.entry < batch; walk.next(tiles, step)) {
+                const int entry = walk.entry, tile = walk.tile;
                 const int m0 = tile % tiles_m * 128, n0 = tile / tiles_m * BN;
                 for (int slice = 0; slice < slices; ++slice) {
                     mbarrier_wait(smem_address(empty + stage), parity);
@@ -125,8 +152,8 @@ wgmma_hc_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant
     const unsigned negate = (g & 1) == 0 ? 0x80008000u : 0u;   // even rows take -im from the partner
     int stage = 0;
     unsigned parity = 0, old_c_parity = 0;
-    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const int entry = (int)(item / tiles), tile = (int)(item % tiles);
+    for (TileWalk walk(tiles); walk.entry < batch; walk.next(tiles, step)) {   // the producer's order
+        const int entry = walk.entry, tile = walk.tile;
         const int m0 = tile % tiles_m * 128 + row0, n0 = tile / tiles_m * BN;
         if (READ_C && m0 < m2 && lane == 0) {
             tensor_store_wait<true>();   // the warp's previous tile has left the staging
@@ -258,8 +285,20 @@ int launch_hc_kernel(const __half2* A, int lda, long long sa, const __half2* B, 
     const unsigned grid = persistent_grid(kernel, HC_THREADS, G::BYTES, tiles * batch);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
+    if (batch > 0x7fffffff - (int)grid)   // the walk's GEMM index (an int) goes up to batch + grid
+        return -1;
+    // Where the grid is a multiple of the tiles per GEMM (4 of them at squares 200-256 on 132 SMs), each group
+    // of `tiles` blocks takes one GEMM a round, and in plain order a block keeps one tile index all the way.
+    // When the last block of rows leaves one warpgroup idle (2M = 400: rows 448-511), its tile costs less, the
+    // blocks that keep it run ahead through the GEMMs, the GEMMs' other tiles read B from DRAM once more, L2
+    // having let it go, and squares 200-224 ran at 0.65-0.75 of the floor against 0.82-0.93 at 232-256.  There
+    // the tile indices turn each round, so that every block takes every tile in turn and the group stays
+    // together: ×1.23-1.32 at 200-224, ×1.10-1.19 at 72, 80 and 136-152.  Elsewhere the order stays as it was
+    // (turned, it measured the same within the spread: docs/experiments/hc_rotation/).
+    const bool turning = 2 * m % 128 != 0 && 2 * m % 128 <= 64 && grid % tiles == 0;
+    const RoundStep step{(int)(grid / tiles), (int)(grid % tiles), turning};
     kernel<<<grid, HC_THREADS, G::BYTES, stream>>>(map_a, map_b, map_c, 2 * m, 2 * k, alpha.x, alpha.y, beta.x,
-                                                     beta.y, batch, tiles_m, (int)tiles);
+                                                     beta.y, batch, tiles_m, (int)tiles, step);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
