@@ -5,7 +5,7 @@ Checks first, each build: ../wgmma_hc_tiles/run.py's gating shapes (batch 24), t
 ../wgmma_block/check_hc_api.check_case (float64, DESIGN.md's bound, C as NaN where beta = 0, padding rows of C
 untouched), batches of 300 GEMMs, so that the persistent grid goes round many times: shapes whose last block of
 rows leaves a warpgroup idle with 2, 4 and 6 tiles per GEMM (the grid a multiple of them: the turned order) and
-with 8 (132 blocks are not: the plain order), beta = 0 and beta = 1.  A build that fails is not timed.
+with 8 (132 blocks are not: 128 of them take the turned order since), beta = 0 and beta = 1.  A build that fails is not timed.
 
 Timing: hc squares at batch 1000, buffer sets rotated past L2, against planar cuBLAS (four HGEMMs on split
 data), as ../wgmma_hc_tiles/run.py, but only the entry points and ROUNDS rounds in which the builds take turns
@@ -52,9 +52,13 @@ SHAPES_TIMED = [tuple(int(x) for x in s.split("x")) for s in os.environ.get("HC_
 ROUNDS = int(os.environ.get("HC_ROUNDS", "6"))
 # (m, n, k, beta): 2m % 128 in (0, 64] (a warpgroup idle in the last block of rows); tiles per GEMM 2 (72: one
 # block of 80 columns), 4 (200, 216), 6 (136 with n = 300: three blocks of rows, two of columns) and 8 (200
-# with n = 300; 132 blocks are no multiple of 8: the plain order); 232, every block of rows busy
+# with n = 300; 132 blocks are no multiple of 8: the plain order then, 128 blocks and the turned order since the
+# grid gives up blocks); 232, every block of rows busy
 MANY = [(72, 72, 72, 0.0), (200, 200, 200, 0.0), (216, 216, 216, 1.0), (136, 300, 136, 0.0), (136, 300, 140, 1.0),
-        (200, 300, 100, 0.0), (232, 232, 232, 0.0), (208, 200, 16, 1.0)]
+        (200, 300, 100, 0.0), (232, 232, 232, 0.0), (208, 200, 16, 1.0),
+        # since n > 256 is shared evenly by its blocks and a grid gives up blocks to a multiple of the tiles:
+        # 8 tiles (4 × 2 blocks of 208 columns), 260 in two blocks of 144, 232 × 300 (8 tiles, every block busy)
+        (216, 400, 216, 1.0), (200, 260, 120, 1.0), (232, 300, 64, 0.0)]
 
 
 def checked(lib_name: str, path: str):

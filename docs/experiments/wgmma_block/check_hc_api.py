@@ -24,6 +24,9 @@ SHAPES = [  # (m, n, k, trans, beta)
     # in its first 8 (2K = 200), and k = 8 (under 16), which must not
     (200, 208, 216, "NN", 1.0), (204, 201, 199, "NN", complex(-0.5, 0.25)), (200, 200, 16, "NN", 0.0),
     (96, 120, 16, "NN", 1.0), (100, 120, 100, "NN", 0.0), (64, 64, 8, "NN", 0.0),
+    # since the turned tile order, n > 256 shared evenly by its blocks and the grid's blocks given up to a
+    # multiple of the tiles (docs/experiments/hc_rotation/): 8 tiles, a warpgroup idle in the last block of rows
+    (200, 300, 100, "NN", 1.0), (216, 400, 72, "NN", 0.0),
 ]
 
 

@@ -282,11 +282,9 @@ int launch_hc_kernel(const __half2* A, int lda, long long sa, const __half2* B, 
     if (tiles > 0x7fffffffLL)
         return -1;
     auto kernel = wgmma_hc_kernel<BN, STAGES, READ_C>;
-    const unsigned grid = persistent_grid(kernel, HC_THREADS, G::BYTES, tiles * batch);
+    unsigned grid = persistent_grid(kernel, HC_THREADS, G::BYTES, tiles * batch);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
-    if (batch > 0x7fffffff - (int)grid)   // the walk's GEMM index (an int) goes up to batch + grid
-        return -1;
     // Where the grid is a multiple of the tiles per GEMM (4 of them at squares 200-256 on 132 SMs), each group
     // of `tiles` blocks takes one GEMM a round, and in plain order a block keeps one tile index all the way.
     // When the last block of rows leaves one warpgroup idle (2M = 400: rows 448-511), its tile costs less, the
@@ -294,8 +292,16 @@ int launch_hc_kernel(const __half2* A, int lda, long long sa, const __half2* B, 
     // having let it go, and squares 200-224 ran at 0.65-0.75 of the floor against 0.82-0.93 at 232-256.  There
     // the tile indices turn each round, so that every block takes every tile in turn and the group stays
     // together: ×1.23-1.32 at 200-224, ×1.10-1.19 at 72, 80 and 136-152.  Elsewhere the order stays as it was
-    // (turned, it measured the same within the spread: docs/experiments/hc_rotation/).
-    const bool turning = 2 * m % 128 != 0 && 2 * m % 128 <= 64 && grid % tiles == 0;
+    // (turned, it measured the same within the spread).  Where the grid is no multiple of the tiles (8 tiles
+    // on 132 SMs where n > 256), the grid gives up its last few blocks to become one, at most an eighth of it:
+    // 4 of 132 blocks for ×1.05-1.14 at 200×300×200, 216×400×216 and 200×512×200
+    // (docs/experiments/hc_rotation/).
+    const bool uneven = 2 * m % 128 != 0 && 2 * m % 128 <= 64;
+    if (uneven && grid % tiles != 0 && tiles <= grid / 8)
+        grid -= (unsigned)(grid % tiles);
+    if (batch > 0x7fffffff - (int)grid)   // the walk's GEMM index (an int) goes up to batch + grid
+        return -1;
+    const bool turning = uneven && grid % tiles == 0;
     const RoundStep step{(int)(grid / tiles), (int)(grid % tiles), turning};
     kernel<<<grid, HC_THREADS, G::BYTES, stream>>>(map_a, map_b, map_c, 2 * m, 2 * k, alpha.x, alpha.y, beta.x,
                                                      beta.y, batch, tiles_m, (int)tiles, step);
@@ -332,9 +338,11 @@ extern "C" int gemmgen_wgmma_hc_strided(char transa, char transb, int m, int n, 
         strideA <= 0 || strideB <= 0 || strideC <= 0 || strideA % 4 || strideB % 4 || strideC % 4 ||
         !aligned16(A) || !aligned16(B) || !aligned16(C) || device_info().cc != 90)
         return -1;
-    // Columns per block: the narrowest of these that holds n, 256 from there on (a block of 240 columns runs
-    // faster than one of 256 at 216-240, 208 than 256 at 200-208, 144 than 192 at 136-144, 112 than 128 at
-    // 88-112); stages as measured (docs/experiments/wgmma_hc_tiles/)
+    // Columns per block: n shared evenly by ceil(n / 256) blocks, each the narrowest of these widths that holds
+    // its share (a block of 240 columns runs faster than one of 256 at 216-240, 208 than 256 at 200-208, 144 than
+    // 192 at 136-144, 112 than 128 at 88-112: docs/experiments/wgmma_hc_tiles/; n = 300 in two blocks of 192
+    // rather than 256 + 256 with 44 real: ×1.15-1.30 at n = 260-300, docs/experiments/hc_rotation/); stages as
+    // measured
     using Launch = int (*)(const __half2*, int, long long, const __half2*, int, long long, __half2*, int, long long,
                            cuFloatComplex, cuFloatComplex, int, int, int, int, cudaStream_t);
     struct Width {
@@ -346,8 +354,9 @@ extern "C" int gemmgen_wgmma_hc_strided(char transa, char transb, int m, int n, 
         {80, launch_hc<80, 4>},   {112, launch_hc<112, 4>}, {128, launch_hc<128, 4>}, {144, launch_hc<144, 4>},
         {192, launch_hc<192, 3>}, {208, launch_hc<208, 4>}, {240, launch_hc<240, 4>}, {256, launch_hc<256, 3>},
     };
+    const int column_blocks = (n + 255) / 256, share = (n + column_blocks - 1) / column_blocks;
     const Width* w = widths;
-    while (n > w->columns && w->columns != 256)
+    while (share > w->columns && w->columns != 256)
         ++w;
     return w->launch(A, lda, strideA, B, ldb, strideB, C, ldc, strideC, alpha, beta, m, n, k, batch, stream);
 #else
