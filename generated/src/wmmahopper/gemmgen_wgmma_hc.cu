@@ -341,7 +341,7 @@ extern "C" int gemmgen_wgmma_hc_strided(char transa, char transb, int m, int n, 
     // Columns per block: n shared evenly by ceil(n / 256) blocks, each the narrowest of these widths that holds
     // its share (a block of 240 columns runs faster than one of 256 at 216-240, 208 than 256 at 200-208, 144 than
     // 192 at 136-144, 112 than 128 at 88-112: docs/experiments/wgmma_hc_tiles/; n = 300 in two blocks of 192
-    // rather than 256 + 256 with 44 real: ×1.15-1.30 at n = 260-300, docs/experiments/hc_rotation/); stages as
+    // rather than 256 + 256 with 44 real: ×1.10-1.30 at n = 260-300, docs/experiments/hc_rotation/); stages as
     // measured
     using Launch = int (*)(const __half2*, int, long long, const __half2*, int, long long, __half2*, int, long long,
                            cuFloatComplex, cuFloatComplex, int, int, int, int, cudaStream_t);
