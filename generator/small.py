@@ -25,7 +25,7 @@ MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
 MAX_TBA = 256
 
-_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?(_acc16)?(_mma)?$")
+_NAME = re.compile(r"^small_(hc|h|s|d|c|z)_m(\d+)n(\d+)k(\d+)_dim(\d+)x(\d+)_tba(\d+)(_hoist)?(?:_ring(\d+))?(?:_aring(\d+))?(_acc16)?(_mma)?(_pairs)?$")
 RING_STAGES = (2, 3)           # the `stages` knob: 0 (no ring) or one of these
 # Where the tuner tries the ring (the knob itself is valid at every size and precision).  fp16
 # from N = 1: its staged kernels stayed at 0.60-0.80 of the floor up to N = 16 (staging unpacks,
@@ -79,6 +79,13 @@ class SmallSpec(Spec):
     # mma_product says why); before sm_80, and in a ring kernel, the same tuple multiplies with FMAs
     # on its thread tiles.  A tuning knob.
     mma: bool = False
+    # h, a tuple with a ring and fp32 sums, odd K: the ring kernel reads each fp16 column that k runs
+    # along (stored B 'N', stored A 'T') as the aligned 32-bit words covering it, one byte permute per
+    # element, instead of one two-byte load per element: at odd K a column starts on a 4-byte boundary
+    # only every other time, so ptxas cannot pair the loads itself (at even K it does).  Fewer
+    # shared-memory loads for more ALU instructions: h 9×9×9 0.76 -> 0.83 of the floor at one blocking,
+    # slower at 5, 7, 15, 17 and 23 (the template's multiply_paired).  A tuning knob.
+    pairs: bool = False
 
     family = "small"
 
@@ -89,18 +96,18 @@ class SmallSpec(Spec):
                 f"_dim{self.dim_m}x{self.dim_n}_tba{self.tba}" + ("_hoist" if self.hoist else "")
                 + (f"_ring{self.stages}" if self.stages else "")
                 + (f"_aring{self.array_stages}" if self.array_stages else "")
-                + ("_acc16" if self.acc16 else "") + ("_mma" if self.mma else ""))
+                + ("_acc16" if self.acc16 else "") + ("_mma" if self.mma else "") + ("_pairs" if self.pairs else ""))
 
     @classmethod
     def parse(cls, name: str) -> "SmallSpec":
         match = _NAME.match(name)
         if not match:
             raise SpecError("name", f"{name!r} is not a small-family kernel name "
-                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>][_acc16][_mma])")
-        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages, acc16, mma = match.groups()
+                                    "(small_<prec>_m<M>n<N>k<K>_dim<X>x<Y>_tba<T>[_hoist][_ring<S>][_aring<S>][_acc16][_mma][_pairs])")
+        prec, m, n, k, dim_m, dim_n, tba, hoist, stages, array_stages, acc16, mma, pairs = match.groups()
         spec = cls(prec, int(m), int(n), int(k), int(dim_m), int(dim_n), int(tba), hoist=hoist is not None,
                    stages=int(stages) if stages else 0, array_stages=int(array_stages) if array_stages else 0,
-                   acc16=acc16 is not None, mma=mma is not None)
+                   acc16=acc16 is not None, mma=mma is not None, pairs=pairs is not None)
         spec.validate()
         return spec
 
@@ -111,7 +118,7 @@ class SmallSpec(Spec):
         m, n, k = shape or (row["m"], row["n"], row["k"])
         return cls(precision or row["precision"], m, n, k, row["dim_m"], row["dim_n"], row["tba"],
                    row.get("hoist", False), row.get("stages", 0), row.get("array_stages", 0),
-                   row.get("acc16", False), row.get("mma", False))
+                   row.get("acc16", False), row.get("mma", False), row.get("pairs", False))
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -238,6 +245,16 @@ class SmallSpec(Spec):
             require(not self.stages, "mma",
                     f"the Tensor Core product is the staged kernel's; this tuple runs the ring kernel "
                     f"(stages={self.stages}) for every interface")
+        require(isinstance(self.pairs, bool), "pairs", f"pairs={self.pairs!r} must be True or False")
+        if self.pairs:
+            require(self.precision == "h", "pairs",
+                    f"paired reads are of real fp16 elements (h); {self.precision} elements are "
+                    f"{PRECISIONS[self.precision].element_bytes} bytes already")
+            require(not self.acc16, "pairs", "paired reads feed the fp32 product; acc16 sums in fp16")
+            require(bool(self.stages or self.array_stages), "pairs",
+                    "paired reads are the ring kernel's; this tuple has no ring (stages = array_stages = 0)")
+            require(self.k % 2 == 1 and self.k > 1, "pairs",
+                    f"k={self.k}: paired reads are for odd k > 1 (at even k ptxas pairs the loads itself)")
         require(self.threads <= 1024, "threads per block",
                 f"tba·dim_m·dim_n = {self.threads} exceeds 1024")
         archs = [arch] if arch else list(ARCHS)
@@ -307,13 +324,20 @@ def sweep_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90"
     if max(m, n) >= RING_MIN_SIZE[precision]:
         out += [ring for spec in list(out) for stages in RING_STAGES
                 for ring in (replace(spec, stages=stages),) if ring.is_valid(arch)]
-    return sorted(set(out + with_acc16(out, arch) + with_mma(out, arch)))
+    return sorted(set(out + with_acc16(out, arch) + with_pairs(out, arch) + with_mma(out, arch)))
 
 
 def with_acc16(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
     """The fp16-accumulating twin (the `acc16` knob) of every h or hc tuple with a ring among specs."""
     return [twin for spec in specs if PRECISIONS[spec.precision].real_bytes == 2 and (spec.stages or spec.array_stages)
             for twin in (replace(spec, acc16=True),) if twin.is_valid(arch)]
+
+
+def with_pairs(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
+    """The paired-read twin (the `pairs` knob) of every h tuple with a ring and fp32 sums among specs
+    (odd k only)."""
+    return [twin for spec in specs if spec.precision == "h" and (spec.stages or spec.array_stages) and not spec.acc16
+            for twin in (replace(spec, pairs=True),) if twin.is_valid(arch)]
 
 
 def with_mma(specs: list[SmallSpec], arch: str = "sm_90") -> list[SmallSpec]:
@@ -337,7 +361,8 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
     1, 2 and the row's tba halved, kept and doubled, since a block that keeps loading while it
     multiplies favours other blockings than one that waits (z N = 25: 25×13 threads staged, 13×13
     with the ring).  (The odd fp16 sizes need tba a multiple of 8 for whole 16-byte chunks.)  For h
-    and hc, each ring tuple also with fp16 accumulation (`acc16`), the row's own knob kept too.  For d
+    and hc, each ring tuple also with fp16 accumulation (`acc16`), and for h at odd k with paired reads
+    (`pairs`), the row's own knobs kept too.  For d
     and z from MMA_MIN_SIZE, the Tensor Core product (`mma`) with every whole-warp blocking of the full
     sweep at tba 1, 2 and 4, with both stagings (the row's blocking was chosen for the FMA product)."""
     out = []
@@ -359,7 +384,7 @@ def neighbourhood(row: dict, arch: str = "sm_90") -> list[SmallSpec]:
                     ringed = replace(spec, stages=stages)
                     if ringed.is_valid(arch):
                         out.append(ringed)
-    out = [replace(spec, acc16=False) for spec in out]
+    out = [replace(spec, acc16=False, pairs=False) for spec in out]
     if mma:
         out += [spec for spec in full if spec.mma and spec.tba in (1, 2, 4)]
-    return sorted(set(out + with_acc16(out, arch)))
+    return sorted(set(out + with_acc16(out, arch) + with_pairs(out, arch)))

@@ -361,7 +361,7 @@ def table_specs(results_path: Path, device: str, arch: str) -> dict[tuple, tuple
 def _spec_fields(spec: small.SmallSpec) -> dict:
     return {"name": spec.name, "precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k,
             "dim_m": spec.dim_m, "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages,
-            "array_stages": spec.array_stages, "acc16": spec.acc16, "mma": spec.mma}
+            "array_stages": spec.array_stages, "acc16": spec.acc16, "mma": spec.mma, "pairs": spec.pairs}
 
 
 def write_tuning_table(results_path: Path, arch: str, device: str, command: str) -> Path:
@@ -380,6 +380,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
          "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0),
          **({"array_stages": spec.array_stages} if spec.array_stages else {}),
          **({"acc16": True} if spec.acc16 else {}), **({"mma": True} if spec.mma else {}),
+         **({"pairs": True} if spec.pairs else {}),
          "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}

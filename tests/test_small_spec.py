@@ -56,6 +56,10 @@ def test_sweep_candidates_are_valid_distinct_and_named(precision, shape):
     (("z", 30, 30, 30, 10, 10, 1, False, 0, 0, False, True), "mma warps"),  # 100 threads per GEMM
     (("z", 16, 16, 16, 8, 8, 1, False, 2, 0, False, True), "mma"),        # the ring kernel has no mma product
     (("z", 30, 30, 30, 16, 16, 1), "no idle threads"),                   # 16 for 30: only a Tensor Core tuple
+    (("hc", 9, 9, 9, 3, 3, 16, False, 2, 0, False, False, True), "pairs"),   # hc elements are 4-byte pairs
+    (("h", 9, 9, 9, 5, 3, 16, False, 2, 0, True, False, True), "pairs"),     # fp16 sums read no columns
+    (("h", 9, 9, 9, 5, 3, 16, False, 0, 0, False, False, True), "pairs"),    # only the ring kernel has it
+    (("h", 8, 8, 8, 4, 4, 16, False, 2, 0, False, False, True), "pairs"),    # even k: ptxas pairs the loads
 ])
 def test_rules_refuse_by_name(args, rule):
     with pytest.raises(SpecError) as info:
@@ -189,10 +193,29 @@ def test_acc16_round_trips_and_is_swept_as_the_twin_of_every_fp16_ring_tuple():
     assert SmallSpec.from_row(row).name == "small_h_m13n13k13_dim7x5_tba8_ring2_acc16"
     for precision in ("h", "hc"):
         candidates = set(sweep_candidates(precision, 13, 13, 13))
-        rings = {s for s in candidates if s.stages and not s.acc16}
+        rings = {s for s in candidates if s.stages and not s.acc16 and not s.pairs}   # (pairs: fp32 only)
         assert rings and {replace(s, acc16=True) for s in rings} <= candidates
         assert all(s.stages or s.array_stages for s in candidates if s.acc16)
     assert not any(s.acc16 for s in sweep_candidates("s", 20, 20, 20))
+
+
+def test_pairs_round_trips_and_is_swept_as_the_twin_of_every_h_fp32_ring_tuple_at_odd_k():
+    spec = SmallSpec.parse("small_h_m9n9k9_dim5x3_tba32_hoist_ring3_pairs")
+    assert (spec.pairs, spec.stages, spec.tba, spec.acc16) == (True, 3, 32, False)
+    assert spec.name == "small_h_m9n9k9_dim5x3_tba32_hoist_ring3_pairs"
+    assert SmallSpec.parse("small_h_m9n9k9_dim3x3_tba16_aring2_pairs").array_stages == 2
+    row = {"precision": "h", "m": 9, "n": 9, "k": 9, "dim_m": 5, "dim_n": 3, "tba": 32, "hoist": True, "stages": 3,
+           "pairs": True}
+    assert SmallSpec.from_row(row) == spec
+    candidates = set(sweep_candidates("h", 9, 9, 9))
+    fp32_rings = {s for s in candidates if (s.stages or s.array_stages) and not s.acc16 and not s.pairs}
+    assert fp32_rings and {replace(s, pairs=True) for s in fp32_rings} <= candidates
+    assert all(not s.acc16 and (s.stages or s.array_stages) for s in candidates if s.pairs)
+    for precision, size in (("h", 10), ("hc", 9), ("s", 17)):
+        assert not any(s.pairs for s in sweep_candidates(precision, size, size, size))
+    out = neighbourhood({**row, "tba": 8})
+    rings = [s for s in out if s.stages and not s.acc16]
+    assert rings and all(replace(s, pairs=not s.pairs) in out for s in rings)
 
 
 def test_neighbourhood_measures_each_fp16_ring_tuple_with_both_accumulators():

@@ -410,11 +410,84 @@ __device__ __forceinline__ void multiply_acc16(float2 (&acc)[TM][TN], const __ha
         }
 }
 
-// The ring kernel's multiply: fp32 accumulation, or fp16 where the tuple's `acc16` knob asks.
+// The `pairs` knob (h, fp32 sums, odd K; the ring kernel): where the l of an operand runs along a stored
+// column (B stored 'N', A stored 'T'), the multiply above reads that column one fp16 element at a time,
+// because a column of odd K starts on a 4-byte boundary only every other time (GEMM g's slot and column j
+// start 2·(g·M·K + j·K) bytes in) and ptxas cannot pair what it cannot prove aligned; at even K it can,
+// and does.  Here each such column is read as the aligned 32-bit words that cover it (⌊K/2⌋ + 1 loads
+// instead of K) and each l is picked out of its word by one byte permute, whose selector is set by the
+// column's parity once.  It trades shared-memory loads for ALU instructions, so it pays only where those
+// loads are what limits the kernel: h 9×9×9 with 5×3 threads per GEMM past L2 0.76 -> 0.83 of the floor at
+// tba 32, while 5, 7, 15, 17 and 23 measured slower (docs/experiments/small_paired_reads/): a tuning knob.
+template <int K>
+struct PairedColumn {
+    static constexpr int WORDS = K / 2 + 1;   // K odd: the words that cover K halves starting at either parity
+    unsigned word[WORDS];
+    unsigned even_selector, odd_selector;   // __byte_perm selectors putting l's half in the low 16 bits
+
+    __device__ __forceinline__ void load(const __half* column)
+    {
+        const unsigned odd_start = (unsigned)(reinterpret_cast<unsigned long long>(column) >> 1) & 1u;
+        // (pointer arithmetic on the stage's own pointer, so the loads stay shared-memory loads)
+        const unsigned* words = reinterpret_cast<const unsigned*>(column - odd_start);
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w)
+            word[w] = words[w];
+        even_selector = odd_start ? 0x3232u : 0x1010u;   // l even: the high or low half of word l / 2
+        odd_selector = odd_start ? 0x5454u : 0x3232u;    // l odd: low half of word l / 2 + 1, or high of l / 2
+    }
+    __device__ __forceinline__ float at(int l) const
+    {
+        const unsigned v = l % 2 == 0 ? __byte_perm(word[l / 2], 0u, even_selector)
+                                      : __byte_perm(word[l / 2], word[l / 2 + 1], odd_selector);
+        return __half2float(__ushort_as_half((unsigned short)(v & 0xffffu)));
+    }
+};
+
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, int TM, int TN>
+__device__ __forceinline__ void multiply_paired(float (&acc)[TM][TN], const __half* a_s, const __half* b_s, int tx,
+                                                int ty)
+{
+    static_assert(K % 2 == 1, "the pairs knob is for odd K");
+    using Reads = TileReads<M, N, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>;
+    constexpr bool A_PAIRS = A_COL == 1, B_PAIRS = B_ROW == 1;   // l along the stored column
+    PairedColumn<K> a_column[A_PAIRS ? TM : 1], b_column[B_PAIRS ? TN : 1];
+#pragma unroll
+    for (int i = 0; i < (A_PAIRS ? TM : 0); ++i)
+        a_column[i].load(a_s + Reads::a(tx, i, 0));
+#pragma unroll
+    for (int j = 0; j < (B_PAIRS ? TN : 0); ++j)
+        b_column[j].load(b_s + Reads::b(ty, j, 0));
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            acc[i][j] = 0.0f;
+#pragma unroll
+    for (int l = 0; l < K; ++l) {
+        float a[TM], b[TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+            a[i] = A_PAIRS ? a_column[A_PAIRS ? i : 0].at(l) : __half2float(a_s[Reads::a(tx, i, l)]);
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+            b[j] = B_PAIRS ? b_column[B_PAIRS ? j : 0].at(l) : __half2float(b_s[Reads::b(ty, j, l)]);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+                acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+
+// How the ring kernel multiplies: the tuple's `acc16` or `pairs` knob (at most one is set).
+enum RingProduct { RING_FP32 = 0, RING_FP16_SUMS = 1, RING_PAIRED_READS = 2 };
+template <int PRODUCT> using RingProductTag = std::integral_constant<int, PRODUCT>;
+
 template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R,
           typename T, int TM, int TN>
-__device__ __forceinline__ void multiply_stored(std::false_type, R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx,
-                                                int ty, typename RealOf<R>::type sign_a,
+__device__ __forceinline__ void multiply_stored(RingProductTag<RING_FP32>, R (&acc)[TM][TN], const T* a_s,
+                                                const T* b_s, int tx, int ty, typename RealOf<R>::type sign_a,
                                                 typename RealOf<R>::type sign_b)
 {
     multiply<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
@@ -422,11 +495,18 @@ __device__ __forceinline__ void multiply_stored(std::false_type, R (&acc)[TM][TN
 
 template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, typename R,
           typename T, int TM, int TN>
-__device__ __forceinline__ void multiply_stored(std::true_type, R (&acc)[TM][TN], const T* a_s, const T* b_s, int tx,
-                                                int ty, typename RealOf<R>::type sign_a,
+__device__ __forceinline__ void multiply_stored(RingProductTag<RING_FP16_SUMS>, R (&acc)[TM][TN], const T* a_s,
+                                                const T* b_s, int tx, int ty, typename RealOf<R>::type sign_a,
                                                 typename RealOf<R>::type sign_b)
 {
     multiply_acc16<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty, sign_a, sign_b);
+}
+
+template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, int TM, int TN>
+__device__ __forceinline__ void multiply_stored(RingProductTag<RING_PAIRED_READS>, float (&acc)[TM][TN],
+                                                const __half* a_s, const __half* b_s, int tx, int ty, float, float)
+{
+    multiply_paired<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(acc, a_s, b_s, tx, ty);
 }
 
 // C = alpha·acc + beta·C_old for the thread's elements (C_old only when beta ≠ 0).
@@ -899,7 +979,7 @@ struct RingAddressTable {
 };
 
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          bool ARRAY, bool ACC16, typename Scalar>
+          bool ARRAY, int PRODUCT, typename Scalar>
 // Pointer arrays: ptxas's own register target (it aims at a round number of resident blocks) made
 // several array kernels spill 4-8 bytes (c N = 26, 28, 30, z N = 21), whichever way the copies were
 // written; a minimum of one block per SM lets it take the registers it needs (it then takes more:
@@ -1018,13 +1098,13 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
                                        (K * N * sizeof(S)) % 16 == 0;
         const int a_offset = ARRAY ? offsets[ARRAY ? stage : 0][0][ARRAY ? g : 0] : 0;
         const int b_offset = ARRAY ? offsets[ARRAY ? stage : 0][1][ARRAY ? g : 0] : 0;
-        using Accumulate16 = std::integral_constant<bool, ACC16>;
+        using Product = RingProductTag<PRODUCT>;
         if (!ARRAY || (KNOWN_OFFSETS && __all_sync(warp_lanes, (a_offset | b_offset) == 0)))
-            multiply_stored<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(Accumulate16(), acc, a_s, b_s, tx, ty,
+            multiply_stored<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(Product(), acc, a_s, b_s, tx, ty,
                                                                               sign_a, sign_b);
         else
             multiply_stored<M, N, K, DIM_M, DIM_N, A_ROW, A_COL, B_ROW, B_COL>(
-                Accumulate16(), acc, a_s + a_offset, b_s + b_offset, tx, ty, sign_a, sign_b);
+                Product(), acc, a_s + a_offset, b_s + b_offset, tx, ty, sign_a, sign_b);
         if (active)
             write_c<M, N, DIM_M, DIM_N>(C, ldc, tx, ty, acc, c_in, alpha, beta, read_c);
         stage = stage + 1 == STAGES ? 0 : stage + 1;
@@ -1034,7 +1114,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
 
 // Launch the ring kernel for one interface where it fits the device; 1 where it does not.
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES,
-          bool ACC16, bool ARRAY, typename Scalar>
+          int PRODUCT, bool ARRAY, typename Scalar>
 int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch, Conjugate conj,
                        cudaStream_t stream)
 {
@@ -1043,7 +1123,7 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
     constexpr int STATIC_BYTES = (int)sizeof(RingAddressTable<S, TBA, STAGES, ARRAY>);
     if (BYTES + STATIC_BYTES > device_info().smem_per_block)
         return 1;
-    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, ACC16, Scalar>;
+    auto kernel = small_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ARRAY, PRODUCT, Scalar>;
     const unsigned grid =
         persistent_grid(kernel, THREADS, BYTES, ((long long)batch + TBA - 1) / TBA, STATIC_BYTES);
     if (grid == 0)
@@ -1054,19 +1134,19 @@ int launch_ring_kernel(const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scal
 
 // Strided batches: the ring kernel where the operands are packed on 16-byte boundaries and the
 // tuple's ring is for strided batches too (stages > 0); 1 otherwise.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
           typename Scalar>
 int launch_strided_ring(std::true_type, const BatchPointers<S>& ptrs, int ldc, Scalar alpha, Scalar beta, int batch,
                         Conjugate conj, cudaStream_t stream)
 {
     if (ptrs.stride_a != M * K || ptrs.stride_b != K * N || !aligned16(ptrs.A) || !aligned16(ptrs.B))
         return 1;
-    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16, false>(ptrs, ldc, alpha, beta,
-                                                                                          batch, conj, stream);
+    return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT, false>(ptrs, ldc, alpha, beta,
+                                                                                            batch, conj, stream);
 }
 
 // A ring for pointer arrays only (array_stages): no strided ring kernel is instantiated.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
           typename Scalar>
 int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, Scalar, int, Conjugate, cudaStream_t)
 {
@@ -1076,7 +1156,7 @@ int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, S
 // The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
 // pointer arrays always, strided batches where launch_strided_ring takes them): returns 0 or
 // GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
           bool STRIDED, typename Scalar>
 int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
                       Scalar beta, int batch, Conjugate conj, cudaStream_t stream)
@@ -1084,14 +1164,14 @@ int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int
     if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
         return 1;
     if (ptrs.A_array)
-        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16, true>(ptrs, ldc, alpha, beta,
-                                                                                             batch, conj, stream);
-    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, ACC16>(
+        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT, true>(ptrs, ldc, alpha,
+                                                                                               beta, batch, conj, stream);
+    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT>(
         std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, conj, stream);
 }
 
 // No ring for either interface: no ring kernel is instantiated at all.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
           bool STRIDED, typename Scalar>
 int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, Conjugate,
                       cudaStream_t)
@@ -1167,9 +1247,10 @@ int launch_elementwise(std::false_type, Conjugate, const BatchPointers<S>&, Scal
 // Launch one instance; returns 0 or GEMMGEN_LAUNCH_FAILED.  TA, TB: the stored layouts ('N' or
 // 'T'), conj: which of them op() conjugates.  STAGES: the ring of both interfaces; ARRAY_STAGES
 // (only where STAGES = 0): a ring for pointer arrays alone; ACC16: the ring sums in fp16; MMA: the
-// staged kernel multiplies on the fp64 Tensor Cores (sm_80+).
+// staged kernel multiplies on the fp64 Tensor Cores (sm_80+); PAIRS: the ring reads fp16 columns as
+// 32-bit words (multiply_paired).
 template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, bool HOIST,
-          int STAGES, int ARRAY_STAGES, bool ACC16, bool MMA = false, typename Scalar>
+          int STAGES, int ARRAY_STAGES, bool ACC16, bool MMA = false, bool PAIRS = false, typename Scalar>
 int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
                  int batch, cudaStream_t stream)
 {
@@ -1180,7 +1261,8 @@ int launch_small(Conjugate conj, const BatchPointers<S>& ptrs, int lda, int ldb,
     if (elementwise != 1)
         return elementwise;
     constexpr int RING = STAGES > 1 ? STAGES : ARRAY_STAGES;
-    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), ACC16,
+    constexpr int PRODUCT = ACC16 ? RING_FP16_SUMS : PAIRS ? RING_PAIRED_READS : RING_FP32;
+    const int ring = launch_small_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, (RING > 1 ? RING : 2), PRODUCT,
                                        (STAGES > 1)>(
         std::integral_constant<bool, (RING > 1)>(), ptrs, lda, ldb, ldc, alpha, beta, batch, conj, stream);
     if (ring != 1)
