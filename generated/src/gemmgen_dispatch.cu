@@ -498,9 +498,9 @@ extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided(char, char, float
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba32_ring3_pairs_strided(char, char, float, const __half*, int, long long,
+extern "C" int small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
-extern "C" int small_h_m9n9k9_dim5x3_tba32_ring3_pairs_array(char, char, float, const __half* const*, int,
+extern "C" int small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
@@ -1865,7 +1865,7 @@ const SmallEntry<__half, float> small_h[] = {
     {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
     {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
-    {9, 9, 9, 75, "small_h_m9n9k9_dim5x3_tba32_ring3_pairs", small_h_m9n9k9_dim5x3_tba32_ring3_pairs_strided, small_h_m9n9k9_dim5x3_tba32_ring3_pairs_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba16_ring2_pairs", small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided, small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array, 0},
     {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
     {10, 10, 10, 75, "small_h_m10n10k10_dim4x5_tba16_hoist_ring2", small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided, small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array, 0},
     {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
@@ -2750,7 +2750,7 @@ const char* const kernel_names[] = {
     "small_h_m8n8k16_dim4x4_tba2_ring2",
     "small_h_m8n8k8_dim4x4_tba16_ring2",
     "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
-    "small_h_m9n9k9_dim5x3_tba32_ring3_pairs",
+    "small_h_m9n9k9_dim3x5_tba16_ring2_pairs",
     "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16",
     "small_hc_m10n10k16_dim4x4_tba8_ring2",
     "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16",
