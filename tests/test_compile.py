@@ -1,6 +1,7 @@
-"""The emitted CUDA compiles for every generated architecture (sm_75, sm_80, sm_90 by default)
-without spills or local memory, and the C API's argument checks hold (they return before any
-CUDA call, so they run here without a GPU)."""
+"""The emitted CUDA compiles without spills or local memory for the oldest and the newest generated
+architecture (sm_75 and sm_90 by default: every code path of the sources; conftest.compiled_archs says
+why not sm_80 here, whose check is the README's main job), and the C API's argument checks hold
+(they return before any CUDA call, so they run here without a GPU)."""
 import pytest
 
 from generator.precision import PRECISION_ORDER
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_default_set_compiles_without_local_memory(default_set_build):
     build = default_set_build
     archs = {r.arch for r in build.resources}
-    assert {"sm_75", "sm_80", "sm_90"} <= archs
+    assert {"sm_75", "sm_90"} <= archs   # below sm_80 and sm_80+ (with sm_90a) code paths both compiled
     assert build.resources, "ptxas reported no kernels"
     offenders = [(r.source, r.arch, r.stack_bytes, r.spill_stores) for r in build.local_memory_kernels]
     assert not offenders
