@@ -20,15 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from generator.precision import PRECISIONS
-from harness.api import scalar
-from harness.reference import error_bound, host_dtype
+from harness import reference as ref
+from harness.api import scalar, variant_function
 from harness.timing import copy_bandwidth, median_time_ms
-from harness.wmma_tune import shape_launcher
 from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 3
 PATHS = False   # --paths: also pointer arrays and small strided batches (other_paths)
-_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
 
 def kernels(pattern: str, names: list[str] | None = None) -> list[tuple[str, str, int, int, int]]:
@@ -42,57 +40,38 @@ def kernels(pattern: str, names: list[str] | None = None) -> list[tuple[str, str
     return out
 
 
-def array_launcher(lib, name: str, prec: str):
-    f = getattr(lib, f"{name}_array")
-    s = type(scalar(prec, 1.0))
-    f.restype = _i
-    f.argtypes = [_c, _c, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
-    return f
-
-
 def check(lib, name, prec, m, n, k, trans, alpha, beta, arrays=False, batch=301) -> bool:
+    """One launch of a packed batch (op as `trans`; pointers to the same matrices where `arrays`) against the
+    float64 reference with DESIGN.md's bound; C is NaN where beta = 0, so a kernel that reads it fails."""
     import cupy as cp
 
     rng = np.random.default_rng(11)
-    complex_ = PRECISIONS[prec].is_complex
-    rows_a, cols_a = (m, k) if trans[0] == "N" else (k, m)
-    rows_b, cols_b = (k, n) if trans[1] == "N" else (n, k)
-
-    def make(rows, cols):   # stored column-major, as values (complex128) and as the device's bytes
-        v = rng.uniform(-1, 1, size=(batch, cols, rows)) + (1j * rng.uniform(-1, 1, size=(batch, cols, rows))
-                                                             if complex_ else 0)
-        if prec == "hc":
-            stored = np.stack([v.real, v.imag], axis=-1).astype(np.float16)
-            v = stored[..., 0].astype(np.float64) + 1j * stored[..., 1]
-        else:
-            stored = v.astype(host_dtype(prec))
-            v = stored.astype(np.complex128)
-        return np.transpose(v, (0, 2, 1)), cp.asarray(stored)
-
-    (a, A), (b, B), (c, C) = make(rows_a, cols_a), make(rows_b, cols_b), make(m, n)
+    stored_a, stored_b = (m, k) if trans[0] == "N" else (k, m), (k, n) if trans[1] == "N" else (n, k)
+    host = {x: ref.random_values(rng, prec, batch * rows * cols)
+            for x, (rows, cols) in (("A", stored_a), ("B", stored_b), ("C", (m, n)))}
+    A, B, C = (cp.asarray(ref.to_storage(prec, host[x])) for x in "ABC")
     if beta == 0:
         C[...] = np.nan
-    op = lambda x, t: x if t == "N" else (np.conj(x) if t == "C" else x).transpose(0, 2, 1)  # noqa: E731
-    want = alpha * (op(a, trans[0]) @ op(b, trans[1])) + (beta * c if beta != 0 else 0)
+    alpha_r, beta_r = ref.round_scalar(prec, alpha), ref.round_scalar(prec, beta)
     ta, tb = trans[0].encode(), trans[1].encode()
     if arrays:
         elem = PRECISIONS[prec].element_bytes
-        ptrs = [cp.asarray(np.uint64(x.data.ptr) + np.arange(batch, dtype=np.uint64) * np.uint64(r * q * elem))
-                for x, r, q in ((A, rows_a, cols_a), (B, rows_b, cols_b), (C, m, n))]
-        rc = array_launcher(lib, name, prec)(ta, tb, scalar(prec, alpha), ptrs[0].data.ptr, rows_a, ptrs[1].data.ptr,
-                                            rows_b, scalar(prec, beta), ptrs[2].data.ptr, m, batch, None)
+        ptrs = [cp.uint64(x.data.ptr) + cp.arange(batch, dtype=cp.uint64) * cp.uint64(size * elem)
+                for x, size in ((A, m * k), (B, k * n), (C, m * n))]
+        rc = variant_function(lib, name, "array")(ta, tb, scalar(prec, alpha), ptrs[0].data.ptr, stored_a[0],
+                                                  ptrs[1].data.ptr, stored_b[0], scalar(prec, beta),
+                                                  ptrs[2].data.ptr, m, batch, None)
     else:
-        rc = shape_launcher(lib, name, prec)(ta, tb, scalar(prec, alpha), A.data.ptr, rows_a, rows_a * cols_a,
-                                             B.data.ptr, rows_b, rows_b * cols_b, scalar(prec, beta), C.data.ptr,
-                                             m, m * n, batch, None)
+        rc = variant_function(lib, name, "strided")(ta, tb, scalar(prec, alpha), A.data.ptr, stored_a[0], m * k,
+                                                    B.data.ptr, stored_b[0], k * n, scalar(prec, beta),
+                                                    C.data.ptr, m, m * n, batch, None)
     cp.cuda.runtime.deviceSynchronize()
-    got = cp.asnumpy(C)
-    got = (got[..., 0].astype(np.float64) + 1j * got[..., 1]) if prec == "hc" else got.astype(np.complex128)
-    got = np.transpose(got, (0, 2, 1))
-    norm = lambda x: np.sqrt(np.sum(np.abs(x) ** 2, axis=(1, 2)))   # noqa: E731
-    scale = abs(alpha) * norm(op(a, trans[0])) * norm(op(b, trans[1])) + (abs(beta) * norm(c) if beta != 0 else 0)
-    err = float(np.max(norm(got - want) / scale))
-    return rc == 0 and err <= error_bound(prec, k)
+    a, b, c0 = (ref.matrices(host[x], batch, rows, cols, rows, rows * cols)
+                for x, (rows, cols) in (("A", stored_a), ("B", stored_b), ("C", (m, n))))
+    got = ref.matrices(ref.from_storage(prec, cp.asnumpy(C)).reshape(-1), batch, m, n, m, m * n)
+    expected = ref.reference(trans[0], trans[1], alpha_r, a, b, beta_r, c0)
+    err = float(np.max(ref.relative_errors(got, expected, alpha_r, a, b, beta_r, c0)))
+    return rc == 0 and err <= ref.error_bound(prec, k)
 
 
 def other_paths(loaded, name, prec, m, n, k, batch, bandwidth) -> dict:
@@ -101,7 +80,7 @@ def other_paths(loaded, name, prec, m, n, k, batch, bandwidth) -> dict:
     out = {}
     work = Workload(prec, m, n, k, batch)
     floor = bytes_moved(prec, m, n, k, batch, False) / bandwidth * 1e3
-    out["arrays"] = {lib: floor / median_time_ms(work.ours_array(array_launcher(f, name, prec), 1.0, 0.0,
+    out["arrays"] = {lib: floor / median_time_ms(work.ours_array(variant_function(f, name, "array"), 1.0, 0.0,
                                                                  takes_shape=False), repeats=5)
                      for lib, f in loaded.items()}
     work.release()
@@ -110,7 +89,7 @@ def other_paths(loaded, name, prec, m, n, k, batch, bandwidth) -> dict:
         work = Workload(prec, m, n, k, small_batch, sets=sets)
         floor = bytes_moved(prec, m, n, k, small_batch, False) / bandwidth * 1e3
         out[f"batch{small_batch}"] = {
-            lib: floor / median_time_ms(work.ours(shape_launcher(f, name, prec), 1.0, 0.0, takes_shape=False),
+            lib: floor / median_time_ms(work.ours(variant_function(f, name, "strided"), 1.0, 0.0, takes_shape=False),
                                         launches_per_graph=sets, repeats=7)
             for lib, f in loaded.items()}
         work.release()
@@ -144,7 +123,7 @@ def main(out: Path, libs: dict, pattern: str, names: list[str] | None = None) ->
             times = {lib: [] for lib in keys}
             for r in range(ROUNDS):
                 for lib in keys[r % len(keys):] + keys[:r % len(keys)]:
-                    f = shape_launcher(loaded[lib], name, prec)
+                    f = variant_function(loaded[lib], name, "strided")
                     times[lib].append(median_time_ms(work.ours(f, 1.0, beta, takes_shape=False), repeats=5))
             row[f"beta{beta:g}"] = {lib: floor / statistics.median(v) for lib, v in times.items()}
         work.release()
