@@ -122,12 +122,24 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
                    "NEON under qemu-aarch64 where installed).")
 @click.option("--cpu-report", type=click.Path(path_type=Path), default=None,
               help="Write the CPU check results as JSON here.")
-def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report):
+@click.option("--sanitize", "sanitize_tools", default="", metavar="TOOLS",
+              help="Run the GPU checks under compute-sanitizer instead, once per tool (memcheck, racecheck, "
+                   "synccheck, initcheck, or all), every operand in an allocation of exactly its bytes; "
+                   "fails on any report.  --report then gets the sanitizer summary.")
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools):
     """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
     from harness.run_check import run_check
 
+    if sanitize_tools:
+        from harness.sanitize import parse_tools, run_sanitize
+
+        try:
+            tools = parse_tools(sanitize_tools)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--sanitize")
+        sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick))
     status = run_check(gen_dir, build_dir, arch, jobs, report, quick)
     if with_cpu and (gen_dir / "src" / "cpu").is_dir():
         from harness.cpu_check import run_cpu_check

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -19,6 +20,8 @@ from . import reference as ref
 from .api import GemmgenLibrary
 
 POISON = -999.0   # exactly representable in every precision, never a plausible result
+# Cases with beta = 1 and alpha = 0 or k = 0, C holding Inf: C must come back as it was.
+UNTOUCHED_KIND = "beta1-untouched"
 
 
 @dataclass
@@ -114,6 +117,8 @@ def prepare(case: Case, rng: np.random.Generator) -> Prepared:
     c0 = ref.random_values(rng, p, batch * m * n, integer).reshape(batch, m, n)
     if case.kind.endswith("beta0-nan"):   # C is NaN wherever beta = 0 must not read it
         c0 = np.full_like(c0, np.nan)
+    if case.kind.endswith(UNTOUCHED_KIND):   # complex 1·(Inf, 0) would come back (Inf, NaN)
+        c0[:, 0, 0] = np.inf
     item = c_vals.itemsize
     np.lib.stride_tricks.as_strided(c_vals, shape=(batch, m, n),
                                     strides=(sc * item, item, ldc * item))[...] = c0
@@ -127,6 +132,10 @@ def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> Ca
     """Compare the library's C with the reference, and its padding with the poison, bit for bit."""
     case = pr.case
     p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
+    if case.kind.endswith(UNTOUCHED_KIND):   # BLAS's quick return: all of C bit for bit as it was
+        same = bool(np.array_equal(out_stored.view(np.uint8), pr.c.view(np.uint8)))
+        return CaseResult(p, m, n, k, case.transa, case.transb, case.interface, batch, case.kind, rc, 0.0,
+                          ref.error_bound(p, k), same, None, rc == 0 and same, note)
     ra, ca = _stored_shape(case.transa, m, k)
     rb, cb = _stored_shape(case.transb, k, n)
     a = ref.matrices(pr.a_vals, batch, ra, ca, pr.lda, pr.sa)
@@ -149,14 +158,44 @@ def verdict(pr: Prepared, rc: int, out_stored: np.ndarray, note: str = "") -> Ca
                       max_err, bound, untouched, exact, passed, note)
 
 
-def _on_gpu(stored: np.ndarray, offset: int):
-    """A GPU copy of `stored` that starts `offset` elements into its allocation."""
+# Set (to anything but "" or "0") by `gemmgen check --sanitize` for the processes it runs under
+# compute-sanitizer: every operand's allocation ends at its last element, with CuPy's memory pool
+# off, so a read or write past the bytes a call describes is outside its allocation and reported.
+EXACT_BUFFERS_ENV = "GEMMGEN_EXACT_BUFFERS"
+# Elements of poison after the end of C in the ordinary check (exact buffers have none): a write
+# past the last matrix changes them and fails the case.
+C_GUARD = 64
+
+
+def exact_buffers() -> bool:
+    return os.environ.get(EXACT_BUFFERS_ENV, "") not in ("", "0")
+
+
+def use_exact_allocations() -> None:
+    """Every CuPy allocation from now on its own cudaMalloc of exactly the bytes asked for."""
     import cupy as cp
 
-    if not offset:
-        return cp.asarray(stored)
-    buf = cp.zeros((offset + len(stored),) + stored.shape[1:], dtype=stored.dtype)
-    buf[offset:] = cp.asarray(stored)
+    cp.cuda.set_allocator(None)
+    cp.cuda.set_pinned_memory_allocator(None)
+
+
+def extent(rows: int, cols: int, ld: int, stride: int, batch: int) -> int:
+    """Elements from the first matrix's first element to the last matrix's last one, inclusive."""
+    if rows <= 0 or cols <= 0 or batch <= 0:
+        return 0
+    return (batch - 1) * stride + (cols - 1) * ld + rows
+
+
+def _on_gpu(stored: np.ndarray, offset: int, length: int | None = None, guard: int = 0):
+    """A GPU copy of stored[:length] that starts `offset` elements into its allocation and is
+    followed by `guard` elements of poison in it."""
+    import cupy as cp
+
+    part = stored[:length] if length is not None else stored
+    if not offset and not guard:
+        return cp.asarray(part)
+    buf = cp.full((offset + len(part) + guard,) + stored.shape[1:], POISON, dtype=stored.dtype)
+    buf[offset:offset + len(part)] = cp.asarray(part)
     return buf[offset:]
 
 
@@ -167,7 +206,17 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
     pr = prepare(case, rng)
     case = pr.case
     p = case.precision
-    d_a, d_b, d_c = _on_gpu(pr.a, case.offset), _on_gpu(pr.b, case.offset), _on_gpu(pr.c, case.c_offset)
+    exact = exact_buffers()
+    if exact:   # each allocation ends at its operand's last element
+        ra, ca = _stored_shape(case.transa, case.m, case.k)
+        rb, cb = _stored_shape(case.transb, case.k, case.n)
+        lengths = (extent(ra, ca, pr.lda, pr.sa, case.batch), extent(rb, cb, pr.ldb, pr.sb, case.batch),
+                   extent(case.m, case.n, pr.ldc, pr.sc, case.batch))
+    else:
+        lengths = (None, None, None)
+    guard = 0 if exact else C_GUARD
+    d_a, d_b = _on_gpu(pr.a, case.offset, lengths[0]), _on_gpu(pr.b, case.offset, lengths[1])
+    d_c = _on_gpu(pr.c, case.c_offset, lengths[2], guard)
     target = lib.variant_entry(case.kernel, case.interface) if case.kernel else None
     if case.interface == "strided":
         args = (case.m, case.n, case.k, case.alpha, d_a.data.ptr, pr.lda, pr.sa, d_b.data.ptr, pr.ldb,
@@ -184,7 +233,19 @@ def run_case(lib: GemmgenLibrary, case: Case, rng: np.random.Generator) -> CaseR
                 pc.data.ptr, pr.ldc, case.batch)
         rc = target(case.transa, case.transb, *args) if target else lib.array(p, case.transa, case.transb, *args)
     cp.cuda.runtime.deviceSynchronize()
-    return verdict(pr, rc, cp.asnumpy(d_c), note=case.kernel)
+    out = cp.asnumpy(d_c)
+    guard_ok = bool(np.all(out[len(out) - guard:].view(np.uint8) == _poison_bytes(out.dtype, guard, out.shape[1:])))
+    whole = pr.c.copy()   # C as stored beyond the allocation's end: untouched by definition
+    whole[:len(out) - guard] = out[:len(out) - guard]
+    result = verdict(pr, rc, whole, note=case.kernel)
+    if not guard_ok:
+        result.untouched_ok = result.passed = False
+        result.note = (result.note + " " if result.note else "") + "wrote past the end of C"
+    return result
+
+
+def _poison_bytes(dtype, count: int, tail: tuple) -> np.ndarray:
+    return np.full((count,) + tail, POISON, dtype=dtype).view(np.uint8)
 
 
 def _scalars(rng: np.random.Generator, prec: str) -> tuple[complex, complex]:
@@ -264,9 +325,12 @@ def default_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rn
 
 
 def edge_cases(precisions: list[str]) -> Iterator[Case]:
-    """The contract's corners: k = 0 scales C, batch over 65,535."""
+    """The contract's corners: k = 0 scales C, alpha = 0 or k = 0 with beta = 1 leaves C as it was,
+    batch over 65,535."""
     for prec in precisions:
         yield Case(prec, 5, 3, 0, "N", "N", "strided", 9, "k0", 1.0, 0.5)
+        yield Case(prec, 5, 3, 0, "N", "N", "strided", 9, "k0-" + UNTOUCHED_KIND, 1.0, 1.0)
+        yield Case(prec, 3, 4, 2, "N", "T", "array", 7, "alpha0-" + UNTOUCHED_KIND, 0.0, 1.0)
         yield Case(prec, 2, 2, 2, "N", "T", "strided", 70_001, "batch>65535", 1.0, 0.5, pad=0)
         yield Case(prec, 2, 2, 2, "T", "N", "array", 70_001, "batch>65535", 1.0, 0.0, pad=0)
 
@@ -281,6 +345,8 @@ _WORKER_LIB = None   # a check worker process's library (run_cases with workers 
 
 def _worker_start(library_type: type, path: str) -> None:
     global _WORKER_LIB
+    if exact_buffers():
+        use_exact_allocations()
     _WORKER_LIB = library_type(Path(path))
 
 

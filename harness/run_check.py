@@ -6,6 +6,7 @@ import json
 import os
 import platform
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -40,8 +41,18 @@ def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int)
     return result
 
 
-def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path | None,
-              quick: bool) -> int:
+@dataclass
+class BuiltSet:
+    manifest: dict
+    archs: tuple[str, ...]
+    result: object          # harness.build.BuildResult
+    has_gpu: bool
+    device_name: str | None
+
+
+def build_for_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int) -> BuiltSet | int:
+    """Build an emitted set for the checks (the GPU's architecture when one is present) and report
+    kernels with local memory; an exit status where that fails."""
     manifest_path = gen_dir / "manifest.json"
     if not manifest_path.exists():
         click.echo(f"error: {manifest_path} not found; run gemmgen generate first", err=True)
@@ -72,22 +83,62 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
     for r in local[:20]:
         click.echo(f"  local memory: {r.source} {r.function} {r.arch} stack {r.stack_bytes} B, spills "
                    f"{r.spill_stores}/{r.spill_loads} B")
-    if not has_gpu:
+    return BuiltSet(manifest, archs, result, has_gpu, device_name)
+
+
+def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path | None,
+              quick: bool) -> int:
+    built = build_for_check(gen_dir, build_dir, arch, jobs)
+    if isinstance(built, int):
+        return built
+    manifest, archs, result, device_name = built.manifest, built.archs, built.result, built.device_name
+    local = result.local_memory_kernels
+    if not built.has_gpu:
         click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")
         return 1 if local else 0
+
+    results = gpu_checks(result.library, manifest, quick, jobs)
+    summarize(results)
+    failed = [r for r in results if not r.passed]
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({
+            "device": device_name or device_arch()[1],
+            "arch": archs[0],
+            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else ""),
+            "generated_with": manifest["command"],
+            "host": platform.node(),
+            "passed": len(results) - len(failed),
+            "failed": len(failed),
+            "local_memory_kernels": len(local),
+            "results": [r.to_json() for r in results],
+        }, indent=1) + "\n")
+        click.echo(f"wrote {report}")
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed or local else 0
+
+
+def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
+    """The (m, n, k) of every dispatch entry, per precision, in manifest order."""
+    shapes: dict[str, list] = {}
+    for e in manifest["dispatch"]:
+        shape = (e["m"], e["n"], e["k"])
+        if shape not in shapes.setdefault(e["precision"], []):
+            shapes[e["precision"]].append(shape)
+    return shapes
+
+
+def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int) -> list:
+    """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
+    `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
+    and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny."""
+    import numpy as np
 
     from . import check_small
     from .api import GemmgenLibrary
 
-    lib = GemmgenLibrary(result.library)
-    shapes: dict[str, list] = {}
-    for e in manifest["dispatch"]:
-        shapes.setdefault(e["precision"], [])
-        shape = (e["m"], e["n"], e["k"])
-        if shape not in shapes[e["precision"]]:
-            shapes[e["precision"]].append(shape)
-    import numpy as np
-
+    lib = GemmgenLibrary(library)
+    shapes = manifest_shapes(manifest)
     rng = np.random.default_rng(20261122)
     # Shapes whose kernel copies contiguous matrices through a cp.async ring: a small kernel with
     # `stages` or `array_stages`, or a warp wmma kernel (each warp its own ring).
@@ -114,6 +165,11 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
 
         click.echo("tall-skinny checks (TSM2, ISM2)")
         results += check_tallskinny.run_manifest_checks(lib, manifest, quick)
+    return results
+
+
+def summarize(results: list) -> None:
+    """Per precision: passed, failed, the largest error over its bound; the first failures."""
     failed = [r for r in results if not r.passed]
     by_prec = Counter((r.precision, r.passed) for r in results)
     for prec in sorted({r.precision for r in results}):
@@ -125,19 +181,3 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         click.echo(f"FAIL {r.precision} {r.m}x{r.n}x{r.k} {r.transa}{r.transb} {r.interface} "
                    f"{r.kind} batch {r.batch}: rc {r.rc}, err {r.max_error:.3g} (bound {r.bound:.3g}), "
                    f"untouched {r.untouched_ok}, exact {r.exact_ok}")
-    if report:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps({
-            "device": device_name or device_arch()[1],
-            "arch": archs[0],
-            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else ""),
-            "generated_with": manifest["command"],
-            "host": platform.node(),
-            "passed": len(results) - len(failed),
-            "failed": len(failed),
-            "local_memory_kernels": len(local),
-            "results": [r.to_json() for r in results],
-        }, indent=1) + "\n")
-        click.echo(f"wrote {report}")
-    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed or local else 0

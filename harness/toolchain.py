@@ -75,3 +75,25 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+def find_compute_sanitizer() -> Path:
+    """compute-sanitizer beside nvcc, under CUDA_HOME, or on PATH (it ships with the CUDA toolkit,
+    not with PyPI's compiler wheels)."""
+    candidates: list[Path] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "compute-sanitizer")
+    candidates.append(Path("/usr/local/cuda/bin/compute-sanitizer"))
+    try:
+        candidates.append(find_nvcc().resolve().parent / "compute-sanitizer")
+    except ToolchainError:
+        pass
+    if shutil.which("compute-sanitizer"):
+        candidates.append(Path(shutil.which("compute-sanitizer")))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise ToolchainError("compute-sanitizer not found beside nvcc, under CUDA_HOME or on PATH; "
+                         "it comes with the CUDA toolkit")
+

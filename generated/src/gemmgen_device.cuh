@@ -63,6 +63,12 @@ __host__ __device__ __forceinline__ bool is_zero(float a) { return a == 0.0f; }
 __host__ __device__ __forceinline__ bool is_zero(double a) { return a == 0.0; }
 __host__ __device__ __forceinline__ bool is_zero(float2 a) { return a.x == 0.0f && a.y == 0.0f; }
 __host__ __device__ __forceinline__ bool is_zero(double2 a) { return a.x == 0.0 && a.y == 0.0; }
+// beta = 1 with alpha = 0 or k = 0: C stays as it is, not rewritten as 1·C (BLAS returns at once; a
+// complex 1·(Inf, 0) would come back (Inf, NaN)).
+__host__ __device__ __forceinline__ bool is_one(float a) { return a == 1.0f; }
+__host__ __device__ __forceinline__ bool is_one(double a) { return a == 1.0; }
+__host__ __device__ __forceinline__ bool is_one(float2 a) { return a.x == 1.0f && a.y == 0.0f; }
+__host__ __device__ __forceinline__ bool is_one(double2 a) { return a.x == 1.0 && a.y == 0.0; }
 
 // ---- storage <-> compute ------------------------------------------------------------------------
 // Read-only loads of A and B go through the non-coherent cache path.
@@ -239,6 +245,40 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src), "n"(SIZE), "r"(bytes)
                      : "memory");
 #endif
+}
+
+// One 16-byte chunk of shared memory at dst (16-byte aligned) from the first `bytes` bytes at src
+// (16-byte aligned; bytes a multiple of 2), the rest zero, reading nothing at or past src + bytes.
+// A whole chunk is one 16-byte cp.async.  A partial one must not be a 16-byte cp.async with a smaller
+// source size: compute-sanitizer takes that for a read of all 16 bytes, and the chunk may pass the end
+// of the caller's allocation.  It is copied as 8- and 4-byte cp.async pieces and, for the 2 bytes of
+// fp16 that end on a 4-byte word's middle, one plain load; the word's other bytes are stored as zero.
+// (Reading from the 16-byte boundary at or below a matrix's first element is safe: no CUDA allocation
+// starts between boundaries.)
+__device__ __forceinline__ void copy_chunk_async(void* dst, const void* src, int bytes)
+{
+    if (bytes >= 16) {
+        copy_async<16>(dst, src, 16);
+        return;
+    }
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    int done = 0;
+    if (bytes >= 8) {
+        copy_async<8>(d, s, 8);
+        done = 8;
+    }
+#pragma unroll
+    for (int w = 0; w < 16; w += 4) {
+        if (w < done)
+            continue;
+        if (w + 4 <= bytes) {
+            copy_async<4>(d + w, s + w, 4);
+        } else {
+            const unsigned low = w + 2 <= bytes ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(s + w)) : 0u;
+            *reinterpret_cast<unsigned*>(d + w) = low;
+        }
+    }
 }
 
 // ---- the device a launch runs on ------------------------------------------------------------------

@@ -3249,7 +3249,7 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
     const int info = first_failure(checks);
     if (info != 0)
         return info;
-    if (!need_c)
+    if (!need_c || (!need_ab && gemmgen::is_one(beta)))
         return 0;
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::strided(A, strideA, B, strideB, C, strideC), m, n, ldc, beta,
@@ -3292,7 +3292,7 @@ int gemm_array(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>
     const int info = first_failure(checks);
     if (info != 0)
         return info;
-    if (!need_c)
+    if (!need_c || (!need_ab && gemmgen::is_one(beta)))
         return 0;
     if (!need_ab)
         return scale_c<S>(gemmgen::BatchPointers<S>::arrays(A, B, C), m, n, ldc, beta, batch, stream);

@@ -812,8 +812,8 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // range of the batch, copied as it is, so GEMM g's A starts at A_SLOT·g with A_SLOT = M·K.
 // Pointer arrays: every matrix has its own address, so each is copied into a slot of its own as the
 // 16-byte chunks that cover it, from the boundary at or below its first element (cp.async copies whole
-// aligned chunks; the last one is cut at the matrix's end, and the bytes before the first element lie
-// in the same allocation, which starts on a boundary).  A slot has room for one more chunk than the
+// aligned chunks; the last one is cut at the matrix's end by copy_chunk_async, and the bytes before the
+// first element lie in the same allocation, which starts on a boundary).  A slot has room for one more chunk than the
 // matrix's size where it may start between boundaries; where in the slot the matrix begins is kept in
 // `offsets`.
 // Strided, a column of K elements that is an even number of chunks (s at K = 8, 16, ..., d and c at
@@ -882,7 +882,7 @@ __device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
         if ((it + 1) * THREADS <= CHUNKS || v < CHUNKS) {
             const int valid = min(max(left - v * VEC, 0), VEC);
             const int to = v * VEC + (PAD ? v / COLUMN_CHUNKS * PAD : 0);
-            copy_async<16>(dst + to, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
+            copy_chunk_async(dst + to, src + v * VEC, valid * (int)sizeof(S));
         }
     }
 }
@@ -929,8 +929,7 @@ __device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, 
     if (address) {
         const char* start = reinterpret_cast<const char*>(address - lead);
         const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
-        copy_async<16>(reinterpret_cast<char*>(dst) + (g * SLOT_CHUNKS + w) * 16, start + (valid > 0 ? w * 16 : 0),
-                       valid);
+        copy_chunk_async(reinterpret_cast<char*>(dst) + (g * SLOT_CHUNKS + w) * 16, start + w * 16, valid);
     }
     if (w == 0)   // past the batch 0: a valid place whose contents are not used
         offsets[g] = lead / (int)sizeof(S);

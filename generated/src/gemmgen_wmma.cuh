@@ -350,7 +350,7 @@ struct StoredSlice {
                 const int line = c / CHUNKS_PER_LINE, along = (c % CHUNKS_PER_LINE) * 8;
                 const int left = rows - along;
                 const int valid = line < cols ? (left < 0 ? 0 : left > 8 ? 8 : left) : 0;
-                copy_async<16>(s + line * LD + along, valid > 0 ? X + along + (long long)line * ld : X, 2 * valid);
+                copy_chunk_async(s + line * LD + along, X + along + (long long)line * ld, 2 * valid);
             }
         }
     }
@@ -567,7 +567,7 @@ __device__ __forceinline__ void copy_packed_range(int4* dst, const __half* base,
     const __half* from = base + (first & ~7LL);
     const int end = (int)(first & 7) + elems;
     for (int c = threadIdx.x; c * 8 < end; c += THREADS)
-        copy_async<16>(dst + c, from + c * 8, 2 * min(end - c * 8, 8));
+        copy_chunk_async(dst + c, from + c * 8, 2 * min(end - c * 8, 8));
 }
 
 // One BLK_K slice (from k0) of op(X) out of its raw packed copy into OUTER rows of BLK_K + SKEW halves
@@ -1201,7 +1201,8 @@ template <typename S, int M, int N, int K, typename ACC> struct WarpMinBlocks {
 // Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary, in halves.
 __device__ __forceinline__ int chunk_offset(const void* p) { return (int)((unsigned long long)p & 15) >> 1; }
 
-// Copy the HALVES contiguous halves from src into dst as the 16-byte chunks that cover them.
+// Copy the HALVES contiguous halves from src into dst as the 16-byte chunks that cover them, from the
+// boundary at or below src; the last chunk is cut at the last half (copy_chunk_async).
 template <int HALVES>
 __device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lane)
 {
@@ -1211,7 +1212,7 @@ __device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lan
     for (int i = 0; i < (WarpCover<HALVES>::CHUNKS + 31) / 32; ++i) {
         const int c = lane + 32 * i;
         if (c < chunks)
-            copy_async<16>(dst + 8 * c, base + 16 * c, 16);
+            copy_chunk_async(dst + 8 * c, base + 16 * c, min(16, 2 * (chunk_offset(src) + HALVES) - 16 * c));
     }
 }
 

@@ -1,0 +1,181 @@
+"""`gemmgen check --sanitize`: the GPU checks of an emitted set under NVIDIA's compute-sanitizer.
+
+The set is built once (as `gemmgen check` builds it); then, for each tool (memcheck, racecheck,
+synccheck, initcheck), this module runs itself as `python -m harness.sanitize` under
+`compute-sanitizer --tool TOOL`.  That inner run is the ordinary check (every kernel, both batch
+interfaces, packed and padded operands, β = 0 and ≠ 0, the cp.async rings' long batches, the
+sm_90a paths where the GPU has them, tall-skinny) with every operand in an allocation of exactly
+the bytes the call describes (CuPy's memory pool off): a read or write past the last matrix lands
+outside its allocation and memcheck reports it.  Writes past the end are also caught without a
+sanitizer: the ordinary check puts poison after C and checks it (check_small.C_GUARD).
+
+A tool passes when the sanitizer reports no error and no hazard and every check passes."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+# What each tool is told beyond --tool.  memcheck: no leak report (CuPy and the CUDA runtime keep
+# allocations for the life of the process); racecheck: shared-memory hazards and their analysis;
+# initcheck: reads of device memory never written.
+TOOL_FLAGS = {
+    "memcheck": ("--leak-check", "no"),
+    "racecheck": ("--racecheck-report", "all"),
+    "synccheck": (),
+    "initcheck": (),
+}
+SANITIZER_EXIT = 86   # compute-sanitizer's exit code when it reported anything (--error-exitcode)
+
+
+def parse_tools(text: str) -> tuple[str, ...]:
+    """'all' or a comma-separated list of TOOLS."""
+    if text.strip() == "all":
+        return TOOLS
+    tools = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown or not tools:
+        raise ValueError(f"unknown sanitizer tool {', '.join(unknown) or repr(text)}; "
+                         f"known: {', '.join(TOOLS)}, all")
+    return tools
+
+
+_ERRORS = re.compile(r"ERROR SUMMARY: (\d+) errors?")
+_HAZARDS = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+
+
+@dataclass
+class ToolRun:
+    tool: str
+    exit_code: int
+    errors: int          # errors over every process the tool followed
+    warnings: int        # racecheck's warning-level hazards
+    checks_passed: int
+    checks_failed: int
+    seconds: float
+    log: str             # the sanitizer's log file
+    first_reports: list  # the first lines of its reports
+
+    @property
+    def clean(self) -> bool:
+        return self.exit_code == 0 and self.errors == 0 and self.warnings == 0 and self.checks_failed == 0
+
+
+def parse_log(text: str) -> tuple[int, int, list[str]]:
+    """(errors, warnings, first report lines) of a compute-sanitizer log of one or more processes."""
+    errors = sum(int(m.group(1)) for m in _ERRORS.finditer(text))
+    hazards = [(int(m.group(2)), int(m.group(3))) for m in _HAZARDS.finditer(text)]
+    errors = max(errors, sum(e for e, _ in hazards))
+    warnings = sum(w for _, w in hazards)
+    reports = [line for line in text.splitlines()
+               if line.startswith("========= ") and ("Invalid" in line or "hazard" in line.lower()
+                                                     or "Error" in line or "Uninitialized" in line
+                                                     or "barrier" in line.lower())]
+    return errors, warnings, reports[:40]
+
+
+def run_tool(sanitizer: Path, tool: str, library: Path, gen_dir: Path, out_dir: Path, quick: bool,
+             jobs: int) -> ToolRun:
+    log = out_dir / f"sanitize_{tool}.log"
+    counts = out_dir / f"sanitize_{tool}_checks.json"
+    cmd = [str(sanitizer), "--tool", tool, *TOOL_FLAGS[tool], "--target-processes", "all",
+           "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "100", "--log-file", str(log),
+           sys.executable, "-m", "harness.sanitize", "--library", str(library), "--generated", str(gen_dir),
+           "--counts", str(counts), "--jobs", str(jobs)] + (["--quick"] if quick else [])
+    from .check_small import EXACT_BUFFERS_ENV
+
+    env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
+    click.echo(f"{tool}: {' '.join(cmd[:6])} ... (log {log})")
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=env)
+    seconds = time.monotonic() - start
+    text = log.read_text(errors="replace") if log.exists() else ""
+    errors, warnings, reports = parse_log(text)
+    passed = failed = 0
+    if counts.exists():
+        c = json.loads(counts.read_text())
+        passed, failed = c["passed"], c["failed"]
+    else:
+        failed = 1   # the inner run died before it could count
+    return ToolRun(tool, proc.returncode, errors, warnings, passed, failed, round(seconds, 1), str(log), reports)
+
+
+def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
+                 report: Path | None, quick: bool) -> int:
+    from .run_check import build_for_check
+    from .toolchain import ToolchainError, find_compute_sanitizer
+
+    built = build_for_check(gen_dir, build_dir, arch, jobs)
+    if isinstance(built, int):
+        return built
+    if not built.has_gpu:
+        click.echo("no GPU present: nothing ran under compute-sanitizer", err=True)
+        return 1
+    try:
+        sanitizer = find_compute_sanitizer()
+    except ToolchainError as err:
+        click.echo(f"error: {err}", err=True)
+        return 1
+    out_dir = (report.parent if report else build_dir) / "sanitize"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [run_tool(sanitizer, tool, built.result.library, gen_dir, out_dir, quick, jobs) for tool in tools]
+    for r in runs:
+        click.echo(f"{r.tool}: {'clean' if r.clean else 'NOT CLEAN'}: {r.errors} errors, {r.warnings} warnings, "
+                   f"checks {r.checks_passed} passed {r.checks_failed} failed, exit {r.exit_code}, {r.seconds:.0f} s")
+        for line in r.first_reports[:10]:
+            click.echo(f"  {line}")
+    if report:
+        from .run_check import device_arch
+
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({
+            "device": built.device_name or device_arch()[1],
+            "arch": built.archs[0],
+            "command": f"gemmgen check --generated {gen_dir} --sanitize {','.join(tools)}"
+                       + (" --quick" if quick else ""),
+            "generated_with": built.manifest["command"],
+            "sanitizer": subprocess.run([str(sanitizer), "--version"], capture_output=True,
+                                        text=True).stdout.strip().splitlines()[-1:],
+            "host": platform.node(),
+            "buffers": "each operand in its own cudaMalloc of exactly its extent (no pool, no slack)",
+            "clean": all(r.clean for r in runs),
+            "tools": [dict(asdict(r), clean=r.clean) for r in runs],
+        }, indent=1) + "\n")
+        click.echo(f"wrote {report}")
+    return 0 if all(r.clean for r in runs) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The inner run, under compute-sanitizer: the GPU checks with exact-size buffers."""
+    parser = argparse.ArgumentParser(prog="python -m harness.sanitize")
+    parser.add_argument("--library", type=Path, required=True)
+    parser.add_argument("--generated", type=Path, required=True)
+    parser.add_argument("--counts", type=Path, required=True)
+    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    from . import check_small
+    from .run_check import gpu_checks, summarize
+
+    os.environ[check_small.EXACT_BUFFERS_ENV] = "1"
+    check_small.use_exact_allocations()
+    manifest = json.loads((args.generated / "manifest.json").read_text())
+    results = gpu_checks(args.library, manifest, args.quick, args.jobs)
+    summarize(results)
+    failed = [r for r in results if not r.passed]
+    args.counts.write_text(json.dumps({"passed": len(results) - len(failed), "failed": len(failed)}) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
