@@ -126,12 +126,18 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
               help="Run the GPU checks under compute-sanitizer instead, once per tool (memcheck, racecheck, "
                    "synccheck, initcheck, or all), every operand in an allocation of exactly its bytes; "
                    "fails on any report.  --report then gets the sanitizer summary.")
-def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools):
+@click.option("--precisions", "only", default="", help="GPU checks of these precisions only (default: all).")
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools, only):
     """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
     from harness.run_check import run_check
 
+    precisions = tuple(p.strip() for p in only.split(",") if p.strip())
+    unknown = [p for p in precisions if p not in PRECISION_ORDER]
+    if unknown:
+        raise click.BadParameter(f"unknown precision {', '.join(unknown)}; known: {', '.join(PRECISION_ORDER)}",
+                                 param_hint="--precisions")
     if sanitize_tools:
         from harness.sanitize import parse_tools, run_sanitize
 
@@ -139,8 +145,8 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
             tools = parse_tools(sanitize_tools)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--sanitize")
-        sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick))
-    status = run_check(gen_dir, build_dir, arch, jobs, report, quick)
+        sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick, precisions))
+    status = run_check(gen_dir, build_dir, arch, jobs, report, quick, precisions)
     if with_cpu and (gen_dir / "src" / "cpu").is_dir():
         from harness.cpu_check import run_cpu_check
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,7 @@ def build_for_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int) -> Bui
 
 
 def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path | None,
-              quick: bool) -> int:
+              quick: bool, precisions: tuple[str, ...] = ()) -> int:
     built = build_for_check(gen_dir, build_dir, arch, jobs)
     if isinstance(built, int):
         return built
@@ -97,7 +98,7 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")
         return 1 if local else 0
 
-    results = gpu_checks(result.library, manifest, quick, jobs)
+    results = gpu_checks(result.library, manifest, quick, jobs, precisions)
     summarize(results)
     failed = [r for r in results if not r.passed]
     if report:
@@ -105,7 +106,8 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         report.write_text(json.dumps({
             "device": device_name or device_arch()[1],
             "arch": archs[0],
-            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else ""),
+            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else "")
+                       + (f" --precisions {','.join(precisions)}" if precisions else ""),
             "generated_with": manifest["command"],
             "host": platform.node(),
             "passed": len(results) - len(failed),
@@ -128,16 +130,24 @@ def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
     return shapes
 
 
-def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int) -> list:
+def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions: tuple[str, ...] = (),
+               progress_lines: bool = False) -> list:
     """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
     `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
-    and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny."""
+    and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny.
+    precisions: only these (all when empty).  progress_lines: a line every 2% of the cases with the
+    time so far (for logs, where the progress bar shows nothing)."""
     import numpy as np
 
     from . import check_small
     from .api import GemmgenLibrary
 
     lib = GemmgenLibrary(library)
+    if precisions:
+        manifest = dict(manifest, dispatch=[e for e in manifest["dispatch"] if e["precision"] in precisions])
+        if "tallskinny" in manifest:
+            manifest["tallskinny"] = dict(manifest["tallskinny"], dispatch=[
+                e for e in manifest["tallskinny"].get("dispatch", []) if e["precision"] in precisions])
     shapes = manifest_shapes(manifest)
     rng = np.random.default_rng(20261122)
     # Shapes whose kernel copies contiguous matrices through a cp.async ring: a small kernel with
@@ -152,10 +162,17 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int) -> list:
         from . import check_wmma
 
         cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
+    if precisions:
+        cases = [c for c in cases if c.precision in precisions]
+    start, every = time.monotonic(), max(1, len(cases) // 50)
+
+    def line(done: int, total: int) -> None:
+        if done % every == 0 or done == total:
+            click.echo(f"checks {done}/{total} in {time.monotonic() - start:.0f} s")
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
-        results = check_small.run_cases(lib, cases, progress=lambda d, t: bar.update(1),
+        results = check_small.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
                                         workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
-    for prec in ("h", "s"):
+    for prec in ("h", "s") if not precisions else [p for p in ("h", "s") if p in precisions]:
         # 4×4×4, or the largest square under it that the set covers (a set of sizes 1-3 has no 4)
         n = max((size for size in range(1, 5) if lib.is_generated(prec, size, size, size)), default=0)
         if prec in shapes and n:

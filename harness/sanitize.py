@@ -85,13 +85,14 @@ def parse_log(text: str) -> tuple[int, int, list[str]]:
 
 
 def run_tool(sanitizer: Path, tool: str, library: Path, gen_dir: Path, out_dir: Path, quick: bool,
-             jobs: int) -> ToolRun:
+             jobs: int, precisions: tuple[str, ...] = ()) -> ToolRun:
     log = out_dir / f"sanitize_{tool}.log"
     counts = out_dir / f"sanitize_{tool}_checks.json"
     cmd = [str(sanitizer), "--tool", tool, *TOOL_FLAGS[tool], "--target-processes", "all",
            "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "100", "--log-file", str(log),
            sys.executable, "-m", "harness.sanitize", "--library", str(library), "--generated", str(gen_dir),
-           "--counts", str(counts), "--jobs", str(jobs)] + (["--quick"] if quick else [])
+           "--counts", str(counts), "--jobs", str(jobs)] + (["--quick"] if quick else []) \
+        + (["--precisions", ",".join(precisions)] if precisions else [])
     from .check_small import EXACT_BUFFERS_ENV
 
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
@@ -111,7 +112,7 @@ def run_tool(sanitizer: Path, tool: str, library: Path, gen_dir: Path, out_dir: 
 
 
 def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
-                 report: Path | None, quick: bool) -> int:
+                 report: Path | None, quick: bool, precisions: tuple[str, ...] = ()) -> int:
     from .run_check import build_for_check
     from .toolchain import ToolchainError, find_compute_sanitizer
 
@@ -128,7 +129,8 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
         return 1
     out_dir = (report.parent if report else build_dir) / "sanitize"
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [run_tool(sanitizer, tool, built.result.library, gen_dir, out_dir, quick, jobs) for tool in tools]
+    runs = [run_tool(sanitizer, tool, built.result.library, gen_dir, out_dir, quick, jobs, precisions)
+            for tool in tools]
     for r in runs:
         click.echo(f"{r.tool}: {'clean' if r.clean else 'NOT CLEAN'}: {r.errors} errors, {r.warnings} warnings, "
                    f"checks {r.checks_passed} passed {r.checks_failed} failed, exit {r.exit_code}, {r.seconds:.0f} s")
@@ -142,7 +144,7 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
             "device": built.device_name or device_arch()[1],
             "arch": built.archs[0],
             "command": f"gemmgen check --generated {gen_dir} --sanitize {','.join(tools)}"
-                       + (" --quick" if quick else ""),
+                       + (" --quick" if quick else "") + (f" --precisions {','.join(precisions)}" if precisions else ""),
             "generated_with": built.manifest["command"],
             "sanitizer": subprocess.run([str(sanitizer), "--version"], capture_output=True,
                                         text=True).stdout.strip().splitlines()[-1:],
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--precisions", default="")
     args = parser.parse_args(argv)
     from . import check_small
     from .run_check import gpu_checks, summarize
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[check_small.EXACT_BUFFERS_ENV] = "1"
     check_small.use_exact_allocations()
     manifest = json.loads((args.generated / "manifest.json").read_text())
-    results = gpu_checks(args.library, manifest, args.quick, args.jobs)
+    precisions = tuple(p for p in args.precisions.split(",") if p)
+    results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True)
     summarize(results)
     failed = [r for r in results if not r.passed]
     args.counts.write_text(json.dumps({"passed": len(results) - len(failed), "failed": len(failed)}) + "\n")

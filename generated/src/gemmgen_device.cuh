@@ -251,34 +251,32 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes
 // (16-byte aligned; bytes a multiple of 2), the rest zero, reading nothing at or past src + bytes.
 // A whole chunk is one 16-byte cp.async.  A partial one must not be a 16-byte cp.async with a smaller
 // source size: compute-sanitizer takes that for a read of all 16 bytes, and the chunk may pass the end
-// of the caller's allocation.  It is copied as 8- and 4-byte cp.async pieces and, for the 2 bytes of
-// fp16 that end on a 4-byte word's middle, one plain load; the word's other bytes are stored as zero.
+// of the caller's allocation.  It is copied as 4-byte cp.async pieces and, for 2 bytes of fp16 that
+// end in a 4-byte word's middle, one plain load; the bytes past the end are stored as zero.
 // (Reading from the 16-byte boundary at or below a matrix's first element is safe: no CUDA allocation
 // starts between boundaries.)
+// Word `word` (0-3) of such a partial chunk: four threads copy one chunk between them.  For kernels at
+// their register limit, where the four words' code inlined in a copy loop made ptxas spill.
+__device__ __forceinline__ void copy_chunk_word_async(void* dst, const void* src, int bytes, int word)
+{
+    char* d = static_cast<char*>(dst) + 4 * word;
+    const char* s = static_cast<const char*>(src) + 4 * word;
+    const int left = bytes - 4 * word;
+    if (left >= 4)
+        copy_async<4>(d, s, 4);
+    else
+        *reinterpret_cast<unsigned*>(d) = left >= 2 ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(s)) : 0u;
+}
+
 __device__ __forceinline__ void copy_chunk_async(void* dst, const void* src, int bytes)
 {
     if (bytes >= 16) {
         copy_async<16>(dst, src, 16);
         return;
     }
-    char* d = static_cast<char*>(dst);
-    const char* s = static_cast<const char*>(src);
-    int done = 0;
-    if (bytes >= 8) {
-        copy_async<8>(d, s, 8);
-        done = 8;
-    }
 #pragma unroll
-    for (int w = 0; w < 16; w += 4) {
-        if (w < done)
-            continue;
-        if (w + 4 <= bytes) {
-            copy_async<4>(d + w, s + w, 4);
-        } else {
-            const unsigned low = w + 2 <= bytes ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(s + w)) : 0u;
-            *reinterpret_cast<unsigned*>(d + w) = low;
-        }
-    }
+    for (int word = 0; word < 4; ++word)
+        copy_chunk_word_async(dst, src, bytes, word);
 }
 
 // ---- the device a launch runs on ------------------------------------------------------------------

@@ -350,7 +350,22 @@ struct StoredSlice {
                 const int line = c / CHUNKS_PER_LINE, along = (c % CHUNKS_PER_LINE) * 8;
                 const int left = rows - along;
                 const int valid = line < cols ? (left < 0 ? 0 : left > 8 ? 8 : left) : 0;
-                copy_chunk_async(s + line * LD + along, X + along + (long long)line * ld, 2 * valid);
+                if (valid == 8)
+                    copy_async<16>(s + line * LD + along, X + along + (long long)line * ld, 16);
+                else if (valid == 0)
+                    *reinterpret_cast<int4*>(s + line * LD + along) = make_int4(0, 0, 0, 0);
+            }
+        }
+        // The chunk of each line that its column ends inside (rows not a multiple of 8), four threads a
+        // chunk, a word each: copied whole it would read past the matrix's last element.
+        if (rows % 8 != 0 && rows < ALONG) {
+            const int along = rows & ~7;
+#pragma unroll
+            for (int i0 = 0; i0 < 4 * LINES; i0 += THREADS) {
+                const int i = i0 + (int)threadIdx.x, line = i / 4;
+                if ((i0 + THREADS <= 4 * LINES || i < 4 * LINES) && line < cols)
+                    copy_chunk_word_async(s + line * LD + along, X + along + (long long)line * ld, 2 * (rows % 8),
+                                          i % 4);
             }
         }
     }
@@ -560,14 +575,31 @@ struct PackedLayout {
 };
 
 // Copy `elems` elements from base[first], a contiguous range, into dst as the 16-byte chunks that cover
-// it from the boundary at or below it (base 16-byte aligned); bytes past its end are zero-filled.
+// it from the boundary at or below it (base 16-byte aligned), the whole chunks here; the one the range
+// ends inside is copy_packed_tail's.
 template <int THREADS>
 __device__ __forceinline__ void copy_packed_range(int4* dst, const __half* base, long long first, int elems)
 {
     const __half* from = base + (first & ~7LL);
-    const int end = (int)(first & 7) + elems;
-    for (int c = threadIdx.x; c * 8 < end; c += THREADS)
-        copy_chunk_async(dst + c, from + c * 8, 2 * min(end - c * 8, 8));
+    const int whole = ((int)(first & 7) + elems) >> 3;
+    for (int c = threadIdx.x; c < whole; c += THREADS)
+        copy_async<16>(dst + c, from + c * 8, 16);
+}
+
+// The chunks that the A and B ranges of copy_packed_range end inside, a word a thread (threads 0-3 for
+// A, 4-7 for B), zero past the end, which is not read: copied whole they would read past the batch's
+// last matrix.  Once for both ranges: this code in each copy made kernels at their register limit spill.
+__device__ __forceinline__ void copy_packed_tails(int4* a_dst, const __half* A, long long a_first, int a_elems,
+                                                  int4* b_dst, const __half* B, long long b_first, int b_elems)
+{
+    const bool is_a = threadIdx.x < 4;
+    if (threadIdx.x < 8) {
+        const long long first = is_a ? a_first : b_first;
+        const int end = (int)(first & 7) + (is_a ? a_elems : b_elems);
+        if (end & 7)
+            copy_chunk_word_async((is_a ? a_dst : b_dst) + (end >> 3), (is_a ? A : B) + (first & ~7LL) + (end & ~7),
+                                  2 * (end & 7), threadIdx.x & 3);
+    }
 }
 
 // One BLK_K slice (from k0) of op(X) out of its raw packed copy into OUTER rows of BLK_K + SKEW halves
@@ -697,9 +729,13 @@ __device__ __forceinline__ void write_packed_c(__half* C, long long entry, int M
 // itself ptxas gave the 64-thread kernel of 32×32 blocks up to 152 registers (12 warps per SM).  32 warps
 // is 64 registers, which spilled where a thread lays out more than 8 pairs of a slice (BLK_K ≥ 32 with
 // few threads), and so did 16 warps (128 registers) for 64×64×32 blocks of 4 warps: there ptxas decides.
+// 96×96 blocks of 256 threads (36 elements of C a thread) spilled at 64 registers once the copies
+// stopped reading past the batch's end: 24 warps (85 registers) there.
 template <int THREADS, int BLK_M, int BLK_N, int BLK_K>
 struct PackedMinBlocks {
-    static constexpr int value = (BLK_M + BLK_N) * BLK_K / 2 <= 8 * THREADS ? (32 * 32 + THREADS - 1) / THREADS : 0;
+    static constexpr int WARPS_PER_SM = BLK_M * BLK_N > 32 * THREADS ? 24 : 32;
+    static constexpr int value =
+        (BLK_M + BLK_N) * BLK_K / 2 <= 8 * THREADS ? (WARPS_PER_SM * 32 + THREADS - 1) / THREADS : 0;
 };
 
 // One whole GEMM per thread block and iteration (M ≤ BLK_M, N ≤ BLK_N), items grid-stride.
@@ -732,6 +768,7 @@ wmma_packed_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int ldc, flo
     auto copy_next = [&]() {
         if (load < batch) {
             int4* dst = ring + load_stage * stage_chunks;
+            copy_packed_tails(dst, ptrs.A, load * mk, (int)mk, dst + geometry.a_chunks, ptrs.B, load * kn, (int)kn);
             copy_packed_range<THREADS>(dst, ptrs.A, load * mk, (int)mk);
             copy_packed_range<THREADS>(dst + geometry.a_chunks, ptrs.B, load * kn, (int)kn);
         }
@@ -1201,18 +1238,37 @@ template <typename S, int M, int N, int K, typename ACC> struct WarpMinBlocks {
 // Where a matrix's first element lands in its stage region: its offset from a 16-byte boundary, in halves.
 __device__ __forceinline__ int chunk_offset(const void* p) { return (int)((unsigned long long)p & 15) >> 1; }
 
-// Copy the HALVES contiguous halves from src into dst as the 16-byte chunks that cover them, from the
-// boundary at or below src; the last chunk is cut at the last half (copy_chunk_async).
+// Copy the HALVES contiguous halves from src into dst as the whole 16-byte chunks that cover them, from
+// the boundary at or below src; the chunk the last half ends inside is left to copy_cover_tail.
 template <int HALVES>
 __device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lane)
 {
     const char* base = (const char*)((unsigned long long)src & ~15ull);
-    const int chunks = (chunk_offset(src) + HALVES + 7) >> 3;
+    const int whole = (chunk_offset(src) + HALVES) >> 3;
 #pragma unroll
     for (int i = 0; i < (WarpCover<HALVES>::CHUNKS + 31) / 32; ++i) {
         const int c = lane + 32 * i;
-        if (c < chunks)
-            copy_chunk_async(dst + 8 * c, base + 16 * c, min(16, 2 * (chunk_offset(src) + HALVES) - 16 * c));
+        if (c < whole)
+            copy_async<16>(dst + 8 * c, base + 16 * c, 16);
+    }
+}
+
+// The last, partial chunk of copy_cover's copies of A, B and C (C null: not copied): their 4-byte
+// words by cp.async and a last half by a plain load, a word a lane, lanes 0-3 for A, 4-7 for B, 8-11
+// for C.  A 16-byte copy would read past the matrix's last element; this code once for the three
+// matrices, rather than in each copy, kept the kernels at their register limit from spilling.
+template <int A_HALVES, int B_HALVES, int C_HALVES>
+__device__ __forceinline__ void copy_cover_tails(__half* a_dst, __half* b_dst, __half* c_dst, const void* a,
+                                                 const void* b, const void* c, int lane)
+{
+    const int j = lane >> 2;
+    const void* src = j == 0 ? a : j == 1 ? b : j == 2 ? c : nullptr;
+    if (src) {
+        __half* dst = j == 0 ? a_dst : j == 1 ? b_dst : c_dst;
+        const int end = chunk_offset(src) + (j == 0 ? A_HALVES : j == 1 ? B_HALVES : C_HALVES);
+        const char* base = (const char*)((unsigned long long)src & ~15ull);
+        if (end & 7)
+            copy_chunk_word_async(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane & 3);
     }
 }
 
@@ -1457,6 +1513,8 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
                 copy_cover<P * K * N>(st + L::A, e.b, lane);
                 if (read_c)
                     copy_cover<P * M * N>(st + L::A + L::B, e.c, lane);
+                copy_cover_tails<P * M * K, P * K * N, P * M * N>(st, st + L::A, st + L::A + L::B, e.a, e.b,
+                                                                  read_c ? e.c : nullptr, lane);
             } else {
                 copy_strided<A_ROWS, A_COLS>(reinterpret_cast<S*>(st), e.a, lda, lane);
                 copy_strided<B_ROWS, B_COLS>(reinterpret_cast<S*>(st + L::A), e.b, ldb, lane);
