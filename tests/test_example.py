@@ -35,3 +35,31 @@ def test_example_consumer_builds(root, tmp_path):
     # Without a GPU the program says so and exits 0; with one it checks its own result.
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "gemmgen" in ran.stdout or "kernel small_d_m4n4k4" in ran.stdout
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("nm") is None, reason="cmake or nm not installed")
+def test_shared_library_exports_only_the_header(tmp_path):
+    """A shared build of an emitted set exports the functions gemmgen.h declares and nothing else:
+    the per-kernel entry points (e.g. small_d_m2n2k2_..._strided) and internals stay hidden."""
+    import re
+
+    gen = tmp_path / "generated"
+    result = CliRunner().invoke(main, ["generate", "--out", str(gen), "--arch", "sm_90", "--precisions", "d",
+                                       "--sizes", "2", "--tallskinny-n", "4", "--cpu-isa", "generic"])
+    assert result.exit_code == 0, result.output
+    build = tmp_path / "build"
+    configure = subprocess.run(
+        ["cmake", "-S", str(gen), "-B", str(build), "-DGEMMGEN_SHARED=ON",
+         f"-DCMAKE_CUDA_COMPILER={find_nvcc()}", "-DCMAKE_CUDA_ARCHITECTURES=90"],
+        capture_output=True, text=True)
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    compiled = subprocess.run(["cmake", "--build", str(build), "--target", "gemmgen", "-j", "2"],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
+    header = (gen / "include" / "gemmgen.h").read_text()
+    declared = set(re.findall(r"^GEMMGEN_API [^(]*?\b(gemmgen_\w+)\(", header, flags=re.M))
+    library = next(build.glob("libgemmgen.so*"))
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.split()[1:2] == ["T"]}
+    assert {"gemmgen_dgemm_batched_strided", "gemmgen_dgemm_batched", "gemmgen_dgemm_tallskinny"} <= exported
+    assert exported <= declared, sorted(exported - declared)

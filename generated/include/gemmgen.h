@@ -2,12 +2,27 @@
  *
  * gemmgen: size-specialized batched small GEMM.  BLAS conventions: column-major,
  * C = alpha*op(A)*op(B) + beta*C for every matrix of the batch, op(A) m x k, op(B) k x n.
- * transa/transb: 'N', 'T' or 'C' (either case; 'C' is 'T' for real data).
+ * transa/transb: 'N', 'T' or 'C' (either case; 'C' is 'T' for real data).  docs/api.md has it all.
  *
- * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering, nothing launched);
- * GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape (nothing launched,
- * fall back to cuBLAS); GEMMGEN_LAUNCH_FAILED the CUDA launch failed.
- * m, n or batch zero return at once; k = 0 or alpha = 0 give C = beta*C; beta = 0 never reads C.
+ * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering: the first invalid one,
+ * nothing launched); GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape
+ * (nothing launched, fall back to cuBLAS); GEMMGEN_LAUNCH_FAILED the CUDA launch failed.
+ * The arguments are checked first, in every case:
+ *   transa, transb      not N, T or C (either case)
+ *   m, n, k, batch      negative
+ *   lda, ldb, ldc       below max(1, rows of the stored matrix), even when m, n or k is 0 (as in
+ *                       reference BLAS): lda >= max(1, transa == N ? m : k), ldb >= max(1,
+ *                       transb == N ? k : n), ldc >= max(1, m)
+ *   A, B (or arrays)    NULL, only when they are read: m, n, batch > 0, k > 0 and alpha != 0
+ *   C (or array)        NULL, only when m, n, batch > 0 (also when alpha = 0 or k = 0)
+ *   strideA, strideB    negative (0: the same matrix for every entry; overlap is allowed)
+ *   strideC             negative, or batch > 1 and strideC < ldc*(n-1) + m: the outputs of two
+ *                       entries would overlap
+ * Not checked (device memory): the entries of pointer arrays, C overlapping A or B, and outputs
+ * overlapping through a pointer array.  Then: m, n or batch 0 returns 0 at once; alpha = 0 or
+ * k = 0 with beta = 1 returns 0 with C untouched (as reference BLAS); alpha = 0 or k = 0 otherwise
+ * gives C = beta*C; beta = 0 never reads C.  Reads of A and B never pass the last element of a
+ * matrix; writes touch exactly the m x n elements of each C.
  */
 #ifndef GEMMGEN_H
 #define GEMMGEN_H
@@ -15,6 +30,20 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuComplex.h>
+
+/* The exported functions (the library is built with hidden visibility; GEMMGEN_EXPORTS when
+ * building it as a DLL, GEMMGEN_DLL when using one: the CMake target sets both). */
+#ifndef GEMMGEN_API
+#if defined(_WIN32) && defined(GEMMGEN_EXPORTS)
+#define GEMMGEN_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(GEMMGEN_DLL)
+#define GEMMGEN_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define GEMMGEN_API __attribute__((visibility("default")))
+#else
+#define GEMMGEN_API
+#endif
+#endif
 
 #define GEMMGEN_VERSION "0.1.0"
 #define GEMMGEN_NOT_GENERATED 1
@@ -36,35 +65,35 @@ extern "C" {
 
 /* 1 if the batched entry points cover precision ("h", "hc", "s", "d", "c", "z") and m x n x k
  * (an exact-shape kernel, or for h and hc the general Tensor Core kernel, which covers any shape). */
-int gemmgen_is_generated(const char* precision, int m, int n, int k);
+GEMMGEN_API int gemmgen_is_generated(const char* precision, int m, int n, int k);
 /* 1 if an exact-shape kernel (family "small", or the tiny or warp Tensor Core kernel) covers m x n x k. */
-int gemmgen_small_is_generated(const char* precision, int m, int n, int k);
+GEMMGEN_API int gemmgen_small_is_generated(const char* precision, int m, int n, int k);
 /* The emitted kernels, by name (0 <= i < gemmgen_kernel_count()). */
-int gemmgen_kernel_count(void);
-const char* gemmgen_kernel_name(int i);
+GEMMGEN_API int gemmgen_kernel_count(void);
+GEMMGEN_API const char* gemmgen_kernel_name(int i);
 /* The name of the kernel the batched dispatch would run on the current device, or NULL (for operands
  * whose stored columns start on 16-byte boundaries, as in a packed batch of sizes that keep them there). */
-const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
+GEMMGEN_API const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
 /* 1 if the tall-and-skinny families cover precision and n (any m, k). */
-int gemmgen_tallskinny_is_generated(const char* precision, int n);
+GEMMGEN_API int gemmgen_tallskinny_is_generated(const char* precision, int n);
 /* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL. */
-const char* gemmgen_tallskinny_selected_kernel(const char* precision, int m, int n, int k);
+GEMMGEN_API const char* gemmgen_tallskinny_selected_kernel(const char* precision, int m, int n, int k);
 
 /* h: fp16 storage; alpha·op(A)·op(B) + beta·C formed in fp32.  The sums of
    op(A)·op(B) are fp32 or fp16 per kernel, as tuned: fp16 in the wmma kernels named `_f16` and in the ring of the small
    kernels named `_acc16` (gemmgen_small_selected_kernel names the one a shape runs); the error stays within
    c·k·2^-11 of ‖A‖·‖B‖ either way, but fp16 sums also take fp16's range (±65504). */
-int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
     float alpha, const __half* A, int lda, long long strideA,
     const __half* B, int ldb, long long strideB,
     float beta, __half* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_hgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hgemm_batched(char transa, char transb, int m, int n, int k,
     float alpha, const __half* const* A, int lda,
     const __half* const* B, int ldb,
     float beta, __half* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, int k,
     float alpha, const __half* A, int lda, const __half* B, int ldb,
     float beta, __half* C, int ldc, cudaStream_t stream);
 
@@ -72,77 +101,77 @@ int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, int k,
    op(A)·op(B) are fp32 or fp16 per kernel, as tuned: fp16 in the wmma kernels named `_f16` and in the ring of the small
    kernels named `_acc16` (gemmgen_small_selected_kernel names the one a shape runs); the error stays within
    c·k·2^-11 of ‖A‖·‖B‖ either way, but fp16 sums also take fp16's range (±65504). */
-int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const __half2* A, int lda, long long strideA,
     const __half2* B, int ldb, long long strideB,
     cuFloatComplex beta, __half2* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_hcgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hcgemm_batched(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const __half2* const* A, int lda,
     const __half2* const* B, int ldb,
     cuFloatComplex beta, __half2* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_hcgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_hcgemm_tallskinny(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const __half2* A, int lda, const __half2* B, int ldb,
     cuFloatComplex beta, __half2* C, int ldc, cudaStream_t stream);
 
 /* s: fp32 */
-int gemmgen_sgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_sgemm_batched_strided(char transa, char transb, int m, int n, int k,
     float alpha, const float* A, int lda, long long strideA,
     const float* B, int ldb, long long strideB,
     float beta, float* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_sgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_sgemm_batched(char transa, char transb, int m, int n, int k,
     float alpha, const float* const* A, int lda,
     const float* const* B, int ldb,
     float beta, float* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_sgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_sgemm_tallskinny(char transa, char transb, int m, int n, int k,
     float alpha, const float* A, int lda, const float* B, int ldb,
     float beta, float* C, int ldc, cudaStream_t stream);
 
 /* d: fp64 */
-int gemmgen_dgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_dgemm_batched_strided(char transa, char transb, int m, int n, int k,
     double alpha, const double* A, int lda, long long strideA,
     const double* B, int ldb, long long strideB,
     double beta, double* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_dgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_dgemm_batched(char transa, char transb, int m, int n, int k,
     double alpha, const double* const* A, int lda,
     const double* const* B, int ldb,
     double beta, double* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_dgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_dgemm_tallskinny(char transa, char transb, int m, int n, int k,
     double alpha, const double* A, int lda, const double* B, int ldb,
     double beta, double* C, int ldc, cudaStream_t stream);
 
 /* c: single complex */
-int gemmgen_cgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_cgemm_batched_strided(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const cuFloatComplex* A, int lda, long long strideA,
     const cuFloatComplex* B, int ldb, long long strideB,
     cuFloatComplex beta, cuFloatComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_cgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_cgemm_batched(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const cuFloatComplex* const* A, int lda,
     const cuFloatComplex* const* B, int ldb,
     cuFloatComplex beta, cuFloatComplex* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_cgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_cgemm_tallskinny(char transa, char transb, int m, int n, int k,
     cuFloatComplex alpha, const cuFloatComplex* A, int lda, const cuFloatComplex* B, int ldb,
     cuFloatComplex beta, cuFloatComplex* C, int ldc, cudaStream_t stream);
 
 /* z: double complex */
-int gemmgen_zgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_zgemm_batched_strided(char transa, char transb, int m, int n, int k,
     cuDoubleComplex alpha, const cuDoubleComplex* A, int lda, long long strideA,
     const cuDoubleComplex* B, int ldb, long long strideB,
     cuDoubleComplex beta, cuDoubleComplex* C, int ldc, long long strideC,
     int batch, cudaStream_t stream);
-int gemmgen_zgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_zgemm_batched(char transa, char transb, int m, int n, int k,
     cuDoubleComplex alpha, const cuDoubleComplex* const* A, int lda,
     const cuDoubleComplex* const* B, int ldb,
     cuDoubleComplex beta, cuDoubleComplex* const* C, int ldc, int batch, cudaStream_t stream);
 /* One GEMM with op(A) m x k large or tall and op(B) k x n skinny (TSM2 / ISM2); any m, k. */
-int gemmgen_zgemm_tallskinny(char transa, char transb, int m, int n, int k,
+GEMMGEN_API int gemmgen_zgemm_tallskinny(char transa, char transb, int m, int n, int k,
     cuDoubleComplex alpha, const cuDoubleComplex* A, int lda, const cuDoubleComplex* B, int ldb,
     cuDoubleComplex beta, cuDoubleComplex* C, int ldc, cudaStream_t stream);
 
