@@ -157,6 +157,21 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
     return 0 if all(r.clean for r in runs) else 1
 
 
+def regression_cases() -> list:
+    """The cases that found this harness's first reports, for a short run under the sanitizer: pointer
+    arrays and packed strided batches whose matrices end mid-chunk (hc and h 3×3×3 rings, the h 9×9×9
+    paired ring, the h 13×13×13 warp kernel), every transpose, β = 0 and ≠ 0, and the quick return."""
+    from .check_small import Case, edge_cases
+
+    cases = []
+    for prec, n in (("hc", 3), ("h", 3), ("h", 9), ("h", 13)):
+        for i, (ta, tb) in enumerate((("N", "N"), ("T", "N"), ("N", "T"), ("T", "T"))):
+            for interface in ("array", "strided"):
+                cases.append(Case(prec, n, n, n, ta, tb, interface, 6 if i % 2 else 1001, "regression",
+                                  1.0, 0.5 if i < 2 else 0.0, pad=0, offset=i % 2))
+    return cases + [c for c in edge_cases(["hc", "z"]) if "untouched" in c.kind]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The inner run, under compute-sanitizer: the GPU checks with exact-size buffers."""
     parser = argparse.ArgumentParser(prog="python -m harness.sanitize")
@@ -166,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--precisions", default="")
+    parser.add_argument("--regression", action="store_true", help="regression_cases() only")
     args = parser.parse_args(argv)
     from . import check_small
     from .run_check import gpu_checks, summarize
@@ -174,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     check_small.use_exact_allocations()
     manifest = json.loads((args.generated / "manifest.json").read_text())
     precisions = tuple(p for p in args.precisions.split(",") if p)
-    results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True)
+    if args.regression:
+        from .api import GemmgenLibrary
+
+        results = check_small.run_cases(GemmgenLibrary(args.library), regression_cases())
+    else:
+        results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True)
     summarize(results)
     failed = [r for r in results if not r.passed]
     args.counts.write_text(json.dumps({"passed": len(results) - len(failed), "failed": len(failed)}) + "\n")

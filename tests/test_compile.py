@@ -63,6 +63,12 @@ def test_quick_returns_touch_nothing(lib):
     # alpha = 0 or k = 0 need neither A nor B, so null A/B is no error, but C is still needed
     assert strided(lib, alpha=0.0, A=None, B=None, C=None) == -14
     assert strided(lib, k=0, A=None, B=None, C=None) == -14
+    # alpha = 0 or k = 0 with beta = 1: C stays as it is, nothing launched (BLAS's quick return; a launch
+    # would fail here, without a GPU)
+    for prec in PRECISION_ORDER:
+        assert strided(lib, prec, alpha=0.0, beta=1.0, A=None, B=None) == 0
+        assert strided(lib, prec, k=0, beta=1.0) == 0
+        assert array(lib, prec, alpha=0.0, beta=1.0, A=None, B=None) == 0
 
 
 def test_shapes_outside_the_set_are_reported_without_a_device(lib):

@@ -1,5 +1,9 @@
 """GPU checks of the small family through the C API (skipped where no GPU is present).  The full
 sweep over every kernel, precision and transpose is `gemmgen check`; its record is in docs/perf/."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -42,3 +46,34 @@ def test_worker_processes_give_the_serial_results(lib):
     parallel = check_small.run_cases(lib, cases, seed=11, workers=3)
     assert [r.to_json() for r in parallel] == [r.to_json() for r in serial]
     assert all(r.passed for r in serial)
+
+
+def test_exact_buffers_and_the_beta_one_quick_return(lib, monkeypatch):
+    # Each operand in an allocation that ends at its last element (what `check --sanitize` runs), C with
+    # Inf and beta = 1 where alpha or k is 0: results right, C untouched bit for bit.
+    from harness import sanitize
+
+    monkeypatch.setenv(check_small.EXACT_BUFFERS_ENV, "1")
+    failed = [r for r in check_small.run_cases(lib, sanitize.regression_cases()) if not r.passed]
+    assert not failed, failed[:3]
+
+
+def test_memcheck_and_racecheck_clean_on_the_regression_cases(lib, root, tmp_path):
+    # The over-read that compute-sanitizer found (16-byte cp.async chunks past a pointer array's last
+    # matrix) and any shared-memory hazard on the same kernels, under the real sanitizer.
+    from harness import sanitize
+    from harness.toolchain import ToolchainError, find_compute_sanitizer
+
+    try:
+        tool = find_compute_sanitizer()
+    except ToolchainError as err:
+        pytest.skip(str(err))
+    for name in ("memcheck", "racecheck"):
+        log = tmp_path / f"{name}.log"
+        proc = subprocess.run([str(tool), "--tool", name, *sanitize.TOOL_FLAGS[name], "--error-exitcode", "86",
+                               "--log-file", str(log), sys.executable, "-m", "harness.sanitize", "--regression",
+                               "--library", str(lib.path), "--generated", str(root / "generated"),
+                               "--counts", str(tmp_path / "counts.json")],
+                              cwd=root, env=dict(os.environ, **{check_small.EXACT_BUFFERS_ENV: "1"}))
+        errors, warnings, reports = sanitize.parse_log(log.read_text())
+        assert proc.returncode == 0 and errors == 0 and warnings == 0, reports[:5]
