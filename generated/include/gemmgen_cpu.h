@@ -8,10 +8,23 @@
  * op(A) m x k, op(B) k x n; transa/transb 'N', 'T' or 'C' (either case; 'C' is 'T' for real data).
  * Complex data is interleaved (re, im), as std::complex and C99 _Complex lay it out.
  *
- * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering, nothing done);
- * GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape (nothing done, call a
- * BLAS instead).  m, n or batch zero return at once; k = 0 or alpha = 0 give C = beta*C (any
- * shape); beta = 0 never reads C.  Outputs of different batch entries must not overlap.
+ * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering: the first invalid one,
+ * nothing done); GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape (nothing
+ * done, call a BLAS instead).  The arguments are checked first, in every case:
+ *   transa, transb      not N, T or C (either case)
+ *   m, n, k, batch      negative
+ *   lda, ldb, ldc       below max(1, rows of the stored matrix), even when m, n or k is 0 (as in
+ *                       reference BLAS): lda >= max(1, transa == N ? m : k), ldb >= max(1,
+ *                       transb == N ? k : n), ldc >= max(1, m)
+ *   A, B (or arrays)    NULL, only when they are read: m, n, batch > 0, k > 0 and alpha != 0
+ *   C (or array)        NULL, only when m, n, batch > 0 (also when alpha = 0 or k = 0)
+ *   strideA, strideB    negative (0: the same matrix for every entry; overlap is allowed)
+ *   strideC             negative, or batch > 1 and strideC < ldc*(n-1) + m: the outputs of two
+ *                       entries would overlap (-16)
+ * Not checked: the entries of pointer arrays (each must point to its matrix), C overlapping A or B,
+ * and outputs overlapping through a pointer array.  Then: m, n or batch 0 returns 0 at once;
+ * alpha = 0 or k = 0 with beta = 1 returns 0, C untouched (as reference BLAS); alpha = 0 or k = 0
+ * otherwise gives C = beta*C (any shape, generated or not); beta = 0 never reads C.
  */
 #ifndef GEMMGEN_CPU_H
 #define GEMMGEN_CPU_H
