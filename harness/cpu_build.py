@@ -55,7 +55,8 @@ NATIVE = Toolchain("native", os.environ.get("CXX", "g++"))
 AARCH64 = Toolchain("aarch64", "aarch64-linux-gnu-g++", ("qemu-aarch64",), static=True)
 
 # Sanitizer builds: the flags of every compile and link (the runner aborts on the first report).
-SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g")
+# No -g: UBSan's reports carry their source lines without it, and it doubles the compile time.
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 
 
 def aarch64_dynamic() -> Toolchain:
