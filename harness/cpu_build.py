@@ -54,6 +54,19 @@ class Toolchain:
 NATIVE = Toolchain("native", os.environ.get("CXX", "g++"))
 AARCH64 = Toolchain("aarch64", "aarch64-linux-gnu-g++", ("qemu-aarch64",), static=True)
 
+# Sanitizer builds: the flags of every compile and link (the runner aborts on the first report).
+# No -g: UBSan's reports carry their source lines without it, and it doubles the compile time.
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+
+
+def aarch64_dynamic() -> Toolchain:
+    """AArch64 linked against the cross sysroot's shared libraries and run by qemu-aarch64 -L
+    <sysroot>: the sanitizer runtimes cannot be linked statically (g++ refuses -static with
+    -fsanitize=address)."""
+    libc = subprocess.run([AARCH64.cxx, "-print-file-name=libc.so.6"], capture_output=True, text=True).stdout.strip()
+    sysroot = Path(libc).resolve().parent.parent
+    return Toolchain("aarch64-dynamic", AARCH64.cxx, ("qemu-aarch64", "-L", str(sysroot)))
+
 
 @dataclass
 class CpuBuild:
@@ -111,7 +124,8 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
     or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them).
     unity > 0 compiles the kernel sources of each ISA and precision in units of that many
     (harness.unity); a sweep that tolerates failures keeps one source per compile.  optimization:
-    g++'s -O flag (the tests use -Og, see DEFAULT_OPTIMIZATION)."""
+    g++'s -O flag (the tests use -Og, see DEFAULT_OPTIMIZATION).  extra_flags go to every compile
+    and link (e.g. -fsanitize=..., which both need)."""
     generated = generated.resolve()
     build_dir = build_dir.resolve()
     sources = sources if sources is not None else cpu_sources(generated, isas)
@@ -153,11 +167,11 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
         return CpuBuild(None, built, failures)
     if link == "shared":
         out = build_dir / (output_name or "libgemmgen_cpu.so")
-        cmd = [tc.cxx, "-shared", *(("-fopenmp",) if openmp else ()), "-o", str(out), *map(str, built)]
+        cmd = [tc.cxx, "-shared", *extra_flags, *(("-fopenmp",) if openmp else ()), "-o", str(out), *map(str, built)]
     elif link == "runner":
         runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, omp_flags, headers)
         out = build_dir / (output_name or "gemmgen_cpu_runner")
-        cmd = [tc.cxx, *(("-static",) if tc.static else ()), *(("-fopenmp",) if openmp else ()),
+        cmd = [tc.cxx, *(("-static",) if tc.static else ()), *extra_flags, *(("-fopenmp",) if openmp else ()),
                "-o", str(out), str(runner), *map(str, built)]
     else:
         raise ValueError(f"link must be shared, runner or none, not {link!r}")

@@ -12,10 +12,12 @@ Inputs and verdicts are prepared identically for both, in NumPy."""
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import subprocess
 import tempfile
 from pathlib import Path
+from dataclasses import replace
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -102,6 +104,22 @@ class CpuLibrary:
         return [self.lib.gemmgen_cpu_kernel_name(i).decode() for i in range(self.lib.gemmgen_cpu_kernel_count())]
 
 
+def byte_offset(case: Case) -> int:
+    """Bytes past a 16-byte boundary where the executors place A, B and C: 0, or for the
+    "misaligned" cases the smallest legal offset, the alignment of the real type (4 for s and c:
+    std::complex<float> needs only 4; 8 for d and z)."""
+    return (4 if case.precision in ("s", "c") else 8) if "misaligned" in case.kind else 0
+
+
+def _placed(stored: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `stored` that starts `offset` bytes past a 16-byte boundary."""
+    raw = np.empty(stored.nbytes + 16 + offset, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 16 + offset
+    out = raw[start:start + stored.nbytes].view(stored.dtype)
+    out[...] = stored
+    return out
+
+
 def _pointers(buf: np.ndarray, stride: int, batch: int) -> np.ndarray:
     return (np.uint64(buf.ctypes.data) + np.arange(batch, dtype=np.uint64) * np.uint64(stride * buf.itemsize)).astype(np.uint64)
 
@@ -116,32 +134,36 @@ class CtypesExecutor:
         try:
             out = []
             for pr in prepared:
-                c, case = pr.c.copy(), pr.case
+                case = pr.case
+                a, b, c = (_placed(x, byte_offset(case)) for x in (pr.a, pr.b, pr.c))
                 args = (case.precision, case.transa, case.transb, case.m, case.n, case.k, case.alpha)
                 if case.interface == "strided":
-                    rc = self.lib.strided(*args, pr.a.ctypes.data, pr.lda, pr.sa, pr.b.ctypes.data, pr.ldb, pr.sb,
+                    rc = self.lib.strided(*args, a.ctypes.data, pr.lda, pr.sa, b.ctypes.data, pr.ldb, pr.sb,
                                           case.beta, c.ctypes.data, pr.ldc, pr.sc, case.batch)
                 else:
-                    pa, pb, pc = (_pointers(x, s, case.batch) for x, s in ((pr.a, pr.sa), (pr.b, pr.sb), (c, pr.sc)))
+                    pa, pb, pc = (_pointers(x, s, case.batch) for x, s in ((a, pr.sa), (b, pr.sb), (c, pr.sc)))
                     rc = self.lib.array(*args, pa.ctypes.data, pr.lda, pb.ctypes.data, pr.ldb, case.beta,
                                         pc.ctypes.data, pr.ldc, case.batch)
-                out.append((rc, c))
+                out.append((rc, c.copy()))
             return out
         finally:
             self.lib.set_isa("auto")
 
 
 HEADER = np.dtype([(name, "<i4") for name in ("precision", "interface", "transa", "transb", "m", "n", "k",
-                                               "lda", "ldb", "ldc", "batch")]
+                                               "lda", "ldb", "ldc", "batch", "offset")]
                   + [(name, "<i8") for name in ("sa", "sb", "sc", "la", "lb", "lc")]
                   + [(name, "<f8") for name in ("are", "aim", "bre", "bim")], align=True)
 
 
 class RunnerExecutor:
-    """All cases through one run of the check runner (under `prefix`, e.g. qemu-aarch64)."""
+    """All cases through one run of the check runner (under `prefix`, e.g. qemu-aarch64); `env`:
+    variables added to the runner's environment (e.g. sanitizer options)."""
 
-    def __init__(self, runner: Path, isa: str, prefix: tuple[str, ...] = (), timeout: float = 1800):
+    def __init__(self, runner: Path, isa: str, prefix: tuple[str, ...] = (), timeout: float = 1800,
+                 env: dict[str, str] | None = None):
         self.runner, self.isa, self.prefix, self.timeout = runner, isa, prefix, timeout
+        self.env = {**os.environ, **env} if env else None
 
     def run(self, prepared: list[Prepared]) -> list[tuple[int, np.ndarray]]:
         with tempfile.TemporaryDirectory(prefix="gemmgen_cpu_") as tmp:
@@ -151,14 +173,15 @@ class RunnerExecutor:
                     c = pr.case
                     h = np.zeros(1, HEADER)
                     h[0] = (PRECISION_CODE[c.precision], 0 if c.interface == "strided" else 1, ord(c.transa),
-                            ord(c.transb), c.m, c.n, c.k, pr.lda, pr.ldb, pr.ldc, c.batch, pr.sa, pr.sb, pr.sc,
+                            ord(c.transb), c.m, c.n, c.k, pr.lda, pr.ldb, pr.ldc, c.batch, byte_offset(c),
+                            pr.sa, pr.sb, pr.sc,
                             pr.a.size, pr.b.size, pr.c.size, complex(c.alpha).real, complex(c.alpha).imag,
                             complex(c.beta).real, complex(c.beta).imag)
                     f.write(h.tobytes())
                     for x in (pr.a, pr.b, pr.c):
                         f.write(x.tobytes())
             proc = subprocess.run([*self.prefix, str(self.runner), str(cases), str(results), self.isa],
-                                  capture_output=True, text=True, timeout=self.timeout)
+                                  capture_output=True, text=True, timeout=self.timeout, env=self.env)
             if proc.returncode != 0:
                 raise RuntimeError(f"runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
             if f"isa {self.isa}" not in proc.stdout:   # the runner says which ISA really ran
@@ -192,20 +215,68 @@ def accumulate_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]],
                 yield Case(prec, m, n, k, ta, tb, interface, 19, "alpha1", 1.0, beta)
 
 
+def misaligned_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]],
+                     rng: np.random.Generator) -> Iterator[Case]:
+    """Packed batches whose A, B and C start at the least aligned legal address (byte_offset):
+    the partial vectors of odd sizes, the whole-2 x 2 path (C += A·B) and the general loop, through
+    both interfaces; e.g. s 3x3x3 (alpha 2, beta 1) and c 1x1x1 at 4 bytes past 16."""
+    for prec, shapes in shapes_by_precision.items():
+        pairs = PRECISIONS[prec].trans_pairs
+        for (m, n, k) in shapes:
+            yield Case(prec, m, n, k, "N", "N", "strided", 5, "misaligned-accumulate", 1.0, 1.0, pad=0)
+            for interface in ("strided", "array"):
+                ta, tb = pairs[int(rng.integers(len(pairs)))]
+                alpha, beta = _scalars(rng, prec)
+                yield Case(prec, m, n, k, ta, tb, interface, 3, "misaligned", alpha, beta, pad=0)
+
+
+# C = beta·C with beta = 1 (alpha = 0 or k = 0) returns at once, C untouched, as reference BLAS
+# does; C holds (Inf, 0), which a complex multiplication by 1 would turn into (Inf, NaN).
+QUICK_RETURN = "beta1-inf"
+
+
+def quick_return_cases(precisions: Iterable[str]) -> Iterator[Case]:
+    for prec in precisions:
+        for interface in ("strided", "array"):
+            yield Case(prec, 2, 2, 2, "N", "N", interface, 2, f"{QUICK_RETURN}-alpha0", 0.0, 1.0)
+            yield Case(prec, 3, 2, 0, "N", "N", interface, 2, f"{QUICK_RETURN}-k0", 1.0, 1.0)
+
+
+def _with_infinity(pr: Prepared) -> Prepared:
+    """C's first element of every batch entry set to (Inf, 0)."""
+    c = pr.c.copy()
+    c[np.arange(pr.case.batch) * pr.sc] = np.inf
+    return replace(pr, c=c)
+
+
+def _untouched_verdict(pr: Prepared, rc: int, out: np.ndarray, note: str) -> CaseResult:
+    """Passed when rc is 0 and every byte of C (its matrices too) came back unchanged."""
+    case = pr.case
+    same = bool(np.array_equal(out.view(np.uint8), pr.c.view(np.uint8)))
+    return CaseResult(case.precision, case.m, case.n, case.k, case.transa, case.transb, case.interface,
+                      case.batch, case.kind, rc, 0.0 if same else float("nan"), 0.0, same, None,
+                      rc == 0 and same, note)
+
+
 def cases_for(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: np.random.Generator,
               thorough: bool = True) -> list[Case]:
-    # The CPU kernels load with unaligned instructions only, and the qemu runner copies operands
-    # into buffers of its own: the GPU's misaligned-batch cases add nothing here.
+    # The GPU's misaligned-batch cases (`offset` elements into a GPU buffer) are replaced by
+    # misaligned_cases, which places the host arrays themselves.
+    precisions = [p for p in CPU_PRECISIONS if p in shapes_by_precision]
     cases = [c for c in default_cases(shapes_by_precision, rng, thorough) if not c.offset]
     cases += list(accumulate_cases(shapes_by_precision, rng))
-    cases += list(edge_cases([p for p in CPU_PRECISIONS if p in shapes_by_precision]))
+    cases += list(misaligned_cases(shapes_by_precision, rng))
+    cases += list(edge_cases(precisions))
+    cases += list(quick_return_cases(precisions))
     return cases
 
 
 def run_checks(executor, cases: Iterable[Case], seed: int = 2026, note: str = "") -> list[CaseResult]:
     rng = np.random.default_rng(seed)
     prepared = [prepare(c, rng) for c in cases]
-    return [verdict(pr, rc, c, note) for pr, (rc, c) in zip(prepared, executor.run(prepared))]
+    prepared = [_with_infinity(pr) if pr.case.kind.startswith(QUICK_RETURN) else pr for pr in prepared]
+    return [(_untouched_verdict if pr.case.kind.startswith(QUICK_RETURN) else verdict)(pr, rc, c, note)
+            for pr, (rc, c) in zip(prepared, executor.run(prepared))]
 
 
 def check_large_stride(lib: CpuLibrary, prec: str = "s", n: int = 4) -> CaseResult:

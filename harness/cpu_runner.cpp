@@ -5,21 +5,47 @@
 //
 // Usage: gemmgen_cpu_runner CASES OUT [ISA]
 // Case (little endian): int32 precision (0 s, 1 d, 2 c, 3 z), interface (0 strided, 1 array),
-// transa, transb, m, n, k, lda, ldb, ldc, batch; int64 strideA, strideB, strideC, elements of A,
-// B and C; float64 alpha (re, im), beta (re, im); then A, B and C.  Out: int32 rc, then C.
+// transa, transb, m, n, k, lda, ldb, ldc, batch, offset; int64 strideA, strideB, strideC, elements
+// of A, B and C; float64 alpha (re, im), beta (re, im); then A, B and C.  Out: int32 rc, then C.
+// A, B and C each live in an allocation of exactly their bytes, starting `offset` bytes past a
+// 16-byte boundary, so that a sanitizer build sees any access outside them and any misaligned one.
 #include "gemmgen_cpu.h"
 
 #include <complex>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 namespace {
 
 struct Header {
-    int32_t precision, interface_, transa, transb, m, n, k, lda, ldb, ldc, batch;
+    int32_t precision, interface_, transa, transb, m, n, k, lda, ldb, ldc, batch, offset;
     int64_t stride_a, stride_b, stride_c, len_a, len_b, len_c;
     double alpha_re, alpha_im, beta_re, beta_im;
+};
+
+// `len` elements at `offset` bytes past a 16-byte boundary, the allocation ending where they end.
+template <class S>
+class Placed {
+public:
+    Placed(int64_t len, int offset) : len_(size_t(len))
+    {
+        if (posix_memalign(&raw_, 16, size_t(offset) + len_ * sizeof(S)) != 0)
+            throw std::bad_alloc();
+        data_ = reinterpret_cast<S*>(static_cast<char*>(raw_) + offset);
+    }
+    ~Placed() { std::free(raw_); }
+    Placed(const Placed&) = delete;
+    Placed& operator=(const Placed&) = delete;
+    S* data() const { return data_; }
+    size_t size() const { return len_; }
+
+private:
+    void* raw_ = nullptr;
+    S* data_ = nullptr;
+    size_t len_;
 };
 
 template <class S>
@@ -34,7 +60,7 @@ template <>
 std::complex<double> scalar<std::complex<double>>(double re, double im) { return {re, im}; }
 
 template <class S>
-int call(const Header& h, const std::vector<S>& a, const std::vector<S>& b, std::vector<S>& c,
+int call(const Header& h, const Placed<S>& a, const Placed<S>& b, Placed<S>& c,
          int (*strided)(char, char, int, int, int, S, const S*, int, long long, const S*, int, long long, S, S*, int,
                         long long, int),
          int (*array)(char, char, int, int, int, S, const S* const*, int, const S* const*, int, S, S* const*, int, int))
@@ -61,7 +87,7 @@ bool one_case(const Header& h, std::FILE* in, std::FILE* out,
               int (*array)(char, char, int, int, int, S, const S* const*, int, const S* const*, int, S, S* const*,
                            int, int))
 {
-    std::vector<S> a(h.len_a), b(h.len_b), c(h.len_c);
+    Placed<S> a(h.len_a, h.offset), b(h.len_b, h.offset), c(h.len_c, h.offset);
     if (std::fread(a.data(), sizeof(S), a.size(), in) != a.size() ||
         std::fread(b.data(), sizeof(S), b.size(), in) != b.size() ||
         std::fread(c.data(), sizeof(S), c.size(), in) != c.size())

@@ -162,6 +162,11 @@ def test_argument_codes(x86_lib):
     assert _strided(x86_lib, sc=15) == -16            # outputs of two entries would overlap
     assert _strided(x86_lib, batch=-1) == -17
     assert _strided(x86_lib, m=0, a=0, b=0, c=0) == 0   # nothing to do: no pointer is looked at
+    assert _strided(x86_lib, m=0, lda=0, a=0, b=0, c=0) == -8   # lda is checked even then (reference BLAS)
+    assert _strided(x86_lib, alpha=0.0, beta=1.0, a=0, b=0) == 0   # A and B are not read
+    assert _strided(x86_lib, k=0, beta=1.0, a=0, b=0, c=0) == -14   # the quick return still needs C
+    assert _strided(x86_lib, sa=0, sb=0) == 0   # the same A and B for every entry
+    assert _strided(x86_lib, sa=-1) == -9 and _strided(x86_lib, sb=-1) == -12
     assert _strided(x86_lib, m=33, n=33, k=33, lda=33, ldb=33, ldc=33, sa=0, sb=0, sc=33 * 33,
                     batch=1) == cpu_check.NOT_GENERATED
     assert x86_lib.array("d", "N", "N", 4, 4, 4, 1.0, 0, 4, 0, 4, 0.0, 0, 4, 1) == -7
@@ -228,6 +233,69 @@ def test_aarch64_under_qemu(aarch64_runner, cases, lean_cases, isa):
     results = cpu_check.run_checks(executor, chosen, seed=7 if isa == "neon" else 8)
     assert len(results) == len(chosen)
     _assert_all_pass(results)
+
+
+# ---- sanitizers -----------------------------------------------------------------------------------
+# The check runner and a few shapes' kernels built with ASan and UBSan: the runner aborts on the
+# first report, which fails the run.  The shapes take every code path of the kernel body: 1 and 2
+# (128-bit vectors, whole 2 x 2 products, grouped ones), 3 and 5 (partial vectors), 9 (a last
+# vector narrower than the tile's), 13 (op(B) held in registers, software prefetch); every ISA, the
+# strided and pointer-array loops, packing, the epilogues, and the regression cases of
+# harness.cpu_check (misaligned operands, the quick return of beta = 1).  The runner places A, B and
+# C in allocations of exactly their size.
+SANITIZED_SIZES = (1, 2, 3, 5, 9, 13)
+
+
+@pytest.fixture(scope="session")
+def sanitized_set() -> Path:
+    out = BUILD / "sanitize" / "generated"
+    write(build_manifest(Selection(sizes=SANITIZED_SIZES)), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sanitized_cases(sanitized_set):
+    manifest = json.loads((sanitized_set / "manifest.json").read_text())
+    # The same kernels as the default set's for these sizes.
+    default = {s.name for s in build_manifest(Selection()).cpu_kernels}
+    assert {k["name"] for k in manifest["cpu_kernels"]} <= default
+    return cpu_check.cases_for(cpu_check.shapes_from_manifest(manifest), np.random.default_rng(17), thorough=False)
+
+
+def _run_sanitized(runner, isas, cases, prefix=(), env=None):
+    for isa in isas:
+        executor = cpu_check.RunnerExecutor(runner, isa, prefix, env=env)
+        try:
+            results = cpu_check.run_checks(executor, cases, seed=31)
+        except RuntimeError as err:   # the runner's exit code and the sanitizer's report
+            pytest.fail(f"{isa}: {err}")
+        _assert_all_pass(results)
+
+
+def test_x86_under_sanitizers(sanitized_set, sanitized_cases):
+    """AVX2 and the portable fallback run (AVX-512 too where the CPU has it; compiled always)."""
+    if not X86:
+        pytest.skip("x86-64 only")
+    build = cpu_build.build(sanitized_set, BUILD / "sanitize" / "x86", isas=["generic", "avx2", "avx512"],
+                            link="runner", extra_flags=cpu_build.SANITIZE_FLAGS, unity=cpu_build.UNITY_SOURCES,
+                            optimization=OPT)
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    isas = [isa for isa, needs in (("avx2", ("avx2", "fma")), ("generic", ()), ("avx512", ("avx512f", "avx2", "fma")))
+            if all(f in flags for f in needs)]
+    _run_sanitized(build.output, isas, sanitized_cases)
+
+
+def test_aarch64_under_sanitizers(sanitized_set, sanitized_cases):
+    """NEON and the portable fallback under qemu-aarch64, ASan included (it works under qemu-user;
+    only its leak checker does not, so that one is off)."""
+    if not cpu_build.AARCH64.available():
+        pytest.skip("needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian g++-aarch64-linux-gnu, qemu-user)")
+    tc = cpu_build.aarch64_dynamic()
+    build = cpu_build.build(sanitized_set, BUILD / "sanitize" / "aarch64", tc, isas=["generic", "neon"],
+                            link="runner", extra_flags=cpu_build.SANITIZE_FLAGS, unity=cpu_build.UNITY_SOURCES,
+                            optimization=OPT)
+    _run_sanitized(build.output, ["neon", "generic"], sanitized_cases, tc.run_prefix,
+                   env={"ASAN_OPTIONS": "detect_leaks=0"})
 
 
 def test_tuner_stage_two_takes_the_fastest_blockings_of_each_shape():

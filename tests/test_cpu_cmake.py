@@ -5,6 +5,7 @@ checks every result against a plain loop.  A small emitted set keeps the build q
 of the default set is checked by test_cpu.py."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import textwrap
@@ -83,8 +84,21 @@ int main()
 """
 
 
+def exported_symbols(library) -> set[str]:
+    """The functions and objects a shared library exports (nm -D --defined-only)."""
+    listed = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in listed.stdout.splitlines() if line.split()[-2:-1] != ["A"]}
+
+
+def declared_functions(header) -> set[str]:
+    """The functions gemmgen_cpu.h declares: the documented API."""
+    return set(re.findall(r"\b(gemmgen_cpu_\w+)\(", header.read_text()))
+
+
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("g++") is None, reason="cmake or g++ missing")
-def test_cpu_library_builds_with_cmake_and_computes(tmp_path):
+@pytest.mark.parametrize("shared", [False, True], ids=["static", "shared"])
+def test_cpu_library_builds_with_cmake_and_computes(tmp_path, shared):
+    """Static and shared builds; the shared library exports exactly the functions of gemmgen_cpu.h."""
     gen = tmp_path / "generated"
     result = CliRunner().invoke(main, ["generate", "--out", str(gen), "--arch", "sm_90", "--precisions", "d",
                                        "--sizes", "3,4", "--cpu-isa", "avx2,neon"])
@@ -98,7 +112,8 @@ def test_cpu_library_builds_with_cmake_and_computes(tmp_path):
     # CMakeLists.txt builds gemmgen::cpu alone even where nvcc is installed.
     configure = subprocess.run(
         ["cmake", "-S", str(consumer), "-B", str(build), f"-DGEMMGEN_DIR={gen}", "-DCMAKE_BUILD_TYPE=Release",
-         "-DCMAKE_CUDA_COMPILER=NOTFOUND"], capture_output=True, text=True)
+         "-DCMAKE_CUDA_COMPILER=NOTFOUND", f"-DGEMMGEN_SHARED={'ON' if shared else 'OFF'}"],
+        capture_output=True, text=True)
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     assert "building the CPU kernels only" in configure.stdout
     compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True)
@@ -107,3 +122,8 @@ def test_cpu_library_builds_with_cmake_and_computes(tmp_path):
     ran = subprocess.run([str(build / "cpu_consumer")], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.rstrip().endswith("OK"), ran.stdout
+    if shared and shutil.which("nm"):
+        library = next(build.rglob("libgemmgen_cpu.so"))
+        api = declared_functions(gen / "include" / "gemmgen_cpu.h")
+        assert "gemmgen_cpu_dgemm_batched_strided" in api
+        assert exported_symbols(library) == api

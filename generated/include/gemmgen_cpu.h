@@ -8,10 +8,23 @@
  * op(A) m x k, op(B) k x n; transa/transb 'N', 'T' or 'C' (either case; 'C' is 'T' for real data).
  * Complex data is interleaved (re, im), as std::complex and C99 _Complex lay it out.
  *
- * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering, nothing done);
- * GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape (nothing done, call a
- * BLAS instead).  m, n or batch zero return at once; k = 0 or alpha = 0 give C = beta*C (any
- * shape); beta = 0 never reads C.  Outputs of different batch entries must not overlap.
+ * Return codes: 0 done; -i the i-th argument is invalid (BLAS numbering: the first invalid one,
+ * nothing done); GEMMGEN_NOT_GENERATED no emitted kernel covers this precision and shape (nothing
+ * done, call a BLAS instead).  The arguments are checked first, in every case:
+ *   transa, transb      not N, T or C (either case)
+ *   m, n, k, batch      negative
+ *   lda, ldb, ldc       below max(1, rows of the stored matrix), even when m, n or k is 0 (as in
+ *                       reference BLAS): lda >= max(1, transa == N ? m : k), ldb >= max(1,
+ *                       transb == N ? k : n), ldc >= max(1, m)
+ *   A, B (or arrays)    NULL, only when they are read: m, n, batch > 0, k > 0 and alpha != 0
+ *   C (or array)        NULL, only when m, n, batch > 0 (also when alpha = 0 or k = 0)
+ *   strideA, strideB    negative (0: the same matrix for every entry; overlap is allowed)
+ *   strideC             negative, or batch > 1 and strideC < ldc*(n-1) + m: the outputs of two
+ *                       entries would overlap (-16)
+ * Not checked: the entries of pointer arrays (each must point to its matrix), C overlapping A or B,
+ * and outputs overlapping through a pointer array.  Then: m, n or batch 0 returns 0 at once;
+ * alpha = 0 or k = 0 with beta = 1 returns 0, C untouched (as reference BLAS); alpha = 0 or k = 0
+ * otherwise gives C = beta*C (any shape, generated or not); beta = 0 never reads C.
  */
 #ifndef GEMMGEN_CPU_H
 #define GEMMGEN_CPU_H
@@ -26,6 +39,20 @@ typedef float _Complex gemmgen_cpu_complex_float;
 typedef double _Complex gemmgen_cpu_complex_double;
 #endif
 
+/* The exported functions (the library is built with hidden visibility; GEMMGEN_CPU_EXPORTS when
+ * building it as a DLL, GEMMGEN_CPU_DLL when using one: the CMake target sets both). */
+#ifndef GEMMGEN_CPU_API
+#if defined(_WIN32) && defined(GEMMGEN_CPU_EXPORTS)
+#define GEMMGEN_CPU_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(GEMMGEN_CPU_DLL)
+#define GEMMGEN_CPU_API __declspec(dllimport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define GEMMGEN_CPU_API __attribute__((visibility("default")))
+#else
+#define GEMMGEN_CPU_API
+#endif
+#endif
+
 #define GEMMGEN_CPU_VERSION "0.1.0"
 #ifndef GEMMGEN_NOT_GENERATED
 #define GEMMGEN_NOT_GENERATED 1
@@ -37,66 +64,66 @@ typedef double _Complex gemmgen_cpu_complex_double;
 #define GEMMGEN_CPU_MAX_SIZE 32
 
 /* 1 if a cpu kernel covers precision ("s", "d", "c", "z") and m x n x k. */
-int gemmgen_cpu_is_generated(const char* precision, int m, int n, int k);
+GEMMGEN_CPU_API int gemmgen_cpu_is_generated(const char* precision, int m, int n, int k);
 /* The kernel a call of this precision and shape runs with the active ISA, or NULL. */
-const char* gemmgen_cpu_selected_kernel(const char* precision, int m, int n, int k);
+GEMMGEN_CPU_API const char* gemmgen_cpu_selected_kernel(const char* precision, int m, int n, int k);
 /* The emitted kernels, by name (0 <= i < gemmgen_cpu_kernel_count()). */
-int gemmgen_cpu_kernel_count(void);
-const char* gemmgen_cpu_kernel_name(int i);
+GEMMGEN_CPU_API int gemmgen_cpu_kernel_count(void);
+GEMMGEN_CPU_API const char* gemmgen_cpu_kernel_name(int i);
 
 /* ISA: the widest one this CPU has (neon > avx512 > avx2 > generic), unless the environment
  * variable GEMMGEN_CPU_ISA or gemmgen_cpu_set_isa() names another one the CPU has.
  * gemmgen_cpu_set_isa("auto") restores the default; an ISA the CPU lacks returns -1. */
-const char* gemmgen_cpu_isa(void);
-int gemmgen_cpu_set_isa(const char* isa);
-int gemmgen_cpu_supports_isa(const char* isa);
+GEMMGEN_CPU_API const char* gemmgen_cpu_isa(void);
+GEMMGEN_CPU_API int gemmgen_cpu_set_isa(const char* isa);
+GEMMGEN_CPU_API int gemmgen_cpu_supports_isa(const char* isa);
 
 /* Threads (OpenMP): 0 (the default) uses omp_get_max_threads(); the batch is split statically,
  * thread t getting entries [batch*t/T, batch*(t+1)/T).  1 without OpenMP. */
-void gemmgen_cpu_set_num_threads(int threads);
-int gemmgen_cpu_get_num_threads(void);
+GEMMGEN_CPU_API void gemmgen_cpu_set_num_threads(int threads);
+GEMMGEN_CPU_API int gemmgen_cpu_get_num_threads(void);
 /* First touch (NUMA placement): zero `batch` entries of `entry_bytes` each, every thread the
  * entries it will compute, so the pages land in that thread's memory node.  Call on freshly
  * allocated (untouched) A, B and C buffers, with the same thread count as the GEMM calls that
  * follow.  Returns 0, or -2/-3 for a negative size or count. */
-int gemmgen_cpu_first_touch(void* buffer, long long entry_bytes, int batch);
+GEMMGEN_CPU_API int gemmgen_cpu_first_touch(void* buffer, long long entry_bytes, int batch);
 
 /* s: fp32 */
-int gemmgen_cpu_sgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_sgemm_batched_strided(char transa, char transb, int m, int n, int k,
     float alpha, const float* A, int lda, long long strideA,
     const float* B, int ldb, long long strideB,
     float beta, float* C, int ldc, long long strideC, int batch);
-int gemmgen_cpu_sgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_sgemm_batched(char transa, char transb, int m, int n, int k,
     float alpha, const float* const* A, int lda,
     const float* const* B, int ldb,
     float beta, float* const* C, int ldc, int batch);
 
 /* d: fp64 */
-int gemmgen_cpu_dgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_dgemm_batched_strided(char transa, char transb, int m, int n, int k,
     double alpha, const double* A, int lda, long long strideA,
     const double* B, int ldb, long long strideB,
     double beta, double* C, int ldc, long long strideC, int batch);
-int gemmgen_cpu_dgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_dgemm_batched(char transa, char transb, int m, int n, int k,
     double alpha, const double* const* A, int lda,
     const double* const* B, int ldb,
     double beta, double* const* C, int ldc, int batch);
 
 /* c: single complex */
-int gemmgen_cpu_cgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_cgemm_batched_strided(char transa, char transb, int m, int n, int k,
     gemmgen_cpu_complex_float alpha, const gemmgen_cpu_complex_float* A, int lda, long long strideA,
     const gemmgen_cpu_complex_float* B, int ldb, long long strideB,
     gemmgen_cpu_complex_float beta, gemmgen_cpu_complex_float* C, int ldc, long long strideC, int batch);
-int gemmgen_cpu_cgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_cgemm_batched(char transa, char transb, int m, int n, int k,
     gemmgen_cpu_complex_float alpha, const gemmgen_cpu_complex_float* const* A, int lda,
     const gemmgen_cpu_complex_float* const* B, int ldb,
     gemmgen_cpu_complex_float beta, gemmgen_cpu_complex_float* const* C, int ldc, int batch);
 
 /* z: double complex */
-int gemmgen_cpu_zgemm_batched_strided(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_zgemm_batched_strided(char transa, char transb, int m, int n, int k,
     gemmgen_cpu_complex_double alpha, const gemmgen_cpu_complex_double* A, int lda, long long strideA,
     const gemmgen_cpu_complex_double* B, int ldb, long long strideB,
     gemmgen_cpu_complex_double beta, gemmgen_cpu_complex_double* C, int ldc, long long strideC, int batch);
-int gemmgen_cpu_zgemm_batched(char transa, char transb, int m, int n, int k,
+GEMMGEN_CPU_API int gemmgen_cpu_zgemm_batched(char transa, char transb, int m, int n, int k,
     gemmgen_cpu_complex_double alpha, const gemmgen_cpu_complex_double* const* A, int lda,
     const gemmgen_cpu_complex_double* const* B, int ldb,
     gemmgen_cpu_complex_double beta, gemmgen_cpu_complex_double* const* C, int ldc, int batch);

@@ -1660,6 +1660,9 @@ template <class S>
 bool is_zero(const S& x) { return x == S(0); }
 
 template <class S>
+bool is_one(const S& x) { return x == S(1); }
+
+template <class S>
 struct IsComplex : std::false_type {};
 template <class R>
 struct IsComplex<std::complex<R>> : std::true_type {};
@@ -1697,7 +1700,9 @@ int gemm(const Entry* table, bool array, char transa, char transb, int m, int n,
     }
     if (info != 0)
         return info;
-    if (!need_c)
+    // C = 1·C (k = 0 or alpha = 0, beta = 1) leaves C as it is, as in reference BLAS: a complex
+    // multiplication by 1 would turn an element (Inf, 0) into (Inf, NaN).
+    if (!need_c || (!need_ab && is_one(beta)))
         return 0;
     Args args;
     args.transa = ta;

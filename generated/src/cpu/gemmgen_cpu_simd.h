@@ -134,13 +134,20 @@ GEMMGEN_INLINE __m128d fmadd(__m128d a, __m128d b, __m128d c) { return _mm_fmadd
 GEMMGEN_INLINE __m128d mul(__m128d a, __m128d b) { return _mm_mul_pd(a, b); }
 GEMMGEN_INLINE __m128d swap_pairs(__m128d v) { return _mm_permute_pd(v, 0x1); }
 
+// Two floats at any address, in the low half (one vmovq): _mm_loadu_si64/_mm_storeu_si64 take
+// void* and are defined for every alignment.  Floats moved through double* (_mm_load_sd) would be
+// a misaligned double access wherever they are not 8-byte aligned (odd columns of a 3-row matrix,
+// any std::complex<float>, which needs only 4 bytes): undefined behaviour.
+GEMMGEN_INLINE __m128 load2(const float* p) { return _mm_castsi128_ps(_mm_loadu_si64(p)); }
+GEMMGEN_INLINE void store2(float* p, __m128 v) { _mm_storeu_si64(p, _mm_castps_si128(v)); }
+
 GEMMGEN_INLINE __m128 set1(float x, wtag<128>) { return _mm_set1_ps(x); }
 GEMMGEN_INLINE __m128 load(const float* p, wtag<128>) { return _mm_loadu_ps(p); }
 GEMMGEN_INLINE __m128 load_n(const float* p, int n, wtag<128>)
 {
     if (n == 1)
         return _mm_load_ss(p);
-    const __m128 lo = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    const __m128 lo = load2(p);
     return n == 2 ? lo : _mm_movelh_ps(lo, _mm_load_ss(p + 2));
 }
 GEMMGEN_INLINE void store(float* p, __m128 v) { _mm_storeu_ps(p, v); }
@@ -150,7 +157,7 @@ GEMMGEN_INLINE void store_n(float* p, __m128 v, int n)
         _mm_store_ss(p, v);
         return;
     }
-    _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+    store2(p, v);
     if (n == 3)
         _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
 }
@@ -199,7 +206,7 @@ GEMMGEN_INLINE void store_n(float* p, __m256 v, int n)
         n -= 4;
     }
     if (n >= 2) {
-        _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
+        store2(p, part);
         part = _mm_movehl_ps(part, part);
         p += 2;
         n -= 2;
@@ -216,15 +223,17 @@ GEMMGEN_INLINE __m256 swap_pairs(__m256 v) { return _mm256_permute_ps(v, 0xB1); 
 // of A loaded duplicated and B's rows made by lane duplicates of one load: 4 loads, 2 shuffles,
 // 2 FMAs and 1 store per product instead of 2 tiles' 8 loads, 4 FMAs and 2 stores.  The
 // products are added in the same order as the tiles add them (the bits are the same).
-// s and d, and c (a complex float is 64 bits: C is one 256-bit vector); not z.
+// s and d, and c (a complex float is 64 bits: C is one 256-bit vector); not z.  The columns of A
+// come from vbroadcastf128, whose intrinsic takes a __m128d pointer by signature only: it is a
+// builtin (no C++ dereference) and the instruction reads 16 bytes at any alignment.
 constexpr bool HAS_WHOLE_2X2 = true;
 template <class T, bool CPLX>
 struct whole_2x2_fits : std::integral_constant<bool, !CPLX || sizeof(T) == 4> {};
 GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c, std::false_type)
 {
     const __m128 bv = _mm_loadu_ps(b);
-    const __m128 a0 = _mm_castpd_ps(_mm_loaddup_pd(reinterpret_cast<const double*>(a)));
-    const __m128 a1 = _mm_castpd_ps(_mm_loaddup_pd(reinterpret_cast<const double*>(a + 2)));
+    const __m128 a0 = _mm_castpd_ps(_mm_movedup_pd(_mm_castps_pd(load2(a))));       // vmovddup from memory
+    const __m128 a1 = _mm_castpd_ps(_mm_movedup_pd(_mm_castps_pd(load2(a + 2))));
     __m128 cv = _mm_fmadd_ps(a0, _mm_moveldup_ps(bv), _mm_loadu_ps(c));
     cv = _mm_fmadd_ps(a1, _mm_movehdup_ps(bv), cv);
     _mm_storeu_ps(c, cv);
@@ -242,7 +251,7 @@ GEMMGEN_INLINE void whole_2x2(const double* a, const double* b, double* c, std::
 // product: acc_re (from C) += a·Re b, acc_im += a·Im b, C = acc_re + (−1, +1)·swap(acc_im).
 GEMMGEN_INLINE void whole_2x2(const float* a, const float* b, float* c, std::true_type)
 {
-    const __m256d bv = _mm256_loadu_pd(reinterpret_cast<const double*>(b));
+    const __m256d bv = _mm256_castps_pd(_mm256_loadu_ps(b));
     const __m256 b0 = _mm256_castpd_ps(_mm256_movedup_pd(bv));        // b00 b00 b01 b01
     const __m256 b1 = _mm256_castpd_ps(_mm256_permute_pd(bv, 0xF));   // b10 b10 b11 b11
     const __m256 a0 = _mm256_castpd_ps(_mm256_broadcast_pd(reinterpret_cast<const __m128d*>(a)));
