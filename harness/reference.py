@@ -112,8 +112,10 @@ def relative_errors(c: np.ndarray, ref: np.ndarray, alpha, a: np.ndarray, b: np.
 
 
 def error_bound(prec: str, k: int) -> float:
+    """c·k·u, with k taken as at least 2: the scalings by alpha and beta round once each, which at k = 1
+    can pass 2u (alpha·(a·b) + beta·c rounded four times: up to 3u of the denominator)."""
     p = PRECISIONS[prec]
-    return BOUND_FACTOR[p.is_complex] * max(k, 1) * p.unit_roundoff
+    return BOUND_FACTOR[p.is_complex] * max(k, 2) * p.unit_roundoff
 
 
 @dataclass

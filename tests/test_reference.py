@@ -60,6 +60,7 @@ def test_verdict_requires_untouched_padding_and_exactness():
     assert not ref.Verdict(2e-6, 1e-6, True).passed
     assert ref.error_bound("d", 8) == 2 * 8 * 2.0**-53
     assert ref.error_bound("hc", 8) == 4 * 8 * 2.0**-11
+    assert ref.error_bound("s", 1) == 2 * 2 * 2.0**-24   # k = 1: the alpha and beta roundings need 3u
 
 
 def test_scalars_are_rounded_as_the_api_receives_them():
