@@ -3,9 +3,17 @@ NumPy reference: through the public gemmgen_?gemm_tallskinny and through every e
 own entry point with forced k-groups / tcf, on random shapes that are multiples of no tile, all four
 transpose pairs, leading dimensions larger than the rows, C's padding poisoned and checked
 untouched, bit-exact small-integer cases, beta = 0 over NaN, alpha = 0, k = 0, and operands with
-more than 2^31 elements (very tall m)."""
+more than 2^31 elements (very tall m).
+
+With exact buffers (`run_manifest_checks(..., exact_buffers=True)`, or GEMMGEN_EXACT_BUFFERS set
+as `gemmgen check --sanitize` sets it) every operand is its own cudaMalloc of exactly the bytes the
+call describes: A ends at element lda·(cols - 1) + rows, B and C likewise, no pool and no slack, so
+compute-sanitizer's memcheck sees any read or write past them.  The exact-extent cases (odd m and k,
+lda not a multiple of 8, operands starting one element past a 16-byte boundary, alpha = 0 / k = 0
+with beta = 1 over Inf and NaN, A and B NULL with alpha = 0) run in both modes."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -30,14 +38,61 @@ class TsCase:
     beta: float = 0.0
     target: str = "api"     # "api" or a variant name
     split: int = 0          # k-groups (tsm2) or tcf (ism2); 0 = chosen at launch
-    pad: int = 3
+    pad: int = 3            # leading dimension = rows as stored + pad
+    offset: int = 0         # A, B and C start this many elements past their allocation's start
+
+
+# alpha = 0 or k = 0 with beta = 1: C holds Inf and NaN and must come back bit for bit (BLAS's quick
+# return: nothing launched, C not rewritten).
+UNTOUCHED_KIND = "beta1-untouched"
+# alpha = 0 with A = B = NULL: C = beta·C, A and B never read.
+NULL_AB_KIND = "alpha0-null-ab"
+# Set (to anything but "" or "0") by `gemmgen check --sanitize`: exact-extent allocations.
+EXACT_BUFFERS_ENV = "GEMMGEN_EXACT_BUFFERS"
+
+
+def exact_buffers_from_env() -> bool:
+    return os.environ.get(EXACT_BUFFERS_ENV, "") not in ("", "0")
 
 
 def _stored(trans: str, rows: int, cols: int) -> tuple[int, int]:
     return (rows, cols) if trans == "N" else (cols, rows)
 
 
-def run_ts_case(lib, case: TsCase, rng: np.random.Generator) -> CaseResult:
+def extent(rows: int, cols: int, ld: int) -> int:
+    """Elements from a matrix's first element to its last, inclusive (0 for an empty matrix)."""
+    return (cols - 1) * ld + rows if rows > 0 and cols > 0 else 0
+
+
+class DeviceBuffer:
+    """`stored[:length]` in its own cudaMalloc (no CuPy pool), starting `offset` elements into it:
+    with length = the operand's extent the allocation ends at its last element."""
+
+    def __init__(self, stored: np.ndarray, length: int, offset: int = 0):
+        import cupy as cp
+
+        self.stored = np.ascontiguousarray(stored[:length])
+        self.item = stored.itemsize
+        self.nbytes = self.stored.nbytes
+        total = offset * self.item + self.nbytes
+        self.mem = cp.cuda.memory.Memory(total) if total else None
+        self.ptr = self.mem.ptr + offset * self.item if self.mem is not None else 0
+        if self.nbytes:
+            cp.cuda.runtime.memcpy(self.ptr, self.stored.ctypes.data, self.nbytes,
+                                   cp.cuda.runtime.memcpyHostToDevice)
+
+    def read(self) -> np.ndarray:
+        import cupy as cp
+
+        out = np.empty_like(self.stored)
+        if self.nbytes:
+            cp.cuda.runtime.memcpy(out.ctypes.data, self.ptr, self.nbytes, cp.cuda.runtime.memcpyDeviceToHost)
+        return out
+
+
+def run_ts_case(lib, case: TsCase, rng: np.random.Generator, exact_buffers: bool = False) -> CaseResult:
+    """One case.  exact_buffers: A, B and C each end at their last element (see DeviceBuffer);
+    otherwise A and B keep their last column's padding and C has `pad` poisoned elements after it."""
     import cupy as cp
 
     p, m, n, k = case.precision, case.m, case.n, case.k
@@ -51,25 +106,40 @@ def run_ts_case(lib, case: TsCase, rng: np.random.Generator) -> CaseResult:
     c0 = ref.random_values(rng, p, m * n, integer).reshape(1, m, n)
     if case.kind == "beta0-nan":
         c0 = np.full_like(c0, np.nan)
+    if case.kind == UNTOUCHED_KIND and m * n:
+        c0[0, 0, 0], c0[0, -1, -1] = np.inf, np.nan
+        if m * n > 2:
+            c0[0, m // 2, n // 2] = -np.inf
     item = c_vals.itemsize
     np.lib.stride_tricks.as_strided(c_vals, shape=(1, m, n), strides=(item, item, ldc * item))[...] = c0
-    d_a = cp.asarray(ref.to_storage(p, a_vals))
-    d_b = cp.asarray(ref.to_storage(p, b_vals))
     c_stored = ref.to_storage(p, c_vals)
-    d_c = cp.asarray(c_stored)
-    args = (m, k, case.alpha, d_a.data.ptr, lda, d_b.data.ptr, ldb, case.beta, d_c.data.ptr, ldc)
+    if exact_buffers:
+        lengths = (extent(ra, ca, lda), extent(rb, cb, ldb), extent(m, n, ldc))
+    else:
+        lengths = (len(a_vals), len(b_vals), len(c_vals))
+    d_a = DeviceBuffer(ref.to_storage(p, a_vals), lengths[0], case.offset)
+    d_b = DeviceBuffer(ref.to_storage(p, b_vals), lengths[1], case.offset)
+    d_c = DeviceBuffer(c_stored, lengths[2], case.offset)
+    pa, pb = (0, 0) if case.kind == NULL_AB_KIND else (d_a.ptr, d_b.ptr)
     if case.target == "api":
-        rc = lib.tallskinny(p, case.transa, case.transb, m, n, k, case.alpha, d_a.data.ptr, lda,
-                            d_b.data.ptr, ldb, case.beta, d_c.data.ptr, ldc)
+        rc = lib.tallskinny(p, case.transa, case.transb, m, n, k, case.alpha, pa, lda, pb, ldb, case.beta,
+                            d_c.ptr, ldc)
     else:
         from .api import scalar
 
         f = lib.variant(case.target)
-        rc = f(case.transa.encode(), case.transb.encode(), m, k, scalar(p, case.alpha), d_a.data.ptr,
-               lda, d_b.data.ptr, ldb, scalar(p, case.beta), d_c.data.ptr, ldc, case.split, 0)
-    del args
+        rc = f(case.transa.encode(), case.transb.encode(), m, k, scalar(p, case.alpha), pa, lda, pb, ldb,
+               scalar(p, case.beta), d_c.ptr, ldc, case.split, 0)
     cp.cuda.runtime.deviceSynchronize()
-    out_stored = cp.asnumpy(d_c)
+    # Past the end of an exact C nothing was allocated: those elements count as they were.
+    out_stored = c_stored.copy()
+    out_stored[:lengths[2]] = d_c.read()
+    label = case.target if case.target == "api" else f"{case.target}/split{case.split}"
+    if case.kind == UNTOUCHED_KIND:
+        same = bool(np.array_equal(out_stored.view(np.uint8), c_stored.view(np.uint8)))
+        return CaseResult(p, m, n, k, case.transa, case.transb, label, 1, case.kind, rc, 0.0,
+                          ref.error_bound(p, k), same, None, rc == 0 and same,
+                          "" if same else "C changed (must come back bit for bit)")
     a = ref.matrices(a_vals, 1, ra, ca, lda, 0)
     b = ref.matrices(b_vals, 1, rb, cb, ldb, 0)
     expected = ref.reference(case.transa, case.transb, case.alpha, a, b, case.beta, c0)
@@ -84,7 +154,6 @@ def run_ts_case(lib, case: TsCase, rng: np.random.Generator) -> CaseResult:
     exact = bool(np.array_equal(got, expected)) if integer else None
     bound = ref.error_bound(p, k)
     passed = rc == 0 and ref.Verdict(max_err, bound, untouched, exact).passed
-    label = case.target if case.target == "api" else f"{case.target}/split{case.split}"
     return CaseResult(p, m, n, k, case.transa, case.transb, label, 1, case.kind, rc, max_err, bound,
                       untouched, exact, passed, "")
 
@@ -102,16 +171,22 @@ def _ism2_shape(rng) -> tuple[int, int]:
     return m, k
 
 
+def _one_per_n(entries) -> Iterator:
+    """The first dispatch entry of each (precision, n): the others serve other compute
+    capabilities, and a case through the API runs whichever entry the GPU present selects."""
+    seen = set()
+    for e in entries:
+        if (e.precision, e.n) not in seen:
+            seen.add((e.precision, e.n))
+            yield e
+
+
 def default_cases(entries, rng: np.random.Generator, api_ns=None) -> Iterator[TsCase]:
     """Per dispatch entry (precision, n): the public API on a TSM2 shape and an ISM2 shape in all
     four transposes, every variant directly (TSM2 with 1 and 3 k-groups and the launch-time
     choice, ISM2 opt 1 / opt 2 with tcf 1, 3 and the launch-time choice, including k past a B tile
     for the multi-tile paths), an exact integer case, beta = 0 over NaN, alpha = 0."""
-    seen = set()
-    for e in entries:
-        if (e.precision, e.n) in seen:
-            continue
-        seen.add((e.precision, e.n))
+    for e in _one_per_n(entries):
         p, n = e.precision, e.n
 
         def scal():
@@ -160,12 +235,41 @@ def edge_cases(entries) -> Iterator[TsCase]:
         yield TsCase(p, 3, near(1), 5000, "T", "N", "m<t1,long k", 1.0, 0.5)
 
 
-def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None) -> list[CaseResult]:
+def _odd(rng, lo: int, hi: int) -> int:
+    return int(rng.integers(lo, hi)) | 1
+
+
+def exact_extent_cases(entries, rng: np.random.Generator) -> Iterator[TsCase]:
+    """Per dispatch entry, the cases an exact-size allocation exposes (issue 39): odd m and k; lda
+    even over odd m (pad 1: the fp16 ring's pairs of rows, whose last pair is half past m) and lda
+    odd (pad 2: the register path); A, B and C one element past a 16-byte boundary (2 bytes in
+    fp16, 4 in fp32, 8 in fp64); TSM2 with several k-groups (their partial sums meet in shared
+    memory); ISM2; alpha = 0 and k = 0 with beta = 1 over Inf and NaN; alpha = 0 with A = B = NULL."""
+    for e in _one_per_n(entries):
+        p, n = e.precision, e.n
+        for ta, tb in TRANS:
+            m, k = _odd(rng, 65, 700), _odd(rng, 2 * e.tsm2.t1 + 1, 900)
+            yield TsCase(p, m, n, k, ta, tb, "exact-extent", 0.75, 0.5, pad=1)
+            yield TsCase(p, _odd(rng, 33, 400), n, k, ta, tb, "exact-extent", -1.25, 0.0, pad=2, offset=1)
+        ta, tb = TRANS[int(rng.integers(4))]
+        m, k = _odd(rng, 65, 700), _odd(rng, 2 * e.tsm2.t1 + 1, 900)
+        yield TsCase(p, m, n, k, "N", tb, "exact-extent", 1.0, 0.5, e.tsm2.name, 3, pad=1)
+        yield TsCase(p, m, n, k, "T", tb, "exact-extent", 1.0, 0.5, e.tsm2.name, 3, pad=1, offset=1)
+        if any(s is not None for s in e.ism2_reachable):
+            yield TsCase(p, _odd(rng, 1000, 5000), n, _odd(rng, 1, 32), ta, tb, "exact-extent", 1.0, 0.5,
+                         pad=1, offset=1)
+        yield TsCase(p, _odd(rng, 33, 400), n, _odd(rng, 1, 300), ta, tb, UNTOUCHED_KIND, 0.0, 1.0, pad=1)
+        yield TsCase(p, _odd(rng, 33, 400), n, 0, ta, tb, UNTOUCHED_KIND, 1.0, 1.0, pad=1)
+        yield TsCase(p, _odd(rng, 33, 400), n, _odd(rng, 1, 300), ta, tb, NULL_AB_KIND, 0.0, 0.5, pad=1)
+
+
+def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None,
+              exact_buffers: bool = False) -> list[CaseResult]:
     rng = np.random.default_rng(seed)
     out = []
     for i, case in enumerate(cases):
         try:
-            out.append(run_ts_case(lib, case, rng))
+            out.append(run_ts_case(lib, case, rng, exact_buffers))
         except Exception as err:   # a crash is a failed check, and the run goes on
             out.append(CaseResult(case.precision, case.m, case.n, case.k, case.transa, case.transb,
                                   case.target, 1, case.kind, -999, float("nan"), 0.0, False, None,
@@ -268,15 +372,24 @@ def manifest_cases(manifest: dict, rng: np.random.Generator, quick: bool = False
     cases = list(default_cases(entries, rng))
     if quick:
         cases = [c for c in cases if c.target == "api" or c.kind != "random"]
-    return cases + list(edge_cases(entries))
+    exact = list(exact_extent_cases(entries, rng))
+    if quick:
+        exact = [c for c in exact if c.target == "api"]
+    return cases + list(edge_cases(entries)) + exact
 
 
-def run_manifest_checks(lib, manifest: dict, quick: bool = False) -> list[CaseResult]:
+def run_manifest_checks(lib, manifest: dict, quick: bool = False,
+                        exact_buffers: bool | None = None) -> list[CaseResult]:
+    """The tall-skinny checks of an emitted set.  exact_buffers=True puts every operand of every
+    case in its own allocation of exactly its extent (for compute-sanitizer); None takes it from
+    GEMMGEN_EXACT_BUFFERS."""
+    if exact_buffers is None:
+        exact_buffers = exact_buffers_from_env()
     cases = manifest_cases(manifest, np.random.default_rng(20261123), quick)
     if not cases:
         return []
     ns = manifest["tallskinny"]["n"]
-    results = run_cases(lib, cases)
+    results = run_cases(lib, cases, exact_buffers=exact_buffers)
     results += check_not_generated(lib, ns)
     precs = {e.precision for e in entries_from_manifest(manifest)}
     if not quick and "h" in precs and 16 in ns:

@@ -210,6 +210,44 @@ def test_argument_checks(ts_build, change, code):
                           a["ldb"], 0.0, a["C"], a["ldc"]) == code
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("change, code", [
+    # (alpha = 0 or k = 0) and beta = 1: 0 at once, nothing launched (C is a bogus address here, so
+    # a launch would fail or fault; without a GPU the device query would return LAUNCH_FAILED)
+    ({"alpha": 0.0, "beta": 1.0}, 0),
+    ({"k": 0, "beta": 1.0}, 0),
+    ({"alpha": 0.0, "beta": 1.0, "A": None, "B": None}, 0),   # A, B never read with alpha = 0
+    ({"k": 0, "beta": 1.0, "A": None, "B": None}, 0),
+    ({"alpha": 0.0, "beta": 1.0, "n": 99}, 0),                # nothing to do, even with no kernel for n
+    ({"alpha": 0.0, "beta": 1.0, "C": None}, -12),            # C is checked before the quick return
+    ({"m": 0, "lda": 0, "A": None, "B": None, "C": None}, -8),   # lda >= max(1, rows) even for m = 0
+    ({"m": 0, "ldc": 0, "A": None, "B": None, "C": None}, -13),
+    ({"alpha": 0.0, "beta": 1.0, "ldb": 3}, -10),
+])
+def test_argument_checks_and_quick_return(ts_build, change, code):
+    from harness.api import TallSkinnyLibrary
+
+    lib = TallSkinnyLibrary(ts_build[0].library)
+    a = {"ta": "N", "tb": "N", "m": 10, "n": 3, "k": 4, "alpha": 1.0, "A": 8, "lda": 10, "B": 8, "ldb": 4,
+         "beta": 0.5, "C": 8, "ldc": 10}
+    a.update(change)
+    assert lib.tallskinny("s", a["ta"], a["tb"], a["m"], a["n"], a["k"], a["alpha"], a["A"], a["lda"], a["B"],
+                          a["ldb"], a["beta"], a["C"], a["ldc"]) == code
+
+
+def test_ring_copies_never_read_past_the_element():
+    """Every cp.async of the tall-skinny kernels copies whole elements (s, d) or whole pairs of fp16
+    rows: a copy with a source size below its copy size counts, for compute-sanitizer, as a read of
+    the whole copy, which at the last row of A's last column passes the call's bytes."""
+    header = (Path(__file__).resolve().parent.parent / "generated" / "src" / "gemmgen_tallskinny.cuh").read_text()
+    calls = re.findall(r"copy_async<([^>]+)>\(([^;]*)\);", header)
+    assert calls
+    for size, args in calls:
+        last = args.rsplit(",", 1)[1].strip()
+        assert last in ("4", "(int)sizeof(S)") and (size == "4" or "sizeof(S)" in size), (size, args)
+    assert "asm volatile(\"cp.async" not in header   # every copy goes through copy_async
+
+
 # ---- GPU ---------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.slow
@@ -253,3 +291,45 @@ def test_edge_cases_use_only_the_n_the_set_emitted():
     cases = list(ck.edge_cases(entries))
     assert {(c.precision, c.n) for c in cases} == {("h", 2), ("s", 4)}
     assert len(cases) == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_exact_extent_buffers(ts_build):
+    """Each operand in an allocation of exactly its extent (no pool, no slack), odd m and k, lda not
+    a multiple of 8, operands one element past a 16-byte boundary, several k-groups, alpha = 0 and
+    k = 0 with beta = 1 over Inf and NaN (bit for bit), A = B = NULL with alpha = 0.  Without a
+    sanitizer a read past the end only faults where the allocation ends at a page; under
+    `compute-sanitizer` (gemmgen check --sanitize) every such read is reported."""
+    from harness import check_tallskinny as ck
+    from harness.api import TallSkinnyLibrary
+
+    result, entries = ts_build
+    lib = TallSkinnyLibrary(result.library)
+    cases = list(ck.exact_extent_cases(entries, np.random.default_rng(5)))
+    kinds = {c.kind for c in cases}
+    assert {ck.UNTOUCHED_KIND, ck.NULL_AB_KIND, "exact-extent"} <= kinds
+    results = ck.run_cases(lib, cases, exact_buffers=True)
+    failed = [r for r in results if not r.passed]
+    assert not failed, failed[:5]
+
+
+def test_exact_extent_cases_cover_the_corners():
+    """Without a GPU: the exact-extent cases have odd m and k, both parities of lda, offsets, the
+    quick-return and NULL cases, and several k-groups on the TSM2 kernel itself."""
+    from types import SimpleNamespace
+
+    from harness import check_tallskinny as ck
+
+    spec = tsm2.Tsm2Spec("h", 16, 64, 16, 8, 2, 8)
+    entries = [SimpleNamespace(precision="h", n=16, tsm2=spec, ism2_reachable=(None, None))]
+    cases = list(ck.exact_extent_cases(entries, np.random.default_rng(1)))
+    products = [c for c in cases if c.kind == "exact-extent"]
+    assert all(c.m % 2 and c.k % 2 for c in products)
+    assert {c.pad for c in products} == {1, 2} and {c.offset for c in products} == {0, 1}
+    assert {c.transa for c in products} == {"N", "T"}
+    assert any(c.target == spec.name and c.split > 1 and c.k > 2 * spec.t1 for c in products)
+    untouched = [c for c in cases if c.kind == ck.UNTOUCHED_KIND]
+    assert {(c.alpha == 0, c.k == 0) for c in untouched} == {(True, False), (False, True)}
+    assert all(c.beta == 1.0 for c in untouched)
+    assert ck.extent(5, 3, 8) == 21 and ck.extent(0, 3, 8) == 0

@@ -169,16 +169,18 @@ struct Tsm2Smem {
 
 // The A ring: one element copied global -> shared without passing through registers (cp.async,
 // sm_80+; a plain copy before), zero-filled when !ok.  Each thread copies exactly the elements it
-// later reads itself, so a thread's own cp.async.wait_group is the only synchronization needed.
+// later reads itself, so a thread's own cp.async.wait_group is the only synchronization needed
+// (a plain store into a slot is ordered with the slot's cp.async writes by the same thread's wait
+// and read in between).  A zero fill is a plain store: no global address is touched for it.
 template <typename S>
 __device__ __forceinline__ void copy_element_async(S* dst, const S* src, bool ok)
 {
 #if __CUDA_ARCH__ >= 800
-    if (sizeof(S) != 4 && sizeof(S) != 8) {   // cp.async copies 4, 8 or 16 bytes (the specs keep fp16 off the ring)
+    if ((sizeof(S) != 4 && sizeof(S) != 8) || !ok) {   // cp.async copies 4, 8 or 16 bytes (the specs keep fp16 off the ring)
         *dst = ok ? *src : S{};
         return;
     }
-    copy_async<sizeof(S) == 8 ? 8 : 4>(dst, src, ok ? (int)sizeof(S) : 0);
+    copy_async<sizeof(S) == 8 ? 8 : 4>(dst, src, (int)sizeof(S));
 #else
     *dst = ok ? *src : S{};
 #endif
@@ -187,14 +189,20 @@ __device__ __forceinline__ void copy_element_async(S* dst, const S* src, bool ok
 // fp16 rings copy pairs of adjacent rows of a column (4 bytes, the smallest cp.async): a thread
 // then owns rows 2·lane and 2·lane + 1 of each 2·T1-row strip (PAIRS), instead of row lane of each
 // T1-row strip.  `bytes` < 4 zero-fills the rest (a pair's second row past m, columns past kend).
+// Only a whole pair is a cp.async: a 4-byte cp.async with a 2-byte source size counts as a 4-byte
+// read for compute-sanitizer, and at row m - 1 of A's last column (m odd, lda even) its second half
+// lies past the last element the call describes.  A half pair is one 2-byte load, an empty pair a
+// zero store; both happen only in the last pair of rows of a matrix.
 __device__ __forceinline__ void copy_async_pair(unsigned* dst, const __half* src, int bytes)
 {
 #if __CUDA_ARCH__ >= 800
-    copy_async<4>(dst, src, bytes);
-#else
-    const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
-    *dst = (bytes >= 2 ? (unsigned)s[0] : 0u) | (bytes >= 4 ? (unsigned)s[1] << 16 : 0u);
+    if (bytes == 4) {
+        copy_async<4>(dst, src, 4);
+        return;
+    }
 #endif
+    const unsigned short* s = reinterpret_cast<const unsigned short*>(src);
+    *dst = (bytes >= 2 ? (unsigned)__ldg(s) : 0u) | (bytes >= 4 ? (unsigned)__ldg(s + 1) << 16 : 0u);
 }
 
 // Row r of a thread's RM rows of C (see PAIRS above).
@@ -242,7 +250,7 @@ __device__ __forceinline__ void ring_issue_pairs(unsigned* dst, const __half* co
     for (int q = 0; q < RM / 2; ++q)
 #pragma unroll
         for (int i = 0; i < T3; ++i) {
-            const bool ok = col + i < kend && pair_bytes[q] > 0;   // else zeros, from an aligned address
+            const bool ok = col + i < kend && pair_bytes[q] > 0;   // else zeros, nothing read
             copy_async_pair(dst + (q * T3 + i) * T1, ok ? arow[2 * q] + (col + i) * cstep : A,
                             ok ? pair_bytes[q] : 0);
         }

@@ -5,6 +5,20 @@
 // architecture's tuning table (or the performance model's choice where nothing was tuned).
 // The k-groups of TSM2 and ISM2's tcf are chosen at launch (tcf from the tuned m cut-offs when
 // there are some).
+//
+// What is checked and returned, in this order (docs/tallskinny.md says the same):
+// 1. -i for the first invalid argument i (1-based: transa 1, transb 2, m 3, n 4, k 5, A 7, lda 8,
+//    B 9, ldb 10, C 12, ldc 13).  lda >= max(1, rows of A as stored), ldb likewise and
+//    ldc >= max(1, m) are checked even when m, n or k is 0, as reference BLAS does.  A and B may be
+//    NULL when m, n or k is 0 or alpha = 0 (they are never read then); C may be NULL when m or n is 0.
+// 2. 0 at once, launching nothing and touching nothing, when m = 0 or n = 0, or when
+//    (alpha = 0 or k = 0) and beta = 1: C stays bit for bit as it was (reference BLAS's quick return;
+//    1·C would turn an Inf of C into NaN in complex and rewrite every element).  This holds for
+//    precisions and n with no emitted kernel too: there is nothing to compute.
+// 3. GEMMGEN_NOT_GENERATED when no emitted kernel serves this precision and n.
+// 4. alpha = 0 or k = 0 (beta != 1): C = beta·C, A and B never read; beta = 0 writes zeros and
+//    never reads C.
+// 5. Otherwise the product; GEMMGEN_LAUNCH_FAILED if a launch fails.
 #include <cstring>
 
 #include "gemmgen.h"
@@ -919,6 +933,11 @@ int first_failure(const Check (&checks)[L])
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
 
+bool is_one_scalar(float a) { return a == 1.0f; }
+bool is_one_scalar(double a) { return a == 1.0; }
+bool is_one_scalar(float2 a) { return a.x == 1.0f && a.y == 0.0f; }
+bool is_one_scalar(double2 a) { return a.x == 1.0 && a.y == 0.0; }
+
 template <typename S, typename Scalar>
 int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m, int n, int k, Scalar alpha,
                const S* A, int lda, const S* B, int ldb, Scalar beta, S* C, int ldc, cudaStream_t stream)
@@ -937,7 +956,7 @@ int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m,
     const int info = first_failure(checks);
     if (info != 0)
         return info;
-    if (!need_c)
+    if (!need_c || (!need_ab && is_one_scalar(beta)))
         return 0;
     if (!table)
         return GEMMGEN_NOT_GENERATED;
