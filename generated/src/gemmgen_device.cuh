@@ -255,8 +255,10 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, int bytes
 // end in a 4-byte word's middle, one plain load; the bytes past the end are stored as zero.
 // (Reading from the 16-byte boundary at or below a matrix's first element is safe: no CUDA allocation
 // starts between boundaries.)
-// Word `word` (0-3) of such a partial chunk: four threads copy one chunk between them.  For kernels at
-// their register limit, where the four words' code inlined in a copy loop made ptxas spill.
+// Word `word` (0-3) of such a partial chunk: four threads copy one chunk between them, which keeps
+// the partial path out of copy loops in kernels at their register limit (inlined there, its code made
+// ptxas spill).  ELEM: the element's bytes; a plain 2-byte load only where elements are 2 bytes.
+template <int ELEM>
 __device__ __forceinline__ void copy_chunk_word_async(void* dst, const void* src, int bytes, int word)
 {
     char* d = static_cast<char*>(dst) + 4 * word;
@@ -264,10 +266,13 @@ __device__ __forceinline__ void copy_chunk_word_async(void* dst, const void* src
     const int left = bytes - 4 * word;
     if (left >= 4)
         copy_async<4>(d, s, 4);
+    else if (ELEM < 4 && left >= 2)
+        *reinterpret_cast<unsigned*>(d) = (unsigned)__ldg(reinterpret_cast<const unsigned short*>(s));
     else
-        *reinterpret_cast<unsigned*>(d) = left >= 2 ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(s)) : 0u;
+        *reinterpret_cast<unsigned*>(d) = 0u;
 }
 
+template <int ELEM>
 __device__ __forceinline__ void copy_chunk_async(void* dst, const void* src, int bytes)
 {
     if (bytes >= 16) {
@@ -276,7 +281,7 @@ __device__ __forceinline__ void copy_chunk_async(void* dst, const void* src, int
     }
 #pragma unroll
     for (int word = 0; word < 4; ++word)
-        copy_chunk_word_async(dst, src, bytes, word);
+        copy_chunk_word_async<ELEM>(dst, src, bytes, word);
 }
 
 // ---- the device a launch runs on ------------------------------------------------------------------

@@ -871,19 +871,37 @@ struct RingLayout {
 
 // Copy CHUNKS 16-byte chunks (VEC elements each) from src to dst with the block's threads, PAD elements
 // of gap in dst after every COLUMN_CHUNKS of them (0: none); only the first `left` elements come from
-// src, the rest are zero (cp.async reads nothing past them).
-template <int THREADS, int CHUNKS, int COLUMN_CHUNKS, int PAD, typename S>
+// src (16-byte aligned), the rest are zero and not read.  `left` is a multiple of UNIT elements (one
+// GEMM's operand).  Where UNIT is a whole number of chunks the range ends on a chunk boundary: chunks
+// are whole or empty (cp.async with no source bytes zero-fills; src + 16 lies inside the range).
+// Otherwise the batch's last group can end inside a chunk, and that chunk is copied after the loop
+// by one thread, word by word (copy_chunk_word_async), without reading past the range: inside the
+// loop its code pushed kernels at their register limit into spills.
+template <int THREADS, int CHUNKS, int COLUMN_CHUNKS, int PAD, int UNIT, typename S>
 __device__ __forceinline__ void copy_range_async(S* dst, const S* src, int left)
 {
     constexpr int VEC = 16 / (int)sizeof(S);
+    const auto place = [](int v) { return v * VEC + (PAD ? v / COLUMN_CHUNKS * PAD : 0); };
 #pragma unroll
     for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
         const int v = threadIdx.x + it * THREADS;
         if ((it + 1) * THREADS <= CHUNKS || v < CHUNKS) {
-            const int valid = min(max(left - v * VEC, 0), VEC);
-            const int to = v * VEC + (PAD ? v / COLUMN_CHUNKS * PAD : 0);
-            copy_chunk_async(dst + to, src + v * VEC, valid * (int)sizeof(S));
+            if (UNIT % VEC == 0) {   // valid is VEC or 0
+                const int valid = min(max(left - v * VEC, 0), VEC);
+                const int to = v * VEC + (PAD ? v / COLUMN_CHUNKS * PAD : 0);
+                copy_async<16>(dst + to, valid > 0 ? src + v * VEC : src, valid * (int)sizeof(S));
+            } else if ((v + 1) * VEC <= left) {
+                copy_async<16>(dst + place(v), src + v * VEC, 16);
+            } else if (v * VEC >= left) {
+                *reinterpret_cast<int4*>(dst + place(v)) = make_int4(0, 0, 0, 0);
+            }
         }
+    }
+    if (UNIT % VEC != 0 && left % VEC != 0 && threadIdx.x == 0 && left < CHUNKS * VEC) {
+        const int v = left / VEC;
+#pragma unroll 1
+        for (int word = 0; word < 4; ++word)
+            copy_chunk_word_async<(int)sizeof(S)>(dst + place(v), src + v * VEC, (left % VEC) * (int)sizeof(S), word);
     }
 }
 
@@ -929,7 +947,8 @@ __device__ __forceinline__ void copy_matrix_chunk(S* dst, const S* base, int g, 
     if (address) {
         const char* start = reinterpret_cast<const char*>(address - lead);
         const int valid = min(max(lead + ELEMS * (int)sizeof(S) - w * 16, 0), 16);
-        copy_chunk_async(reinterpret_cast<char*>(dst) + (g * SLOT_CHUNKS + w) * 16, start + w * 16, valid);
+        copy_chunk_async<(int)sizeof(S)>(reinterpret_cast<char*>(dst) + (g * SLOT_CHUNKS + w) * 16, start + w * 16,
+                                         valid);
     }
     if (w == 0)   // past the batch 0: a valid place whose contents are not used
         offsets[g] = lead / (int)sizeof(S);
@@ -1030,9 +1049,9 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
             } else {
                 const long long first = group * TBA;
                 const int gemms = gemms_of(group);
-                copy_range_async<THREADS, TBA * M * K / L::VEC, L::K_CHUNKS, L::A_PAD>(dst, ptrs.A + first * M * K,
-                                                                                      gemms * M * K);
-                copy_range_async<THREADS, TBA * K * N / L::VEC, L::K_CHUNKS, L::B_PAD>(
+                copy_range_async<THREADS, TBA * M * K / L::VEC, L::K_CHUNKS, L::A_PAD, M * K>(
+                    dst, ptrs.A + first * M * K, gemms * M * K);
+                copy_range_async<THREADS, TBA * K * N / L::VEC, L::K_CHUNKS, L::B_PAD, K * N>(
                     dst + L::A_ELEMS, ptrs.B + first * K * N, gemms * K * N);
             }
         }

@@ -364,7 +364,7 @@ struct StoredSlice {
             for (int i0 = 0; i0 < 4 * LINES; i0 += THREADS) {
                 const int i = i0 + (int)threadIdx.x, line = i / 4;
                 if ((i0 + THREADS <= 4 * LINES || i < 4 * LINES) && line < cols)
-                    copy_chunk_word_async(s + line * LD + along, X + along + (long long)line * ld, 2 * (rows % 8),
+                    copy_chunk_word_async<2>(s + line * LD + along, X + along + (long long)line * ld, 2 * (rows % 8),
                                           i % 4);
             }
         }
@@ -597,7 +597,7 @@ __device__ __forceinline__ void copy_packed_tails(int4* a_dst, const __half* A, 
         const long long first = is_a ? a_first : b_first;
         const int end = (int)(first & 7) + (is_a ? a_elems : b_elems);
         if (end & 7)
-            copy_chunk_word_async((is_a ? a_dst : b_dst) + (end >> 3), (is_a ? A : B) + (first & ~7LL) + (end & ~7),
+            copy_chunk_word_async<2>((is_a ? a_dst : b_dst) + (end >> 3), (is_a ? A : B) + (first & ~7LL) + (end & ~7),
                                   2 * (end & 7), threadIdx.x & 3);
     }
 }
@@ -1256,8 +1256,9 @@ __device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lan
 // The last, partial chunk of copy_cover's copies of A, B and C (C null: not copied): their 4-byte
 // words by cp.async and a last half by a plain load, a word a lane, lanes 0-3 for A, 4-7 for B, 8-11
 // for C.  A 16-byte copy would read past the matrix's last element; this code once for the three
-// matrices, rather than in each copy, kept the kernels at their register limit from spilling.
-template <int A_HALVES, int B_HALVES, int C_HALVES>
+// matrices, rather than in each copy, kept the kernels at their register limit from spilling.  ELEM:
+// the element's bytes (hc's 4-byte elements never end inside a word).
+template <int ELEM, int A_HALVES, int B_HALVES, int C_HALVES>
 __device__ __forceinline__ void copy_cover_tails(__half* a_dst, __half* b_dst, __half* c_dst, const void* a,
                                                  const void* b, const void* c, int lane)
 {
@@ -1268,7 +1269,7 @@ __device__ __forceinline__ void copy_cover_tails(__half* a_dst, __half* b_dst, _
         const int end = chunk_offset(src) + (j == 0 ? A_HALVES : j == 1 ? B_HALVES : C_HALVES);
         const char* base = (const char*)((unsigned long long)src & ~15ull);
         if (end & 7)
-            copy_chunk_word_async(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane & 3);
+            copy_chunk_word_async<ELEM>(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane & 3);
     }
 }
 
@@ -1513,8 +1514,8 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
                 copy_cover<P * K * N>(st + L::A, e.b, lane);
                 if (read_c)
                     copy_cover<P * M * N>(st + L::A + L::B, e.c, lane);
-                copy_cover_tails<P * M * K, P * K * N, P * M * N>(st, st + L::A, st + L::A + L::B, e.a, e.b,
-                                                                  read_c ? e.c : nullptr, lane);
+                copy_cover_tails<(int)sizeof(S), P * M * K, P * K * N, P * M * N>(st, st + L::A, st + L::A + L::B,
+                                                                                  e.a, e.b, read_c ? e.c : nullptr, lane);
             } else {
                 copy_strided<A_ROWS, A_COLS>(reinterpret_cast<S*>(st), e.a, lda, lane);
                 copy_strided<B_ROWS, B_COLS>(reinterpret_cast<S*>(st + L::A), e.b, ldb, lane);
