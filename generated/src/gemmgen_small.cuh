@@ -161,7 +161,8 @@ __device__ __forceinline__ void stage_from_bases(R* s, const S* const* bases, bo
     constexpr bool CAN_VECTORIZE = sizeof(S) <= 16 && (PER_GEMM * sizeof(S)) % 16 == 0;
     if (CAN_VECTORIZE && whole_chunks) {
         // Vector v is chunk w = v % PER_GEMM_CHUNKS of GEMM g = v / PER_GEMM_CHUNKS.
-        constexpr int PER_GEMM_CHUNKS = PER_GEMM / VEC;
+        // (at least 1: below one vector per GEMM this branch is dead, and a division by zero in it warns)
+        constexpr int PER_GEMM_CHUNKS = PER_GEMM / VEC > 0 ? PER_GEMM / VEC : 1;
         copy_vectors<THREADS, TBA * PER_GEMM_CHUNKS, HOIST>(
             [&](int v) {
                 const int g = v / PER_GEMM_CHUNKS, w = v % PER_GEMM_CHUNKS;

@@ -471,6 +471,61 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 // gridDim.x·T1 threads; thread t handles rows t, t + total, t + 2·total, ... (tcf rows on average,
 // §5.2).  Every thread of a block runs the same number of row iterations (rows past m are clamped
 // and not stored), so the block barriers stay uniform.
+// ISM2's optimization 2 (Alg. 7): B tiles in the outer loops, every row of the thread per tile, the
+// partial sums kept in C between tiles (the first tile starts from beta·C, or 0 for beta = 0).
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, typename Scalar, typename R>
+__device__ __forceinline__ void ism2_tile_major(std::true_type, int m, int k, const S* __restrict__ A, int lda,
+                                                const S* __restrict__ B, int ldb, Scalar beta, S* __restrict__ C,
+                                                int ldc, R* sB, int lane, long long total, long long first,
+                                                long long iters, R ralpha)
+{
+    for (int p = 0; p < N; p += T2) {
+        R nb[T2];
+        fetch_b<TB, N, T2>(nb, B, ldb, lane, k, p, ralpha);
+        for (int j = 0; j < k; j += T1) {
+            __syncthreads();
+            store_b<T2, T2P>(sB, lane, nb);
+            __syncthreads();
+            if (j + T1 < k)
+                fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, ralpha);
+            const int klen = min(T1, k - j);
+            const int kend = j + klen;
+            for (long long it = 0; it < iters; ++it) {
+                const long long row = first + it * total + lane;
+                const bool row_ok = row < m;
+                const long long rowc = row_ok ? row : (long long)m - 1;
+                R acc[T2];
+#pragma unroll
+                for (int c = 0; c < T2; ++c) {
+                    S* cp = C + rowc + (long long)(p + c) * ldc;
+                    acc[c] = zero<R>();
+                    if (row_ok && p + c < N) {
+                        if (j > 0)
+                            acc[c] = load_c(cp);
+                        else if (!is_zero(beta))
+                            acc[c] = mul(R(beta), load_c(cp));
+                    }
+                }
+                R ca[T3];
+                fetch_a<TA, T3>(ca, A, lda, rowc, j, kend);
+                tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, j, klen, kend, sB);
+                if (row_ok) {
+#pragma unroll
+                    for (int c = 0; c < T2; ++c)
+                        if (p + c < N)
+                            store_c(C + row + (long long)(p + c) * ldc, acc[c]);
+                }
+            }
+        }
+    }
+}
+
+template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, typename Scalar, typename R>
+__device__ __forceinline__ void ism2_tile_major(std::false_type, int, int, const S*, int, const S*, int, Scalar, S*,
+                                                int, R*, int, long long, long long, long long, R)
+{
+}
+
 template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, int OPT, typename Scalar>
 __global__ void ism2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, Scalar beta,
@@ -530,47 +585,10 @@ __global__ void ism2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
         return;
     }
 
-    // Optimization 2 (Alg. 7): B tiles in the outer loops, every row of the thread per tile, the
-    // partial sums kept in C between tiles (the first tile starts from beta·C, or 0 for beta = 0).
-    for (int p = 0; p < N; p += T2) {
-        R nb[T2];
-        fetch_b<TB, N, T2>(nb, B, ldb, lane, k, p, ralpha);
-        for (int j = 0; j < k; j += T1) {
-            __syncthreads();
-            store_b<T2, T2P>(sB, lane, nb);
-            __syncthreads();
-            if (j + T1 < k)
-                fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, ralpha);
-            const int klen = min(T1, k - j);
-            const int kend = j + klen;
-            for (long long it = 0; it < iters; ++it) {
-                const long long row = first + it * total + lane;
-                const bool row_ok = row < m;
-                const long long rowc = row_ok ? row : (long long)m - 1;
-                R acc[T2];
-#pragma unroll
-                for (int c = 0; c < T2; ++c) {
-                    S* cp = C + rowc + (long long)(p + c) * ldc;
-                    acc[c] = zero<R>();
-                    if (row_ok && p + c < N) {
-                        if (j > 0)
-                            acc[c] = load_c(cp);
-                        else if (!is_zero(beta))
-                            acc[c] = mul(R(beta), load_c(cp));
-                    }
-                }
-                R ca[T3];
-                fetch_a<TA, T3>(ca, A, lda, rowc, j, kend);
-                tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, j, klen, kend, sB);
-                if (row_ok) {
-#pragma unroll
-                    for (int c = 0; c < T2; ++c)
-                        if (p + c < N)
-                            store_c(C + row + (long long)(p + c) * ldc, acc[c]);
-                }
-            }
-        }
-    }
+    // Optimization 2 (Alg. 7): a function of its own, instantiated only for OPT = 2 (after the return
+    // above, its loops would be dead code in every OPT = 1 kernel).
+    ism2_tile_major<S, N, TA, TB, T1, T2, T2P, T3>(std::integral_constant<bool, OPT == 2>(), m, k, A, lda, B, ldb,
+                                                   beta, C, ldc, sB, lane, total, first, iters, ralpha);
 }
 
 // C = beta·C for k = 0 or alpha = 0 (beta = 0 writes zeros and reads nothing).
