@@ -77,3 +77,24 @@ def test_strict_consumer_builds(tmp_path, cxx, std):
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     compiled = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
+
+
+@pytest.mark.parametrize("compiler, flags", [
+    ("g++", ["-x", "c++", "-std=c++14"]), ("clang++", ["-x", "c++", "-std=c++17"]),
+    ("gcc", ["-x", "c", "-std=c99"]), ("clang", ["-x", "c", "-std=c11"]),
+])
+def test_headers_compile_without_warnings_in_a_consumer(root, tmp_path, compiler, flags):
+    # gemmgen_cpu.h is plain C and C++; gemmgen.h needs the CUDA runtime headers (C++ only here).
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} not installed")
+    include = root / "generated" / "include"
+    nvcc = find_nvcc()
+    cuda_include = next((d for d in (nvcc.parent.parent / "include", nvcc.resolve().parent.parent / "include")
+                         if (d / "cuda_runtime.h").exists()), None)
+    headers = ["gemmgen_cpu.h"] + (["gemmgen.h"] if "c++" in flags and cuda_include else [])
+    unit = tmp_path / "unit.inc"
+    unit.write_text("".join(f'#include "{h}"\n' for h in headers) + "int main(void) { return 0; }\n")
+    system = ["-isystem", str(cuda_include)] if cuda_include else []
+    proc = subprocess.run([compiler, *flags, *STRICT_CXX.split(), "-fsyntax-only", "-I", str(include), *system,
+                           str(unit)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
