@@ -78,7 +78,8 @@ def parse_log(text: str) -> tuple[int, int, list[str]]:
     errors = max(errors, sum(e for e, _ in hazards))
     warnings = sum(w for _, w in hazards)
     reports = [line for line in text.splitlines()
-               if line.startswith("========= ") and ("Invalid" in line or "hazard" in line.lower()
+               if line.startswith("========= ") and "SUMMARY" not in line
+               and ("Invalid" in line or "hazard" in line.lower()
                                                      or "Error" in line or "Uninitialized" in line
                                                      or "barrier" in line.lower())]
     return errors, warnings, reports[:40]
@@ -114,19 +115,19 @@ def run_tool(sanitizer: Path, tool: str, library: Path, gen_dir: Path, out_dir: 
 def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
                  report: Path | None, quick: bool, precisions: tuple[str, ...] = ()) -> int:
     from .run_check import build_for_check
-    from .toolchain import ToolchainError, find_compute_sanitizer
+    from .toolchain import ToolchainError, find_compute_sanitizer, gpu_available
 
-    built = build_for_check(gen_dir, build_dir, arch, jobs)
-    if isinstance(built, int):
-        return built
-    if not built.has_gpu:
-        click.echo("no GPU present: nothing ran under compute-sanitizer", err=True)
+    if not gpu_available():   # before the build: the sanitizer runs kernels, it has nothing to do here
+        click.echo("error: no GPU present: --sanitize runs the kernels under compute-sanitizer", err=True)
         return 1
     try:
         sanitizer = find_compute_sanitizer()
     except ToolchainError as err:
         click.echo(f"error: {err}", err=True)
         return 1
+    built = build_for_check(gen_dir, build_dir, arch, jobs)
+    if isinstance(built, int):
+        return built
     out_dir = (report.parent if report else build_dir) / "sanitize"
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [run_tool(sanitizer, tool, built.result.library, gen_dir, out_dir, quick, jobs, precisions)

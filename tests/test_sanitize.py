@@ -1,0 +1,67 @@
+"""`gemmgen check --sanitize`: tool names, reading compute-sanitizer's logs, the exact-extent arithmetic
+and the one-line refusals (no GPU needed)."""
+import pytest
+from click.testing import CliRunner
+
+from generator.cli import main
+from harness import check_small, sanitize
+from harness.toolchain import gpu_available
+
+
+def test_tools_are_parsed_and_bad_ones_refused():
+    assert sanitize.parse_tools("all") == sanitize.TOOLS
+    assert sanitize.parse_tools("memcheck, racecheck") == ("memcheck", "racecheck")
+    with pytest.raises(ValueError, match="unknown sanitizer tool leakcheck"):
+        sanitize.parse_tools("memcheck,leakcheck")
+    with pytest.raises(ValueError):
+        sanitize.parse_tools(" , ")
+
+
+def test_logs_of_several_processes_are_summed():
+    log = "\n".join([
+        "========= COMPUTE-SANITIZER",
+        "========= Invalid __global__ read of size 16 bytes",
+        "=========     at small_ring_kernel+0x1a0",
+        "========= ERROR SUMMARY: 1 error",
+        "========= ERROR SUMMARY: 0 errors",
+        "========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)",
+    ])
+    errors, warnings, reports = sanitize.parse_log(log)
+    assert (errors, warnings) == (2, 1)
+    assert reports == ["========= Invalid __global__ read of size 16 bytes"]
+    assert sanitize.parse_log("========= ERROR SUMMARY: 0 errors\n")[:2] == (0, 0)
+
+
+def test_a_clean_run_needs_every_count_at_zero():
+    clean = sanitize.ToolRun("memcheck", 0, 0, 0, 10, 0, 1.0, "log", [])
+    assert clean.clean
+    for change in ({"exit_code": 86}, {"errors": 1}, {"warnings": 1}, {"checks_failed": 1}):
+        assert not sanitize.ToolRun(**{**clean.__dict__, **change}).clean
+
+
+def test_exact_extent_ends_at_the_last_element():
+    # 3 matrices of 4 rows x 2 columns, ld 6, stride 20: the last one's last element is 2*20 + 6 + 3
+    assert check_small.extent(4, 2, 6, 20, 3) == 2 * 20 + 6 + 4
+    assert check_small.extent(0, 2, 6, 20, 3) == 0
+    assert check_small.extent(4, 2, 6, 20, 0) == 0
+
+
+def test_regression_cases_cover_the_reported_kernels_and_the_quick_return():
+    cases = sanitize.regression_cases()
+    assert any(c.precision == "hc" and (c.m, c.n, c.k) == (3, 3, 3) and c.interface == "array" for c in cases)
+    assert {c.transa + c.transb for c in cases} >= {"NN", "NT", "TN", "TT"}
+    assert sum(c.kind.endswith(check_small.UNTOUCHED_KIND) for c in cases) == 4
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the refusal on a machine without a GPU")
+def test_sanitize_without_a_gpu_is_refused_in_one_line():
+    result = CliRunner().invoke(main, ["check", "--sanitize", "memcheck"])
+    assert result.exit_code == 1
+    assert "no GPU present" in result.output
+
+
+def test_bad_tool_or_precision_is_refused():
+    result = CliRunner().invoke(main, ["check", "--sanitize", "memchek"])
+    assert result.exit_code == 2 and "unknown sanitizer tool memchek" in result.output
+    result = CliRunner().invoke(main, ["check", "--precisions", "q"])
+    assert result.exit_code == 2 and "unknown precision q" in result.output
