@@ -471,6 +471,19 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 // gridDim.x·T1 threads; thread t handles rows t, t + total, t + 2·total, ... (tcf rows on average,
 // §5.2).  Every thread of a block runs the same number of row iterations (rows past m are clamped
 // and not stored), so the block barriers stay uniform.
+// ISM2's B tile for columns j..j+T1 (prefetched into nb) into shared memory, the block's threads
+// done with the previous one, and the next tile's prefetch.
+template <char TB, int N, int T1, int T2, int T2P, typename S, typename R>
+__device__ __forceinline__ void ism2_next_b_tile(R (&nb)[T2], R* sB, int lane, const S* B, int ldb, int j, int k,
+                                                 int p, R alpha)
+{
+    __syncthreads();
+    store_b<T2, T2P>(sB, lane, nb);
+    __syncthreads();
+    if (j + T1 < k)
+        fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, alpha);
+}
+
 // ISM2's optimization 2 (Alg. 7): B tiles in the outer loops, every row of the thread per tile, the
 // partial sums kept in C between tiles (the first tile starts from beta·C, or 0 for beta = 0).
 template <typename S, int N, char TA, char TB, int T1, int T2, int T2P, int T3, typename Scalar, typename R>
@@ -483,11 +496,7 @@ __device__ __forceinline__ void ism2_tile_major(std::true_type, int m, int k, co
         R nb[T2];
         fetch_b<TB, N, T2>(nb, B, ldb, lane, k, p, ralpha);
         for (int j = 0; j < k; j += T1) {
-            __syncthreads();
-            store_b<T2, T2P>(sB, lane, nb);
-            __syncthreads();
-            if (j + T1 < k)
-                fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, ralpha);
+            ism2_next_b_tile<TB, N, T1, T2, T2P>(nb, sB, lane, B, ldb, j, k, p, ralpha);
             const int klen = min(T1, k - j);
             const int kend = j + klen;
             for (long long it = 0; it < iters; ++it) {
@@ -566,11 +575,7 @@ __global__ void ism2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
                     R nb[T2];
                     fetch_b<TB, N, T2>(nb, B, ldb, lane, k, p, ralpha);
                     for (int j = 0; j < k; j += T1) {
-                        __syncthreads();
-                        store_b<T2, T2P>(sB, lane, nb);
-                        __syncthreads();
-                        if (j + T1 < k)
-                            fetch_b<TB, N, T2>(nb, B, ldb, (long long)j + T1 + lane, k, p, ralpha);
+                        ism2_next_b_tile<TB, N, T1, T2, T2P>(nb, sB, lane, B, ldb, j, k, p, ralpha);
                         tile_product<TA, T2, T2P, T3, 1>(acc, ca, A, lda, rowc, j, min(T1, k - j), k, sB);
                     }
                 }
