@@ -1253,14 +1253,35 @@ __device__ __forceinline__ void copy_cover(__half* dst, const void* src, int lan
     }
 }
 
-// The last, partial chunk of copy_cover's copies of A, B and C (C null: not copied): their 4-byte
-// words by cp.async and a last half by a plain load, a word a lane, lanes 0-3 for A, 4-7 for B, 8-11
-// for C.  A 16-byte copy would read past the matrix's last element; this code once for the three
-// matrices, rather than in each copy, kept the kernels at their register limit from spilling.  ELEM:
-// the element's bytes (hc's 4-byte elements never end inside a word).
-template <int ELEM, int A_HALVES, int B_HALVES, int C_HALVES>
-__device__ __forceinline__ void copy_cover_tails(__half* a_dst, __half* b_dst, __half* c_dst, const void* a,
-                                                 const void* b, const void* c, int lane)
+// The last, partial chunk of copy_cover's copy of HALVES halves from src into dst: its 4-byte words by
+// cp.async and a last half by a plain load, a word a lane of lanes 0-3 (a 16-byte copy would read past
+// the matrix's last element).  ELEM: the element's bytes (hc's 4-byte elements never end inside a word).
+template <int ELEM, int HALVES>
+__device__ __forceinline__ void copy_cover_tail(__half* dst, const void* src, int lane)
+{
+    const int end = chunk_offset(src) + HALVES;
+    const char* base = (const char*)((unsigned long long)src & ~15ull);
+    if ((end & 7) && lane < 4)
+        copy_chunk_word_async<ELEM>(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane);
+}
+
+// The tails of A, B and C (C null: not copied), outside copy_cover's loops, where their code pushed
+// warp kernels at their register limit into spills.  Which of two equivalent forms keeps ptxas from
+// spilling differs by element (the default set compiled without spills only so): hc (4-byte elements)
+// one matrix after another in lanes 0-3; h one pass, lanes 0-3 for A, 4-7 for B, 8-11 for C.
+template <int A_HALVES, int B_HALVES, int C_HALVES>
+__device__ __forceinline__ void copy_cover_tails(std::false_type, __half* a_dst, __half* b_dst, __half* c_dst,
+                                                 const void* a, const void* b, const void* c, int lane)
+{
+    copy_cover_tail<4, A_HALVES>(a_dst, a, lane);
+    copy_cover_tail<4, B_HALVES>(b_dst, b, lane);
+    if (c)
+        copy_cover_tail<4, C_HALVES>(c_dst, c, lane);
+}
+
+template <int A_HALVES, int B_HALVES, int C_HALVES>
+__device__ __forceinline__ void copy_cover_tails(std::true_type, __half* a_dst, __half* b_dst, __half* c_dst,
+                                                 const void* a, const void* b, const void* c, int lane)
 {
     const int j = lane >> 2;
     const void* src = j == 0 ? a : j == 1 ? b : j == 2 ? c : nullptr;
@@ -1269,7 +1290,7 @@ __device__ __forceinline__ void copy_cover_tails(__half* a_dst, __half* b_dst, _
         const int end = chunk_offset(src) + (j == 0 ? A_HALVES : j == 1 ? B_HALVES : C_HALVES);
         const char* base = (const char*)((unsigned long long)src & ~15ull);
         if (end & 7)
-            copy_chunk_word_async<ELEM>(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane & 3);
+            copy_chunk_word_async<2>(dst + 8 * (end >> 3), base + 16 * (end >> 3), 2 * (end & 7), lane & 3);
     }
 }
 
@@ -1514,8 +1535,9 @@ wmma_warp_kernel(const BatchPointers<S> p, int lda, int ldb, int ldc, Scalar alp
                 copy_cover<P * K * N>(st + L::A, e.b, lane);
                 if (read_c)
                     copy_cover<P * M * N>(st + L::A + L::B, e.c, lane);
-                copy_cover_tails<(int)sizeof(S), P * M * K, P * K * N, P * M * N>(st, st + L::A, st + L::A + L::B,
-                                                                                  e.a, e.b, read_c ? e.c : nullptr, lane);
+                copy_cover_tails<P * M * K, P * K * N, P * M * N>(std::integral_constant<bool, sizeof(S) == 2>(), st,
+                                                                  st + L::A, st + L::A + L::B, e.a, e.b,
+                                                                  read_c ? e.c : nullptr, lane);
             } else {
                 copy_strided<A_ROWS, A_COLS>(reinterpret_cast<S*>(st), e.a, lda, lane);
                 copy_strided<B_ROWS, B_COLS>(reinterpret_cast<S*>(st + L::A), e.b, ldb, lane);
