@@ -63,3 +63,31 @@ def test_shared_library_exports_only_the_header(tmp_path):
     exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.split()[1:2] == ["T"]}
     assert {"gemmgen_dgemm_batched_strided", "gemmgen_dgemm_batched", "gemmgen_dgemm_tallskinny"} <= exported
     assert exported <= declared, sorted(exported - declared)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+@pytest.mark.parametrize("shared", [False, True])
+def test_installed_set_is_found_by_find_package(root, tmp_path, shared):
+    """cmake --install of an emitted set, then examples/consumer_installed finds it with
+    find_package(gemmgen CONFIG REQUIRED) and links gemmgen::gemmgen."""
+    gen, build, prefix = tmp_path / "generated", tmp_path / "build", tmp_path / "prefix"
+    result = CliRunner().invoke(main, ["generate", "--out", str(gen), "--arch", "sm_90", "--precisions", "d",
+                                       "--sizes", "2-4", "--tallskinny-n", "4", "--cpu-isa", "generic"])
+    assert result.exit_code == 0, result.output
+    nvcc = [f"-DCMAKE_CUDA_COMPILER={find_nvcc()}", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    steps = [
+        ["cmake", "-S", str(gen), "-B", str(build), *nvcc, f"-DGEMMGEN_SHARED={'ON' if shared else 'OFF'}"],
+        ["cmake", "--build", str(build), "-j", "2"],
+        ["cmake", "--install", str(build), "--prefix", str(prefix)],
+        ["cmake", "-S", str(root / "examples" / "consumer_installed"), "-B", str(tmp_path / "consumer"), *nvcc,
+         f"-DCMAKE_PREFIX_PATH={prefix}"],
+        ["cmake", "--build", str(tmp_path / "consumer"), "-j", "2"],
+    ]
+    for step in steps:
+        proc = subprocess.run(step, capture_output=True, text=True)
+        assert proc.returncode == 0, " ".join(step) + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+    installed = {p.relative_to(prefix).as_posix() for p in prefix.rglob("*") if p.is_file()}
+    assert {"include/gemmgen.h", "include/gemmgen_cpu.h", "lib/cmake/gemmgen/gemmgenConfig.cmake",
+            "lib/cmake/gemmgen/gemmgenConfigVersion.cmake"} <= {p.replace("lib64/", "lib/") for p in installed}
+    ran = subprocess.run([str(tmp_path / "consumer" / "consumer")], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
