@@ -974,13 +974,13 @@ __device__ __forceinline__ void copy_matrices_async(S* dst, const S* const (&bas
                     copy_matrix_chunk<SLOT_CHUNKS, ELEMS>(dst, base, g, w, offsets);
             }
         }
-        return;
-    }
+    } else {   // (not a return above: a loop after it is dead code that warns where the branch is taken)
 #pragma unroll
-    for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
-        const int v = thread + it * THREADS;
-        if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS)
-            copy_matrix_chunk<SLOT_CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
+        for (int it = 0; it < (TBA * CHUNKS + THREADS - 1) / THREADS; ++it) {
+            const int v = thread + it * THREADS;
+            if ((it + 1) * THREADS <= TBA * CHUNKS || v < TBA * CHUNKS)
+                copy_matrix_chunk<SLOT_CHUNKS, ELEMS>(dst, bases[v / CHUNKS], v / CHUNKS, v % CHUNKS, offsets);
+        }
     }
 }
 
@@ -1065,7 +1065,7 @@ small_ring_kernel(BatchPointers<S> ptrs, int ldc, Scalar alpha, Scalar beta, int
     const bool read_c = !is_zero(beta);
     // The lanes of the thread's warp (the block's last warp is partial where THREADS is not a
     // multiple of 32).
-    const unsigned warp_lanes = threadIdx.x / 32 < THREADS / 32 ? 0xffffffffu : (1u << THREADS % 32) - 1;
+    const unsigned warp_lanes = (int)threadIdx.x / 32 < THREADS / 32 ? 0xffffffffu : (1u << THREADS % 32) - 1;
     // Conjugation as a multiply by -1 of each imaginary part read (see opaque_sign); an 'N' operand
     // or real data never is, and a sign of 1 known here costs nothing.
     using Real = typename RealOf<R>::type;
