@@ -30,6 +30,9 @@ def sample_sources(generated: Path) -> list[Path]:
         sources = sorted(folder.glob("*.cu"))
         picked += sources[:1] + sources[-1:]
         picked += [s for s in sources if "_m1n1k1_" in s.name or "_m2n2k2_" in s.name or "_opt1" in s.name][:3]
+        # the cp.async rings (sm_80+ code): both interfaces, and blocks of fewer than 32 threads
+        picked += [s for s in sources if "_aring" in s.name][:2] + [s for s in sources if "_ring" in s.name][:2]
+        picked += [s for s in sources if "ring" in s.name and "_dim2x3_tba4_" in s.name][:1]
     return sorted(set(p for p in picked if p.exists()))
 
 
