@@ -13,14 +13,15 @@ lda not a multiple of 8, operands starting one element past a 16-byte boundary, 
 with beta = 1 over Inf and NaN, A and B NULL with alpha = 0) run in both modes."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
 from . import reference as ref
-from .check_small import POISON, CaseResult
+from .check_small import POISON, UNTOUCHED_KIND, CaseResult
+from .check_small import exact_buffers as exact_buffers_from_env
+from .check_small import extent as batch_extent
 
 TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
@@ -42,17 +43,9 @@ class TsCase:
     offset: int = 0         # A, B and C start this many elements past their allocation's start
 
 
-# alpha = 0 or k = 0 with beta = 1: C holds Inf and NaN and must come back bit for bit (BLAS's quick
-# return: nothing launched, C not rewritten).
-UNTOUCHED_KIND = "beta1-untouched"
-# alpha = 0 with A = B = NULL: C = beta·C, A and B never read.
+# alpha = 0 with A = B = NULL: C = beta·C, A and B never read.  (UNTOUCHED_KIND, from the small
+# family's check: alpha = 0 or k = 0 with beta = 1, C holding Inf and NaN, must come back bit for bit.)
 NULL_AB_KIND = "alpha0-null-ab"
-# Set (to anything but "" or "0") by `gemmgen check --sanitize`: exact-extent allocations.
-EXACT_BUFFERS_ENV = "GEMMGEN_EXACT_BUFFERS"
-
-
-def exact_buffers_from_env() -> bool:
-    return os.environ.get(EXACT_BUFFERS_ENV, "") not in ("", "0")
 
 
 def _stored(trans: str, rows: int, cols: int) -> tuple[int, int]:
@@ -61,7 +54,7 @@ def _stored(trans: str, rows: int, cols: int) -> tuple[int, int]:
 
 def extent(rows: int, cols: int, ld: int) -> int:
     """Elements from a matrix's first element to its last, inclusive (0 for an empty matrix)."""
-    return (cols - 1) * ld + rows if rows > 0 and cols > 0 else 0
+    return batch_extent(rows, cols, ld, 0, 1)
 
 
 class DeviceBuffer:

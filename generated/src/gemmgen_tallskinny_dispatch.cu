@@ -933,11 +933,6 @@ int first_failure(const Check (&checks)[L])
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
 
-bool is_one_scalar(float a) { return a == 1.0f; }
-bool is_one_scalar(double a) { return a == 1.0; }
-bool is_one_scalar(float2 a) { return a.x == 1.0f && a.y == 0.0f; }
-bool is_one_scalar(double2 a) { return a.x == 1.0 && a.y == 0.0; }
-
 template <typename S, typename Scalar>
 int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m, int n, int k, Scalar alpha,
                const S* A, int lda, const S* B, int ldb, Scalar beta, S* C, int ldc, cudaStream_t stream)
@@ -956,7 +951,7 @@ int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m,
     const int info = first_failure(checks);
     if (info != 0)
         return info;
-    if (!need_c || (!need_ab && is_one_scalar(beta)))
+    if (!need_c || (!need_ab && gemmgen::is_one(beta)))
         return 0;
     if (!table)
         return GEMMGEN_NOT_GENERATED;
