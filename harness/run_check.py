@@ -131,12 +131,15 @@ def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
 
 
 def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions: tuple[str, ...] = (),
-               progress_lines: bool = False) -> list:
+               progress_lines: bool = False, part: tuple[int, int] = (0, 1)) -> list:
     """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
     `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
     and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny.
     precisions: only these (all when empty).  progress_lines: a line every 2% of the cases with the
-    time so far (for logs, where the progress bar shows nothing)."""
+    time so far (for logs, where the progress bar shows nothing).  part (i, n): the i-th of n parts
+    of the cases, drawn in a fixed random order (cases come in groups of a shape's variants, which a
+    plain stride would split unevenly), and the large-stride and tall-skinny checks in part 0 only
+    (to split one check over processes)."""
     import numpy as np
 
     from . import check_small
@@ -164,6 +167,10 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
         cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
     if precisions:
         cases = [c for c in cases if c.precision in precisions]
+    index, parts = part
+    if parts > 1:
+        order = np.random.default_rng(parts).permutation(len(cases))
+        cases = [cases[j] for j in sorted(order[index::parts])]
     start, every = time.monotonic(), max(1, len(cases) // 50)
 
     def line(done: int, total: int) -> None:
@@ -172,6 +179,8 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
         results = check_small.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
                                         workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
+    if index:
+        return results
     for prec in ("h", "s") if not precisions else [p for p in ("h", "s") if p in precisions]:
         # 4×4×4, or the largest square under it that the set covers (a set of sizes 1-3 has no 4)
         n = max((size for size in range(1, 5) if lib.is_generated(prec, size, size, size)), default=0)

@@ -1,8 +1,9 @@
 """`gemmgen check --sanitize`: the GPU checks of an emitted set under NVIDIA's compute-sanitizer.
 
 The set is built once (as `gemmgen check` builds it); then, for each tool (memcheck, racecheck,
-synccheck, initcheck), this module runs itself as `python -m harness.sanitize` under
-`compute-sanitizer --tool TOOL`.  That inner run is the ordinary check (every kernel, both batch
+synccheck, initcheck) and each precision, this module runs itself as `python -m harness.sanitize`
+under `compute-sanitizer --tool TOOL`, several such processes at once (the h and hc checks split in
+parts).  That inner run is the ordinary check (every kernel, both batch
 interfaces, packed and padded operands, β = 0 and ≠ 0, the cp.async rings' long batches, the
 sm_90a paths where the GPU has them, tall-skinny) with every operand in an allocation of exactly
 the bytes the call describes (CuPy's memory pool off): a read or write past the last matrix lands
@@ -24,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
+
+from generator.precision import PRECISION_ORDER
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # What each tool is told beyond --tool.  memcheck: no leak report (CuPy and the CUDA runtime keep
@@ -62,8 +65,8 @@ class ToolRun:
     warnings: int        # racecheck's warning-level hazards
     checks_passed: int
     checks_failed: int
-    seconds: float
-    log: str             # the sanitizer's log file
+    seconds: float       # summed over its processes
+    log: str             # the sanitizer's log files
     first_reports: list  # the first lines of its reports
 
     @property
@@ -85,31 +88,82 @@ def parse_log(text: str) -> tuple[int, int, list[str]]:
     return errors, warnings, reports[:40]
 
 
-def run_tool(sanitizer: Path, tool: str, library: Path, gen_dir: Path, out_dir: Path, quick: bool,
-             jobs: int, precisions: tuple[str, ...] = ()) -> ToolRun:
-    log = out_dir / f"sanitize_{tool}.log"
-    counts = out_dir / f"sanitize_{tool}_checks.json"
-    cmd = [str(sanitizer), "--tool", tool, *TOOL_FLAGS[tool], "--target-processes", "all",
-           "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "100", "--log-file", str(log),
-           sys.executable, "-m", "harness.sanitize", "--library", str(library), "--generated", str(gen_dir),
-           "--counts", str(counts), "--jobs", str(jobs)] + (["--quick"] if quick else []) \
-        + (["--precisions", ",".join(precisions)] if precisions else [])
+def shard_command(sanitizer: Path, tool: str, library: Path, gen_dir: Path, log: Path, counts: Path,
+                  quick: bool, jobs: int, precisions: tuple[str, ...], part: tuple[int, int]) -> list[str]:
+    """compute-sanitizer running part `part` of the inner check of `precisions` under `tool`."""
+    return [str(sanitizer), "--tool", tool, *TOOL_FLAGS[tool], "--target-processes", "all",
+            "--error-exitcode", str(SANITIZER_EXIT), "--print-limit", "100", "--log-file", str(log),
+            sys.executable, "-m", "harness.sanitize", "--library", str(library), "--generated", str(gen_dir),
+            "--counts", str(counts), "--jobs", str(jobs)] + (["--quick"] if quick else []) \
+        + (["--precisions", ",".join(precisions)] if precisions else []) + ["--part", f"{part[0]}/{part[1]}"]
+
+
+# Host memory: racecheck's shadow state makes one of its processes weigh as much as this many others.
+WEIGHT = {"racecheck": 2}
+# The h and hc checks hold the Tensor Core families' cases too: each is split over this many processes.
+PARTS = {"h": 8, "hc": 8, "s": 2, "d": 2, "c": 2}
+
+
+def shard_files(out_dir: Path, key: tuple[str, str, int]) -> tuple[Path, Path]:
+    """The log and the check counts of one (tool, precision, part) process."""
+    stem = "sanitize_{}_{}_{}".format(*key)
+    return out_dir / f"{stem}.log", out_dir / f"{stem}_checks.json"
+
+
+def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: Path, out_dir: Path,
+              quick: bool, jobs: int, precisions: tuple[str, ...]) -> list[ToolRun]:
+    """Every tool over every precision, one process per (tool, precision, part), up to `jobs` of them
+    at once (a racecheck process counting for WEIGHT of them): the sanitizers' cost is on the host (patching and tracking every access), so one GPU keeps
+    several busy.  The results of one tool's processes are summed into its ToolRun; each process's own
+    output (its progress lines) goes to a .out file beside its log."""
     from .check_small import EXACT_BUFFERS_ENV
 
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
-    click.echo(f"{tool}: {' '.join(cmd[:6])} ... (log {log})")
-    start = time.monotonic()
-    proc = subprocess.run(cmd, env=env)
-    seconds = time.monotonic() - start
-    text = log.read_text(errors="replace") if log.exists() else ""
-    errors, warnings, reports = parse_log(text)
-    passed = failed = 0
-    if counts.exists():
-        c = json.loads(counts.read_text())
-        passed, failed = c["passed"], c["failed"]
-    else:
-        failed = 1   # the inner run died before it could count
-    return ToolRun(tool, proc.returncode, errors, warnings, passed, failed, round(seconds, 1), str(log), reports)
+    shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))]
+    parallel = max(1, min(len(shards), jobs or os.cpu_count() or 1))
+    click.echo(f"{len(shards)} sanitizer runs ({', '.join(tools)} × {', '.join(precisions)}), {parallel} at once; "
+               f"logs in {out_dir}")
+    pending, running, done = list(shards), {}, {}
+    started = time.monotonic()
+    while pending or running:
+        while pending and (not running or sum(WEIGHT.get(k[0], 1) for k in running)
+                                               + WEIGHT.get(pending[0][0], 1) <= parallel):
+            tool, prec, i = key = pending.pop(0)
+            log, counts = shard_files(out_dir, key)
+            for stale in (log, counts):
+                stale.unlink(missing_ok=True)
+            cmd = shard_command(sanitizer, tool, library, gen_dir, log, counts, quick, 1, (prec,),
+                                (i, PARTS.get(prec, 1)))
+            with open(log.with_suffix(".out"), "w") as out:
+                running[key] = (subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT),
+                                time.monotonic())
+        time.sleep(0.5)
+        for key, (proc, t0) in list(running.items()):
+            if proc.poll() is not None:
+                done[key] = (proc.returncode, time.monotonic() - t0)
+                del running[key]
+                click.echo(f"  {key[0]} {key[1]} part {key[2]}: exit {proc.returncode} after {done[key][1]:.0f} s "
+                           f"({len(done)}/{len(shards)}, {time.monotonic() - started:.0f} s)")
+    runs = []
+    for tool in tools:
+        errors = warnings = passed = failed = 0
+        reports, exit_code, seconds = [], 0, 0.0
+        for key in [k for k in shards if k[0] == tool]:
+            code, secs = done[key]
+            log, counts = shard_files(out_dir, key)
+            prec = key[1]
+            e, w, r = parse_log(log.read_text(errors="replace") if log.exists() else "")
+            errors, warnings, reports = errors + e, warnings + w, reports + [f"[{prec}] {line}" for line in r]
+            if counts.exists():
+                c = json.loads(counts.read_text())
+                passed, failed = passed + c["passed"], failed + c["failed"]
+            else:
+                failed += 1   # the inner run died before it could count
+            exit_code = exit_code or code
+            seconds += secs
+        runs.append(ToolRun(tool, exit_code, errors, warnings, passed, failed, round(seconds, 1),
+                            str(out_dir / f"sanitize_{tool}_*.log"), reports[:40]))
+    return runs
 
 
 def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
@@ -130,8 +184,11 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
         return built
     out_dir = (report.parent if report else build_dir) / "sanitize"
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [run_tool(sanitizer, tool, built.result.library, gen_dir, out_dir, quick, jobs, precisions)
-            for tool in tools]
+    present = precisions or tuple(p for p in PRECISION_ORDER
+                                  if any(e["precision"] == p for e in built.manifest["dispatch"])
+                                  or any(e["precision"] == p for e in built.manifest.get("tallskinny", {})
+                                         .get("dispatch", [])))
+    runs = run_tools(sanitizer, tools, built.result.library, gen_dir, out_dir, quick, jobs, present)
     for r in runs:
         click.echo(f"{r.tool}: {'clean' if r.clean else 'NOT CLEAN'}: {r.errors} errors, {r.warnings} warnings, "
                    f"checks {r.checks_passed} passed {r.checks_failed} failed, exit {r.exit_code}, {r.seconds:.0f} s")
@@ -183,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--precisions", default="")
     parser.add_argument("--regression", action="store_true", help="regression_cases() only")
+    parser.add_argument("--part", default="0/1", help="I/N: every N-th case from the I-th (run_check.gpu_checks)")
     args = parser.parse_args(argv)
     from . import check_small
     from .run_check import gpu_checks, summarize
@@ -196,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
 
         results = check_small.run_cases(GemmgenLibrary(args.library), regression_cases())
     else:
-        results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True)
+        index, parts = (int(x) for x in args.part.split("/"))
+        results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True,
+                             part=(index, parts))
     summarize(results)
     failed = [r for r in results if not r.passed]
     args.counts.write_text(json.dumps({"passed": len(results) - len(failed), "failed": len(failed)}) + "\n")

@@ -48,7 +48,11 @@ __device__ __forceinline__ void fetch_b(R (&nb)[T2], const S* B, int ldb, long l
 #pragma unroll
     for (int c = 0; c < T2; ++c) {
         const bool ok = krow < kend && p + c < N;
-        nb[c] = ok ? mul(alpha, widen(b_at<TB>(B, ldb, krow, p + c))) : zero<R>();
+        // Outside the matrix the address is clamped to its first element as well as the value
+        // zeroed: nvcc may hoist a read-only (ld.global.nc) load above the condition that guards it
+        // (it did in ISM2, k <= T1), and the unclamped address lies past the operand's last byte.
+        const S* at = b_at<TB>(B, ldb, ok ? krow : 0, ok ? p + c : 0);
+        nb[c] = ok ? mul(alpha, widen(at)) : zero<R>();
     }
 }
 
@@ -65,8 +69,10 @@ template <char TA, int T3, typename S, typename R>
 __device__ __forceinline__ void fetch_a(R (&a)[T3], const S* A, int lda, long long row, int col, int kend)
 {
 #pragma unroll
-    for (int i = 0; i < T3; ++i)
-        a[i] = col + i < kend ? widen(a_at<TA>(A, lda, row, col + i)) : zero<R>();
+    for (int i = 0; i < T3; ++i) {
+        const bool ok = col + i < kend;
+        a[i] = ok ? widen(a_at<TA>(A, lda, row, ok ? col + i : 0)) : zero<R>();   // clamped as in fetch_b
+    }
 }
 
 // acc[c] += a[i] · sB[i][c]: the rows of the tile are read as 128-bit broadcasts.
