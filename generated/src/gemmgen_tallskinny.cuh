@@ -403,7 +403,14 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
 #pragma unroll
             for (int c = 0; c < T2; ++c)
                 acc[r][c] = zero<R>();
-        if (kbeg < kend && use_ring) {
+        // Every group steps through kchunk / T1 B tiles, those past its own k-range (the last groups'
+        // of a block, when kblock is not a multiple of kchunk) empty: each group then arrives at its
+        // named barriers equally often.  With unequal counts compute-sanitizer's racecheck reported
+        // hazards on the reduction's shared memory below, which every group reaches through one
+        // __syncthreads.  An empty tile reads nothing (fetch_b and fetch_a zero past kend) and
+        // multiplies nothing (klen <= 0).
+        const int kspan = kbeg + kchunk;
+        if (use_ring) {
             R nb[T2];
             fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
             int next = kbeg, rslot = 0;
@@ -411,20 +418,20 @@ __global__ void tsm2_kernel(int m, int k, Scalar alpha, const S* __restrict__ A,
             for (int st = 0; st < RING_STAGES - 1; ++st, next += T3)
                 issue_chunk<TA, RM, T1, T3>(std::integral_constant<bool, PAIRS>(), ring + st * RM * T3 * T1, arow,
                                             pair_bytes, cstep, next, kend, A);
-            for (int j = kbeg; j < kend; j += T1) {
+            for (int j = kbeg; j < kspan; j += T1) {
                 next_b_tile<TB, N, T1, T2, T2P>(nb, sB, g, lane, B, ldb, j, kend, p, ralpha);
                 tile_product_ring<TA, RM, T1, T2, T2P, T3, RING_STAGES, PAIRS>(
                     acc, ring, rslot, next, arow, pair_bytes, cstep, min(T1, kend - j), kend, A, sB);
             }
             async_wait<0>();
-        } else if (kbeg < kend) {
+        } else {
             R nb[T2];
             R ca[RM][T3];
 #pragma unroll
             for (int r = 0; r < RM; ++r)
                 fetch_a<TA, T3>(ca[r], A, lda, rows[r], kbeg, kend);
             fetch_b<TB, N, T2>(nb, B, ldb, (long long)kbeg + lane, kend, p, ralpha);
-            for (int j = kbeg; j < kend; j += T1) {
+            for (int j = kbeg; j < kspan; j += T1) {
                 next_b_tile<TB, N, T1, T2, T2P>(nb, sB, g, lane, B, ldb, j, kend, p, ralpha);
                 tile_product_rows<TA, RM, T2, T2P, T3>(acc, ca, A, lda, rows, j, min(T1, kend - j), kend, sB);
             }
