@@ -110,6 +110,18 @@ def shard_files(out_dir: Path, key: tuple[str, str, int]) -> tuple[Path, Path]:
     return out_dir / f"{stem}.log", out_dir / f"{stem}_checks.json"
 
 
+def record_shard(out_dir: Path, key: tuple[str, str, int], exit_code: int, seconds: float) -> None:
+    """One line of shards.jsonl per finished process, so that a run cut off (a time limit, a lost
+    machine) still says what it checked."""
+    log, counts = shard_files(out_dir, key)
+    errors, warnings, reports = parse_log(log.read_text(errors="replace") if log.exists() else "")
+    checks = json.loads(counts.read_text()) if counts.exists() else None
+    line = dict(zip(("tool", "precision", "part"), key), exit_code=exit_code, errors=errors, warnings=warnings,
+                checks=checks, seconds=round(seconds, 1), first_reports=reports[:5])
+    with open(out_dir / "shards.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: Path, out_dir: Path,
               quick: bool, jobs: int, precisions: tuple[str, ...]) -> list[ToolRun]:
     """Every tool over every precision, one process per (tool, precision, part), up to `jobs` of them
@@ -123,6 +135,7 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
     parallel = max(1, min(len(shards), jobs or os.cpu_count() or 1))
     click.echo(f"{len(shards)} sanitizer runs ({', '.join(tools)} × {', '.join(precisions)}), {parallel} at once; "
                f"logs in {out_dir}")
+    (out_dir / "shards.jsonl").unlink(missing_ok=True)
     pending, running, done = list(shards), {}, {}
     started = time.monotonic()
     while pending or running:
@@ -142,6 +155,7 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
             if proc.poll() is not None:
                 done[key] = (proc.returncode, time.monotonic() - t0)
                 del running[key]
+                record_shard(out_dir, key, *done[key])
                 click.echo(f"  {key[0]} {key[1]} part {key[2]}: exit {proc.returncode} after {done[key][1]:.0f} s "
                            f"({len(done)}/{len(shards)}, {time.monotonic() - started:.0f} s)")
     runs = []

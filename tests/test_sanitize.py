@@ -1,5 +1,8 @@
 """`gemmgen check --sanitize`: tool names, reading compute-sanitizer's logs, the exact-extent arithmetic
 and the one-line refusals (no GPU needed)."""
+import json
+import sys
+
 import pytest
 from click.testing import CliRunner
 
@@ -65,3 +68,34 @@ def test_bad_tool_or_precision_is_refused():
     assert result.exit_code == 2 and "unknown sanitizer tool memchek" in result.output
     result = CliRunner().invoke(main, ["check", "--precisions", "q"])
     assert result.exit_code == 2 and "unknown precision q" in result.output
+
+
+def test_run_tools_splits_schedules_and_sums(tmp_path):
+    """The (tool, precision, part) processes, with a stand-in for compute-sanitizer that writes the
+    log and the check counts an inner run would: every shard runs once, one line each in
+    shards.jsonl, a tool's counts and errors summed; a shard with a report makes its tool unclean."""
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+args = sys.argv[1:]
+log, counts, part = (args[args.index(flag) + 1] for flag in ("--log-file", "--counts", "--part"))
+tool = args[args.index("--tool") + 1]
+bad = tool == "racecheck" and "_s_1" in log
+with open(log, "w") as f:
+    f.write("========= COMPUTE-SANITIZER\\n")
+    f.write("========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\\n" if bad
+            else "========= ERROR SUMMARY: 0 errors\\n")
+json.dump({{"passed": 3, "failed": 0}}, open(counts, "w"))
+sys.exit(86 if bad else 0)
+""")
+    fake.chmod(0o755)
+    runs = sanitize.run_tools(fake, ("memcheck", "racecheck"), tmp_path / "lib.so", tmp_path, tmp_path,
+                              quick=True, jobs=4, precisions=("h", "s"))
+    parts = sanitize.PARTS["h"] + sanitize.PARTS["s"]
+    lines = [json.loads(x) for x in (tmp_path / "shards.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * parts
+    assert {(x["tool"], x["precision"], x["part"]) for x in lines} == {
+        (t, p, i) for t in ("memcheck", "racecheck") for p in ("h", "s") for i in range(sanitize.PARTS[p])}
+    memcheck, racecheck = runs
+    assert memcheck.clean and memcheck.checks_passed == 3 * parts
+    assert not racecheck.clean and racecheck.errors == 1 and racecheck.exit_code == sanitize.SANITIZER_EXIT
