@@ -58,6 +58,26 @@ def _cuts(entry, index: int) -> str:
     return ", ".join(values)
 
 
+# The kernel families a CMake build of the CUDA library chooses from (GEMMGEN_FAMILIES), and the source
+# folder of each kernel family (src/FOLDER/PRECISION/...).
+BUILD_FAMILIES = ("small", "wmma", "tallskinny")
+_BUILD_FAMILY_OF_FOLDER = {"small": "small", "wmma": "wmma", "wmmawarp": "wmma", "wmmablock": "wmma",
+                           "wmmahopper": "wmma", "tsm2": "tallskinny", "ism2": "tallskinny"}
+
+
+def build_groups(paths: list[str]) -> list[tuple[str, str, list[str]]]:
+    """Kernel sources as (build family, precision, sources) in CMakeLists.txt's order.  The one
+    source without a precision folder is the sm_90a hc kernel (src/wmmahopper/gemmgen_wgmma_hc.cu)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        parts = path.split("/")
+        precision = "hc" if path == wmma.WGMMA_HC_SOURCE else parts[2]
+        groups.setdefault((_BUILD_FAMILY_OF_FOLDER[parts[1]], precision), []).append(path)
+    order = {name: i for i, name in enumerate(BUILD_FAMILIES)}
+    return [(f, p, sorted(g)) for (f, p), g in sorted(
+        groups.items(), key=lambda kv: (order[kv[0][0]], PRECISION_ORDER.index(kv[0][1])))]
+
+
 TALLSKINNY_TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
 
@@ -109,10 +129,12 @@ def plan(manifest: Manifest) -> dict[str, str]:
     ts_kernels = manifest.tallskinny_kernels
     for spec in ts_kernels:
         files[kernel_source_path(spec)] = tallskinny_source(spec, command)
+    # the macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2)
+    selection_macros = [f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES]
     files["src/gemmgen_tallskinny_dispatch.cu"] = render(
         "tsm2/tallskinny_dispatch.cu.j2", precisions=precisions, entries=manifest.tallskinny,
         kernels=ts_kernels, max_cuts=tsm2.MAX_TCF_CUTS,
-        cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), **common)
+        cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), selection_macros=selection_macros, **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
     # sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up (k from WGMMA_HC_MIN_K with beta ≠ 0), which
@@ -125,13 +147,15 @@ def plan(manifest: Manifest) -> dict[str, str]:
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
-        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
+        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, selection_macros=selection_macros, **common)
     cuda_sources = sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
                           + ["src/gemmgen_tallskinny_dispatch.cu"] + ([wmma.WGMMA_HC_SOURCE] if wgmma_hc else []))
     # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
     sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]
+    kernel_sources = [path for path in cuda_sources if path not in sm90a and path != "src/gemmgen_tallskinny_dispatch.cu"]
     files["CMakeLists.txt"] = render(
-        "CMakeLists.txt.j2", sources=[path for path in cuda_sources if path not in sm90a], sm90a_sources=sm90a,
+        "CMakeLists.txt.j2", source_groups=build_groups(kernel_sources), sm90a_groups=build_groups(sm90a),
+        precisions=list(manifest.selection.precisions), families=list(BUILD_FAMILIES),
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],
         cpu_sources=sorted(cpu.source_path(s) for s in manifest.cpu_kernels), **common)

@@ -91,3 +91,35 @@ def test_installed_set_is_found_by_find_package(root, tmp_path, shared):
             "lib/cmake/gemmgen/gemmgenConfigVersion.cmake"} <= {p.replace("lib64/", "lib/") for p in installed}
     ran = subprocess.run([str(tmp_path / "consumer" / "consumer")], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+def test_cmake_builds_the_chosen_precisions_and_families(tmp_path):
+    """GEMMGEN_PRECISIONS and GEMMGEN_FAMILIES leave kernels out of the CUDA library: nothing of them
+    is compiled, the C API still has every function, and their shapes come back as not generated.
+    An unknown name stops the configuration with a one-line reason."""
+    from harness.api import GemmgenLibrary
+
+    gen = tmp_path / "generated"
+    result = CliRunner().invoke(main, ["generate", "--out", str(gen), "--arch", "sm_90", "--precisions", "s,d",
+                                       "--sizes", "2,3", "--tallskinny-n", "4", "--cpu-isa", "generic"])
+    assert result.exit_code == 0, result.output
+    nvcc = [f"-DCMAKE_CUDA_COMPILER={find_nvcc()}", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    refused = subprocess.run(["cmake", "-S", str(gen), "-B", str(tmp_path / "bad"), *nvcc, "-DGEMMGEN_PRECISIONS=d;q"],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0
+    assert "GEMMGEN_PRECISIONS: 'q' is not one of this set's: s, d" in refused.stderr
+    build = tmp_path / "build"
+    configure = subprocess.run(["cmake", "-S", str(gen), "-B", str(build), *nvcc, "-DGEMMGEN_SHARED=ON",
+                                "-DGEMMGEN_PRECISIONS=d", "-DGEMMGEN_FAMILIES=small"], capture_output=True, text=True)
+    assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
+    compiled = subprocess.run(["cmake", "--build", str(build), "--target", "gemmgen", "-j", "2"],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
+    objects = {p.name for p in build.rglob("*.o")}
+    assert any(name.startswith("small_d_") for name in objects)
+    assert not [name for name in objects if name.startswith(("small_s_", "tsm2_", "ism2_"))]
+    lib = GemmgenLibrary(next(build.glob("libgemmgen.so*")))
+    assert lib.kernel_names() and all(name.startswith("small_d_") for name in lib.kernel_names())
+    assert lib.is_generated("d", 3, 3, 3) and not lib.is_generated("s", 3, 3, 3)
+    assert not lib.tallskinny_is_generated("d", 4)

@@ -9,1814 +9,2752 @@
 #include "gemmgen.h"
 #include "gemmgen_device.cuh"
 
+// What a CMake build selected (GEMMGEN_PRECISIONS, GEMMGEN_FAMILIES): a kernel whose precision or
+// family is off is neither declared nor in the tables, so its shapes go to the general kernel or
+// return GEMMGEN_NOT_GENERATED.  Everything is on unless the build says otherwise.
+#ifndef GEMMGEN_WITH_H
+#define GEMMGEN_WITH_H 1
+#endif
+#ifndef GEMMGEN_WITH_HC
+#define GEMMGEN_WITH_HC 1
+#endif
+#ifndef GEMMGEN_WITH_S
+#define GEMMGEN_WITH_S 1
+#endif
+#ifndef GEMMGEN_WITH_D
+#define GEMMGEN_WITH_D 1
+#endif
+#ifndef GEMMGEN_WITH_C
+#define GEMMGEN_WITH_C 1
+#endif
+#ifndef GEMMGEN_WITH_Z
+#define GEMMGEN_WITH_Z 1
+#endif
+#ifndef GEMMGEN_WITH_SMALL
+#define GEMMGEN_WITH_SMALL 1
+#endif
+#ifndef GEMMGEN_WITH_WMMA
+#define GEMMGEN_WITH_WMMA 1
+#endif
+#ifndef GEMMGEN_WITH_TALLSKINNY
+#define GEMMGEN_WITH_TALLSKINNY 1
+#endif
+
 // ---- every emitted launcher ------------------------------------------------------------------------
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m10n10k10_dim5x5_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m12n12k12_dim4x6_tba8_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m12n12k12_dim4x6_tba8_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m14n14k14_dim7x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m15n15k15_dim4x4_tba2_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m15n15k15_dim4x4_tba2_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m16n16k16_dim8x8_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m18n18k18_dim6x9_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m19n19k19_dim7x7_tba4_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m19n19k19_dim7x7_tba4_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m22n22k22_dim8x11_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m3n3k3_dim2x1_tba16_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m3n3k3_dim2x1_tba16_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m4n4k4_dim2x4_tba8_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m4n4k4_dim2x4_tba8_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m5n5k5_dim5x3_tba4_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m6n6k6_dim2x3_tba4_aring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m6n6k6_dim2x3_tba4_aring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m7n7k7_dim4x7_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m7n7k7_dim4x7_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m8n8k8_dim8x4_tba4_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m8n8k8_dim8x4_tba4_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m9n9k9_dim9x5_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m9n9k9_dim9x5_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m10n10k10_dim5x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m12n12k12_dim6x4_tba4_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m12n12k12_dim6x4_tba4_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m16n16k16_dim8x6_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m16n16k16_dim8x6_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m1n1k1_dim1x1_tba128_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m1n1k1_dim1x1_tba128_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m20n20k20_dim16x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m22n22k22_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m23n23k23_dim8x12_tba2_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m24n24k24_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m2n2k2_dim2x1_tba64_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m2n2k2_dim2x1_tba64_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m3n3k3_dim2x1_tba16_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m4n4k4_dim2x4_tba8_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m4n4k4_dim2x4_tba8_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m5n5k5_dim5x3_tba4_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m5n5k5_dim5x3_tba4_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m6n6k6_dim2x3_tba8_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m6n6k6_dim2x3_tba8_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m7n7k7_dim7x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m7n7k7_dim7x4_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m8n8k8_dim4x4_tba16_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m8n8k8_dim4x4_tba16_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m9n9k9_dim9x5_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m10n10k16_dim4x4_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m11n11k16_dim6x4_tba4_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m2n2k16_dim1x2_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k16_dim1x2_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m4n4k16_dim4x4_tba16_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m4n4k16_dim4x4_tba16_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m5n5k16_dim3x2_tba32_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m5n5k16_dim3x2_tba32_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m5n5k5_dim3x2_tba32_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m6n6k6_dim3x2_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m8n8k16_dim4x4_tba2_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m8n8k16_dim4x4_tba2_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m8n8k8_dim4x4_tba16_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
 extern "C" int small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m11n11k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m11n11k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m1n1k16_dim1x1_tba128_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m2n2k16_dim1x2_tba64_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m2n2k16_dim1x2_tba64_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m4n4k4_dim2x4_tba32_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m6n6k6_dim2x2_tba8_hoist_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m8n8k16_dim4x4_tba2_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m8n8k16_dim4x4_tba2_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
 extern "C" int small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m10n10k10_dim5x5_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m10n10k10_dim5x5_tba8_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m11n11k11_dim4x4_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m11n11k11_dim4x4_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m12n12k12_dim4x3_tba8_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m12n12k12_dim4x3_tba8_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m16n16k16_dim8x16_tba2_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m18n18k18_dim6x5_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m1n1k1_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m22n22k22_dim8x8_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m24n24k24_dim8x6_tba2_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m24n24k24_dim8x6_tba2_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m26n26k26_dim7x9_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m2n2k2_dim1x1_tba128_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m32n32k32_dim8x8_tba1_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m32n32k32_dim8x8_tba1_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m3n3k3_dim1x1_tba32_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m3n3k3_dim1x1_tba32_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m4n4k4_dim2x2_tba16_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m4n4k4_dim2x2_tba16_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m5n5k5_dim2x3_tba16_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m5n5k5_dim2x3_tba16_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m6n6k6_dim2x2_tba8_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m6n6k6_dim2x2_tba8_hoist_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m7n7k7_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m7n7k7_dim4x4_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m8n8k8_dim4x4_tba4_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m8n8k8_dim4x4_tba4_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m10n10k10_dim10x5_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m10n10k10_dim10x5_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m11n11k11_dim6x11_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m11n11k11_dim6x11_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m12n12k12_dim12x6_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m14n14k14_dim14x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m14n14k14_dim14x7_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m15n15k15_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m16n16k16_dim16x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m16n16k16_dim16x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m17n17k17_dim6x5_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m17n17k17_dim6x5_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m18n18k18_dim6x6_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m18n18k18_dim6x6_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m19n19k19_dim10x10_tba2_ring2_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m19n19k19_dim10x10_tba2_ring2_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m1n1k1_dim1x1_tba128_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m20n20k20_dim8x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m20n20k20_dim8x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m21n21k21_dim7x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m21n21k21_dim7x7_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m22n22k22_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m22n22k22_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m23n23k23_dim8x8_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m23n23k23_dim8x8_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m24n24k24_dim12x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m25n25k25_dim7x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m26n26k26_dim7x9_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m26n26k26_dim7x9_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m27n27k27_dim16x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m27n27k27_dim16x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m28n28k28_dim16x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m29n29k29_dim16x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m2n2k2_dim2x2_tba64_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m2n2k2_dim2x2_tba64_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m30n30k30_dim16x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m30n30k30_dim16x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m31n31k31_dim8x16_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m32n32k32_dim16x8_tba1_hoist_mma_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m3n3k3_dim3x3_tba16_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m4n4k4_dim4x4_tba8_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m4n4k4_dim4x4_tba8_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m5n5k5_dim5x5_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m5n5k5_dim5x5_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m6n6k6_dim6x3_tba4_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m6n6k6_dim6x3_tba4_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m7n7k7_dim7x7_tba1_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m7n7k7_dim7x7_tba1_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m8n8k8_dim4x8_tba1_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m8n8k8_dim4x8_tba1_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComplex, const cuDoubleComplex*, int, long long,
     const cuDoubleComplex*, int, long long, cuDoubleComplex, cuDoubleComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m33n33k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m33n33k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m33n33k33_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m33n33k33_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m34n34k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m34n34k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m38n38k38_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m38n38k38_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m45n45k45_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m45n45k45_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m47n47k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m47n47k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m47n47k47_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m47n47k47_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m54n54k54_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m54n54k54_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m55n55k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m60n60k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m61n61k61_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m61n61k61_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m62n62k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m62n62k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m19n19k19_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m19n19k19_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m20n20k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m20n20k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m20n20k20_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m20n20k20_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m21n21k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m21n21k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m21n21k21_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m21n21k21_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m22n22k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m22n22k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m25n25k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m27n27k27_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m27n27k27_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m28n28k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m28n28k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m29n29k29_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m29n29k29_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m30n30k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m30n30k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m30n30k30_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m30n30k30_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m33n33k33_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k33_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m34n34k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m34n34k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m34n34k34_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m34n34k34_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m35n35k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m35n35k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m35n35k35_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m35n35k35_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m39n39k39_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m39n39k39_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m40n40k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m40n40k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m40n40k40_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m40n40k40_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m41n41k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m41n41k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m42n42k42_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m42n42k42_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m43n43k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m43n43k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m43n43k43_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m43n43k43_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m44n44k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m44n44k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m45n45k45_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m45n45k45_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m47n47k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m52n52k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m52n52k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m56n56k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m56n56k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m57n57k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m57n57k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided(char, char, int, int, int, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array(char, char, int, int, int, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array(char, char, int, int, int, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
 // sm_90a: large hc GEMMs on wgmma (src/wmmahopper/gemmgen_wgmma_hc.cu); -1 where it does not apply.
 extern "C" int gemmgen_wgmma_hc_strided(char, char, int, int, int, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
+#define GEMMGEN_WGMMA_HC gemmgen_wgmma_hc_strided
+#else
+#define GEMMGEN_WGMMA_HC nullptr
+#endif
 
 namespace {
 
@@ -1849,657 +2787,1927 @@ struct GeneralEntry {
 };
 
 const SmallEntry<__half, float> small_h[] = {
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba256_hoist_ring3", small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {1, 1, 16, 75, "small_h_m1n1k16_dim1x1_tba64_hoist_ring2", small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided, small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {2, 2, 16, 75, "small_h_m2n2k16_dim1x2_tba16_ring2", small_h_m2n2k16_dim1x2_tba16_ring2_strided, small_h_m2n2k16_dim1x2_tba16_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist_aring3", small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {3, 3, 16, 75, "small_h_m3n3k16_dim3x3_tba32_hoist_ring2", small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided, small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {4, 4, 16, 75, "small_h_m4n4k16_dim4x4_tba16_ring3", small_h_m4n4k16_dim4x4_tba16_ring3_strided, small_h_m4n4k16_dim4x4_tba16_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_h_m5n5k5_dim3x2_tba32_ring2", small_h_m5n5k5_dim3x2_tba32_ring2_strided, small_h_m5n5k5_dim3x2_tba32_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {5, 5, 16, 75, "small_h_m5n5k16_dim3x2_tba32_ring2", small_h_m5n5k16_dim3x2_tba32_ring2_strided, small_h_m5n5k16_dim3x2_tba32_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16_ring2", small_h_m6n6k6_dim3x2_tba16_ring2_strided, small_h_m6n6k6_dim3x2_tba16_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {6, 6, 16, 75, "small_h_m6n6k16_dim6x3_tba16_hoist_ring2", small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_h_m7n7k7_dim4x3_tba32_hoist_ring3", small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided, small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba16_ring2_pairs", small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided, small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_h_m10n10k10_dim4x5_tba16_hoist_ring2", small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided, small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16", small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f32", wmmawarp_h_m19n19k16_w8_s2_f32_strided, wmmawarp_h_m19n19k16_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w4_s2_f32", wmmawarp_h_m19n19k19_w4_s2_f32_strided, wmmawarp_h_m19n19k19_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w4_s2_f32", wmmawarp_h_m20n20k16_w4_s2_f32_strided, wmmawarp_h_m20n20k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w4_s2_f16", wmmawarp_h_m20n20k20_w4_s2_f16_strided, wmmawarp_h_m20n20k20_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f32", wmmawarp_h_m21n21k21_w8_s2_f32_strided, wmmawarp_h_m21n21k21_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s3_f16", wmmawarp_h_m22n22k16_w4_s3_f16_strided, wmmawarp_h_m22n22k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f32", wmmawarp_h_m22n22k22_w8_s2_f32_strided, wmmawarp_h_m22n22k22_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s2_f32", wmmawarp_h_m23n23k16_w4_s2_f32_strided, wmmawarp_h_m23n23k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w8_s2_f32", wmmawarp_h_m23n23k23_w8_s2_f32_strided, wmmawarp_h_m23n23k23_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w8_s2_f32", wmmawarp_h_m25n25k25_w8_s2_f32_strided, wmmawarp_h_m25n25k25_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s2_f32", wmmawarp_h_m26n26k16_w8_s2_f32_strided, wmmawarp_h_m26n26k16_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f16", wmmawarp_h_m26n26k26_w4_s2_f16_strided, wmmawarp_h_m26n26k26_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w4_s3_f32", wmmawarp_h_m27n27k16_w4_s3_f32_strided, wmmawarp_h_m27n27k16_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {27, 27, 27, 75, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {27, 27, 27, 80, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w4_s3_f32", wmmawarp_h_m28n28k16_w4_s3_f32_strided, wmmawarp_h_m28n28k16_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {28, 28, 28, 80, "wmmawarp_h_m28n28k28_w4_s2_f16", wmmawarp_h_m28n28k28_w4_s2_f16_strided, wmmawarp_h_m28n28k28_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f32", wmmawarp_h_m29n29k16_w4_s2_f32_strided, wmmawarp_h_m29n29k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {30, 30, 16, 80, "wmmawarp_h_m30n30k16_w8_s2_f16", wmmawarp_h_m30n30k16_w8_s2_f16_strided, wmmawarp_h_m30n30k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s2_f32", wmmawarp_h_m30n30k30_w8_s2_f32_strided, wmmawarp_h_m30n30k30_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f32", wmmawarp_h_m31n31k16_w8_s2_f32_strided, wmmawarp_h_m31n31k16_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {33, 33, 16, 75, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {33, 33, 16, 80, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {33, 33, 33, 75, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {33, 33, 33, 80, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {34, 34, 16, 75, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {34, 34, 16, 80, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {34, 34, 34, 75, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {34, 34, 34, 80, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {37, 37, 37, 75, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {37, 37, 37, 80, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {38, 38, 38, 75, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {38, 38, 38, 80, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {39, 39, 16, 75, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {39, 39, 16, 80, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {41, 41, 41, 75, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {41, 41, 41, 80, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {44, 44, 16, 75, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {44, 44, 16, 80, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {45, 45, 45, 75, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {45, 45, 45, 80, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {46, 46, 16, 75, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {46, 46, 16, 80, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {47, 47, 16, 75, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {47, 47, 16, 80, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {47, 47, 47, 75, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {53, 53, 53, 75, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {53, 53, 53, 80, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {54, 54, 54, 75, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {54, 54, 54, 80, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {55, 55, 16, 75, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {58, 58, 58, 75, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {58, 58, 58, 80, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {60, 60, 16, 75, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {60, 60, 16, 80, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {60, 60, 60, 75, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {60, 60, 60, 80, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {61, 61, 61, 75, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {61, 61, 61, 80, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {62, 62, 16, 75, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {62, 62, 16, 80, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {62, 62, 62, 75, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {63, 63, 63, 75, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {63, 63, 63, 80, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
 const GeneralEntry<__half, float> general_h[] = {
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 1, 16, 75, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 1, 16, 80, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 17, 23, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 17, 23, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 24, 24, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 24, 24, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 25, 31, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 25, 31, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 32, 32, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 32, 32, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 33, 39, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 33, 39, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 40, 40, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 40, 40, 80, 1, "wmmablock_h_blk64x64x16_w2x2_s4_f32_b1", wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_strided, wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 41, 47, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 41, 47, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 48, 48, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 48, 48, 80, 1, "wmmablock_h_blk64x64x16_w2x2_s4_f32_b1", wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_strided, wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 49, 55, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 49, 55, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 56, 56, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 56, 56, 80, 1, "wmmablock_h_blk64x64x16_w2x2_s4_f32_b1", wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_strided, wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 57, 63, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 57, 63, 80, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16", wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 64, 64, 75, 0, "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 64, 64, 80, 1, "wmmablock_h_blk64x64x16_w2x2_s4_f32_b1", wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_strided, wmmablock_h_blk64x64x16_w2x2_s4_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 65, 112, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 65, 80, 80, 1, "wmmablock_h_blk80x80x16_w1x5_s4_f16_b1", wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_strided, wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 81, 96, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2", wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 97, 128, 80, 1, "wmmablock_h_blk128x128x32_w2x4_s3_f16_b2", wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 113, 120, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 121, 176, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 129, 160, 80, 1, "wmmablock_h_blk80x80x16_w1x5_s4_f16_b1", wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_strided, wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 161, 176, 80, 1, "wmmablock_h_blk96x96x16_w2x2_s4_f16_b2", wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_strided, wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 177, 184, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 177, 184, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2", wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 185, 208, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 185, 192, 80, 1, "wmmablock_h_blk96x96x16_w2x2_s4_f16_b2", wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_strided, wmmablock_h_blk96x96x16_w2x2_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 193, 0, 80, 1, "wmmablock_h_blk128x128x32_w2x4_s3_f16_b2", wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 209, 216, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 217, 224, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 225, 232, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 233, 240, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 241, 248, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {1, 249, 0, 75, 0, "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 1, 16, 75, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 1, 16, 80, 0, "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 17, 23, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 17, 23, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 24, 24, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 24, 24, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 25, 31, 75, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 25, 31, 80, 0, "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16", wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_strided, wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 32, 32, 75, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 32, 32, 80, 0, "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3", wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_strided, wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 33, 48, 75, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 33, 39, 80, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 40, 40, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 41, 47, 80, 0, "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 48, 48, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 49, 64, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 49, 55, 80, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 56, 56, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 57, 63, 80, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 64, 64, 80, 1, "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 65, 96, 75, 0, "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 65, 72, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2", wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 73, 80, 80, 1, "wmmablock_h_blk80x80x16_w1x5_s4_f16_b1", wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_strided, wmmablock_h_blk80x80x16_w1x5_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 81, 96, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2", wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 97, 128, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 97, 120, 80, 1, "wmmablock_h_blk128x128x32_w2x4_s3_f16_b2", wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 121, 128, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1", wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 129, 192, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 129, 192, 80, 1, "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2", wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_strided, wmmablock_h_blk96x96x32_w2x2_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 193, 200, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 193, 248, 80, 1, "wmmablock_h_blk128x128x32_w2x4_s3_f16_b2", wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_strided, wmmablock_h_blk128x128x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 201, 208, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 209, 216, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 217, 224, 75, 0, "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_strided, wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 225, 0, 75, 0, "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3", wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_strided, wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3_array},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     {0, 249, 0, 80, 1, "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1", wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_strided, wmmablock_h_blk128x128x64_w2x4_s3_f16_b1_array},
+#endif
     {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3", small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {1, 1, 16, 75, "small_hc_m1n1k16_dim1x1_tba128_ring2", small_hc_m1n1k16_dim1x1_tba128_ring2_strided, small_hc_m1n1k16_dim1x1_tba128_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {2, 2, 16, 75, "small_hc_m2n2k16_dim1x2_tba64_ring2", small_hc_m2n2k16_dim1x2_tba64_ring2_strided, small_hc_m2n2k16_dim1x2_tba64_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3", small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {3, 3, 16, 75, "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2", small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided, small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {4, 4, 16, 75, "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2", small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2", small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided, small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {5, 5, 16, 75, "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2", small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {6, 6, 16, 75, "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2", small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16", small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided, small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {14, 14, 16, 75, "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s2_f16", wmmawarp_hc_m19n19k16_w4_s2_f16_strided, wmmawarp_hc_m19n19k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {19, 19, 19, 80, "wmmawarp_hc_m19n19k19_w8_s2_f16", wmmawarp_hc_m19n19k19_w8_s2_f16_strided, wmmawarp_hc_m19n19k19_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {20, 20, 16, 80, "wmmawarp_hc_m20n20k16_w8_s2_f16", wmmawarp_hc_m20n20k16_w8_s2_f16_strided, wmmawarp_hc_m20n20k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {20, 20, 20, 80, "wmmawarp_hc_m20n20k20_w4_s2_f16", wmmawarp_hc_m20n20k20_w4_s2_f16_strided, wmmawarp_hc_m20n20k20_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {21, 21, 16, 80, "wmmawarp_hc_m21n21k16_w8_s2_f16", wmmawarp_hc_m21n21k16_w8_s2_f16_strided, wmmawarp_hc_m21n21k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {21, 21, 21, 80, "wmmawarp_hc_m21n21k21_w8_s2_f16", wmmawarp_hc_m21n21k21_w8_s2_f16_strided, wmmawarp_hc_m21n21k21_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {22, 22, 16, 80, "wmmawarp_hc_m22n22k16_w4_s2_f16", wmmawarp_hc_m22n22k16_w4_s2_f16_strided, wmmawarp_hc_m22n22k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {22, 22, 22, 80, "wmmawarp_hc_m22n22k22_w4_s2_f16", wmmawarp_hc_m22n22k22_w4_s2_f16_strided, wmmawarp_hc_m22n22k22_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w8_s2_f16", wmmawarp_hc_m23n23k16_w8_s2_f16_strided, wmmawarp_hc_m23n23k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {24, 24, 16, 80, "wmmawarp_hc_m24n24k16_w4_s2_f16", wmmawarp_hc_m24n24k16_w4_s2_f16_strided, wmmawarp_hc_m24n24k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {25, 25, 16, 80, "wmmawarp_hc_m25n25k16_w4_s2_f16", wmmawarp_hc_m25n25k16_w4_s2_f16_strided, wmmawarp_hc_m25n25k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {25, 25, 25, 75, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {25, 25, 25, 80, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w8_s2_f16", wmmawarp_hc_m26n26k16_w8_s2_f16_strided, wmmawarp_hc_m26n26k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w4_s2_f16", wmmawarp_hc_m26n26k26_w4_s2_f16_strided, wmmawarp_hc_m26n26k26_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w8_s2_f16", wmmawarp_hc_m27n27k16_w8_s2_f16_strided, wmmawarp_hc_m27n27k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {27, 27, 27, 75, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {27, 27, 27, 80, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {28, 28, 16, 75, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {28, 28, 16, 80, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {28, 28, 28, 75, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {28, 28, 28, 80, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {29, 29, 29, 75, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {29, 29, 29, 80, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {30, 30, 16, 75, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {30, 30, 16, 80, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {30, 30, 30, 75, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {30, 30, 30, 80, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {31, 31, 31, 75, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {31, 31, 31, 80, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {32, 32, 32, 75, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {32, 32, 32, 80, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {33, 33, 33, 75, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {33, 33, 33, 80, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {34, 34, 16, 75, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {34, 34, 16, 80, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {34, 34, 34, 75, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {34, 34, 34, 80, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {35, 35, 16, 75, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {35, 35, 16, 80, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {35, 35, 35, 75, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {35, 35, 35, 80, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {36, 36, 16, 75, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {36, 36, 16, 80, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {37, 37, 37, 75, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {37, 37, 37, 80, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {38, 38, 38, 75, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {38, 38, 38, 80, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {39, 39, 39, 75, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {39, 39, 39, 80, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {40, 40, 16, 75, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {40, 40, 16, 80, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {40, 40, 40, 75, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {40, 40, 40, 80, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {41, 41, 16, 75, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {41, 41, 16, 80, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {41, 41, 41, 75, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {41, 41, 41, 80, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {42, 42, 42, 75, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {42, 42, 42, 80, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {43, 43, 16, 75, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {43, 43, 16, 80, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {43, 43, 43, 75, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {43, 43, 43, 80, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {44, 44, 16, 75, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {44, 44, 16, 80, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {44, 44, 44, 75, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {44, 44, 44, 80, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {45, 45, 45, 75, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {45, 45, 45, 80, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {46, 46, 16, 75, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {46, 46, 16, 80, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {47, 47, 16, 75, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {47, 47, 16, 80, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {47, 47, 47, 75, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {48, 48, 48, 75, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {48, 48, 48, 80, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {50, 50, 50, 75, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {50, 50, 50, 80, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {52, 52, 16, 75, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {52, 52, 16, 80, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {53, 53, 16, 75, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {53, 53, 16, 80, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {56, 56, 16, 75, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {56, 56, 16, 80, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {57, 57, 16, 75, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {57, 57, 16, 80, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {58, 58, 16, 75, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {60, 60, 16, 75, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {60, 60, 16, 80, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {64, 64, 16, 75, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 1},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {64, 64, 16, 80, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
 const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 1, 16, 75, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 1, 16, 80, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 17, 24, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 17, 24, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 25, 25, 75, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 25, 25, 80, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 26, 28, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 26, 28, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 29, 31, 75, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 29, 31, 80, 0, "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 32, 32, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 32, 32, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 33, 40, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 33, 35, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 36, 36, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 37, 39, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 40, 40, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 41, 41, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 41, 41, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 42, 42, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 42, 42, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 43, 43, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 43, 43, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 44, 45, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 44, 44, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 45, 45, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 46, 46, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 46, 46, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 47, 58, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 47, 47, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 48, 48, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 49, 55, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 56, 56, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 57, 58, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 59, 63, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 59, 59, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 60, 60, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 61, 63, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 64, 160, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 64, 64, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 65, 80, 80, 1, "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1", wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided, wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 81, 96, 80, 1, "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1", wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided, wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 97, 128, 80, 1, "wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2", wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_strided, wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 129, 136, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 137, 144, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 145, 160, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 161, 168, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 161, 168, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 169, 216, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 169, 192, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 193, 0, 80, 1, "wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2", wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_strided, wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 217, 224, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 225, 232, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 233, 240, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {1, 241, 0, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 1, 16, 75, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 1, 16, 80, 0, "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32", wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_strided, wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 17, 31, 75, 0, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 17, 31, 80, 0, "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 32, 32, 75, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 32, 32, 80, 0, "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16", wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_strided, wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 33, 33, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 33, 33, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 34, 35, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 34, 35, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 36, 36, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 36, 36, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 37, 40, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 37, 40, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 41, 44, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 41, 43, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 44, 44, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 45, 47, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 45, 47, 80, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16", wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 48, 48, 75, 0, "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16", wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_strided, wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 48, 48, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 49, 58, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 49, 51, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 52, 52, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 53, 55, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 56, 56, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 57, 58, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 59, 59, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 59, 59, 80, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 60, 64, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 60, 60, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 61, 63, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 64, 64, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 65, 96, 75, 0, "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 65, 72, 80, 1, "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1", wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided, wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 73, 80, 80, 1, "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1", wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_strided, wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 81, 96, 80, 1, "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1", wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_strided, wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 97, 120, 75, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 97, 104, 80, 0, "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 105, 120, 80, 1, "wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2", wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_strided, wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 121, 128, 75, 0, "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16", wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_strided, wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 121, 128, 80, 1, "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2", wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_strided, wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 129, 216, 75, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 129, 136, 80, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 137, 144, 80, 1, "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1", wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_strided, wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 145, 216, 80, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 217, 224, 75, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 217, 224, 80, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 225, 248, 75, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 225, 248, 80, 0, "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16", wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_strided, wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 249, 0, 75, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     {0, 249, 0, 80, 0, "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16", wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_strided, wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16_array},
+#endif
     {0, 0, 0, 0, 0, nullptr, nullptr, nullptr},
 };
 
 const SmallEntry<float, float> small_s[] = {
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128_hoist", small_s_m1n1k1_dim1x1_tba128_hoist_strided, small_s_m1n1k1_dim1x1_tba128_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba128_hoist", small_s_m2n2k2_dim1x1_tba128_hoist_strided, small_s_m2n2k2_dim1x1_tba128_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32_hoist", small_s_m3n3k3_dim1x1_tba32_hoist_strided, small_s_m3n3k3_dim1x1_tba32_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16_hoist", small_s_m5n5k5_dim2x3_tba16_hoist_strided, small_s_m5n5k5_dim2x3_tba16_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba8_hoist", small_s_m6n6k6_dim2x2_tba8_hoist_strided, small_s_m6n6k6_dim2x2_tba8_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist_aring2", small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided, small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4_hoist", small_s_m11n11k11_dim4x4_tba4_hoist_strided, small_s_m11n11k11_dim4x4_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist_aring2", small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided, small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_s_m16n16k16_dim8x16_tba2_ring2", small_s_m16n16k16_dim8x16_tba2_ring2_strided, small_s_m16n16k16_dim8x16_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist_aring2", small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided, small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist_aring2", small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided, small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_s_m20n20k20_dim10x10_tba1_hoist_ring2", small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided, small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_s_m21n21k21_dim7x7_tba4_hoist_ring2", small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist_aring2", small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided, small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2_aring2", small_s_m24n24k24_dim8x6_tba2_aring2_strided, small_s_m24n24k24_dim8x6_tba2_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_s_m28n28k28_dim14x10_tba1_hoist_ring2", small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2508,38 +4716,102 @@ const GeneralEntry<float, float> general_s[] = {
 };
 
 const SmallEntry<double, double> small_d[] = {
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128_hoist", small_d_m1n1k1_dim1x1_tba128_hoist_strided, small_d_m1n1k1_dim1x1_tba128_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_d_m2n2k2_dim2x1_tba64", small_d_m2n2k2_dim2x1_tba64_strided, small_d_m2n2k2_dim2x1_tba64_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba16_hoist", small_d_m3n3k3_dim2x1_tba16_hoist_strided, small_d_m3n3k3_dim2x1_tba16_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_d_m4n4k4_dim2x4_tba8", small_d_m4n4k4_dim2x4_tba8_strided, small_d_m4n4k4_dim2x4_tba8_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4_hoist", small_d_m5n5k5_dim5x3_tba4_hoist_strided, small_d_m5n5k5_dim5x3_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_d_m6n6k6_dim2x3_tba8", small_d_m6n6k6_dim2x3_tba8_strided, small_d_m6n6k6_dim2x3_tba8_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2_hoist", small_d_m7n7k7_dim7x4_tba2_hoist_strided, small_d_m7n7k7_dim7x4_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba16", small_d_m8n8k8_dim4x4_tba16_strided, small_d_m8n8k8_dim4x4_tba16_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2_hoist", small_d_m9n9k9_dim9x5_tba2_hoist_strided, small_d_m9n9k9_dim9x5_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2_hoist", small_d_m10n10k10_dim5x5_tba2_hoist_strided, small_d_m10n10k10_dim5x5_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist_aring2", small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_d_m12n12k12_dim6x4_tba4", small_d_m12n12k12_dim6x4_tba4_strided, small_d_m12n12k12_dim6x4_tba4_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist_aring2", small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2_aring2", small_d_m15n15k15_dim4x4_tba2_aring2_strided, small_d_m15n15k15_dim4x4_tba2_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_d_m16n16k16_dim8x6_tba2_hoist", small_d_m16n16k16_dim8x6_tba2_hoist_strided, small_d_m16n16k16_dim8x6_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_d_m17n17k17_dim6x5_tba2_hoist_aring2", small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided, small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_d_m19n19k19_dim10x7_tba2_hoist_aring2", small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided, small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_d_m20n20k20_dim16x8_tba1_hoist_mma", small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided, small_d_m20n20k20_dim16x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma", small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_strided, small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_d_m22n22k22_dim8x8_tba1_hoist_mma", small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided, small_d_m22n22k22_dim8x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_d_m23n23k23_dim8x12_tba2_hoist_mma", small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided, small_d_m23n23k23_dim8x12_tba2_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_d_m24n24k24_dim8x8_tba1_hoist_mma", small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided, small_d_m24n24k24_dim8x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_d_m26n26k26_dim8x8_tba1_hoist_mma", small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided, small_d_m26n26k26_dim8x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_d_m28n28k28_dim8x16_tba1_hoist_mma", small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided, small_d_m28n28k28_dim8x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {29, 29, 29, 75, "small_d_m29n29k29_dim10x10_tba2_hoist_aring2", small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided, small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_d_m30n30k30_dim16x8_tba1_hoist_mma", small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim16x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma", small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided, small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_hoist_aring3", small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided, small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2548,38 +4820,102 @@ const GeneralEntry<double, double> general_d[] = {
 };
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128_hoist", small_c_m1n1k1_dim1x1_tba128_hoist_strided, small_c_m1n1k1_dim1x1_tba128_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_c_m2n2k2_dim2x1_tba32", small_c_m2n2k2_dim2x1_tba32_strided, small_c_m2n2k2_dim2x1_tba32_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_c_m3n3k3_dim2x1_tba16_hoist", small_c_m3n3k3_dim2x1_tba16_hoist_strided, small_c_m3n3k3_dim2x1_tba16_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4_aring2", small_c_m6n6k6_dim2x3_tba4_aring2_strided, small_c_m6n6k6_dim2x3_tba4_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2_hoist", small_c_m7n7k7_dim4x7_tba2_hoist_strided, small_c_m7n7k7_dim4x7_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_c_m8n8k8_dim8x4_tba4", small_c_m8n8k8_dim8x4_tba4_strided, small_c_m8n8k8_dim8x4_tba4_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2_hoist", small_c_m9n9k9_dim9x5_tba2_hoist_strided, small_c_m9n9k9_dim9x5_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4_hoist", small_c_m10n10k10_dim5x5_tba4_hoist_strided, small_c_m10n10k10_dim5x5_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist_aring2", small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8_aring2", small_c_m12n12k12_dim4x6_tba8_aring2_strided, small_c_m12n12k12_dim4x6_tba8_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist_aring2", small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2_aring2", small_c_m15n15k15_dim4x4_tba2_aring2_strided, small_c_m15n15k15_dim4x4_tba2_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist_aring2", small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_c_m19n19k19_dim7x7_tba4_ring2", small_c_m19n19k19_dim7x7_tba4_ring2_strided, small_c_m19n19k19_dim7x7_tba4_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist_aring2", small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist_aring2", small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {25, 25, 25, 75, "small_c_m25n25k25_dim9x13_tba2_ring2", small_c_m25n25k25_dim9x13_tba2_ring2_strided, small_c_m25n25k25_dim9x13_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_c_m28n28k28_dim14x10_tba1_hoist_ring2", small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_c_m32n32k32_dim16x11_tba2_hoist_ring2", small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2588,38 +4924,102 @@ const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
 };
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba128_hoist", small_z_m1n1k1_dim1x1_tba128_hoist_strided, small_z_m1n1k1_dim1x1_tba128_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba64", small_z_m2n2k2_dim2x2_tba64_strided, small_z_m2n2k2_dim2x2_tba64_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16_hoist", small_z_m3n3k3_dim3x3_tba16_hoist_strided, small_z_m3n3k3_dim3x3_tba16_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8_hoist", small_z_m4n4k4_dim4x4_tba8_hoist_strided, small_z_m4n4k4_dim4x4_tba8_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2_hoist", small_z_m5n5k5_dim5x5_tba2_hoist_strided, small_z_m5n5k5_dim5x5_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba4_hoist", small_z_m6n6k6_dim6x3_tba4_hoist_strided, small_z_m6n6k6_dim6x3_tba4_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1_hoist", small_z_m7n7k7_dim7x7_tba1_hoist_strided, small_z_m7n7k7_dim7x7_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {8, 8, 8, 75, "small_z_m8n8k8_dim4x8_tba1", small_z_m8n8k8_dim4x8_tba1_strided, small_z_m8n8k8_dim4x8_tba1_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2_hoist", small_z_m9n9k9_dim5x9_tba2_hoist_strided, small_z_m9n9k9_dim5x9_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1_hoist", small_z_m10n10k10_dim10x5_tba1_hoist_strided, small_z_m10n10k10_dim10x5_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba2_hoist", small_z_m11n11k11_dim6x11_tba2_hoist_strided, small_z_m11n11k11_dim6x11_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2_hoist", small_z_m12n12k12_dim12x6_tba2_hoist_strided, small_z_m12n12k12_dim12x6_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist_aring2", small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided, small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1_hoist_mma", small_z_m16n16k16_dim16x8_tba1_hoist_mma_strided, small_z_m16n16k16_dim16x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {17, 17, 17, 75, "small_z_m17n17k17_dim6x5_tba2_hoist", small_z_m17n17k17_dim6x5_tba2_hoist_strided, small_z_m17n17k17_dim6x5_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {18, 18, 18, 75, "small_z_m18n18k18_dim6x6_tba2_hoist", small_z_m18n18k18_dim6x6_tba2_hoist_strided, small_z_m18n18k18_dim6x6_tba2_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_ring2", small_z_m19n19k19_dim10x10_tba2_ring2_strided, small_z_m19n19k19_dim10x10_tba2_ring2_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_z_m20n20k20_dim8x16_tba1_hoist_mma", small_z_m20n20k20_dim8x16_tba1_hoist_mma_strided, small_z_m20n20k20_dim8x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {21, 21, 21, 75, "small_z_m21n21k21_dim7x7_tba1_hoist", small_z_m21n21k21_dim7x7_tba1_hoist_strided, small_z_m21n21k21_dim7x7_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {22, 22, 22, 75, "small_z_m22n22k22_dim8x8_tba1_hoist", small_z_m22n22k22_dim8x8_tba1_hoist_strided, small_z_m22n22k22_dim8x8_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba1_hoist", small_z_m23n23k23_dim8x8_tba1_hoist_strided, small_z_m23n23k23_dim8x8_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_z_m24n24k24_dim12x8_tba1_hoist_mma", small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided, small_z_m24n24k24_dim12x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba1_hoist", small_z_m26n26k26_dim7x9_tba1_hoist_strided, small_z_m26n26k26_dim7x9_tba1_hoist_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {27, 27, 27, 75, "small_z_m27n27k27_dim16x16_tba1_hoist_mma", small_z_m27n27k27_dim16x16_tba1_hoist_mma_strided, small_z_m27n27k27_dim16x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_z_m28n28k28_dim16x16_tba1_hoist_mma", small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided, small_z_m28n28k28_dim16x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {29, 29, 29, 75, "small_z_m29n29k29_dim16x8_tba1_hoist_mma", small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided, small_z_m29n29k29_dim16x8_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_z_m30n30k30_dim16x16_tba1_hoist_mma", small_z_m30n30k30_dim16x16_tba1_hoist_mma_strided, small_z_m30n30k30_dim16x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_z_m31n31k31_dim8x16_tba1_hoist_mma", small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided, small_z_m31n31k31_dim8x16_tba1_hoist_mma_array, 0},
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_z_m32n32k32_dim16x8_tba1_hoist_mma", small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided, small_z_m32n32k32_dim16x8_tba1_hoist_mma_array, 0},
+#endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
 };
 
@@ -2628,459 +5028,1362 @@ const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
 };
 
 const char* const kernel_names[] = {
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m10n10k10_dim5x5_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m11n11k11_dim4x4_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m12n12k12_dim4x6_tba8_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m13n13k13_dim4x4_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m14n14k14_dim7x7_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m15n15k15_dim4x4_tba2_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m16n16k16_dim8x8_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m17n17k17_dim6x6_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m18n18k18_dim6x9_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m19n19k19_dim7x7_tba4_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m1n1k1_dim1x1_tba128_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m20n20k20_dim10x20_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m21n21k21_dim11x7_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m22n22k22_dim8x11_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m23n23k23_dim8x8_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m24n24k24_dim8x12_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m25n25k25_dim9x13_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m26n26k26_dim13x9_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m27n27k27_dim9x7_tba4_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m28n28k28_dim14x10_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m29n29k29_dim10x8_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m2n2k2_dim2x1_tba32",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m32n32k32_dim16x11_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m3n3k3_dim2x1_tba16_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m4n4k4_dim2x4_tba8",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m5n5k5_dim5x3_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m6n6k6_dim2x3_tba4_aring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m7n7k7_dim4x7_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m8n8k8_dim8x4_tba4",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m9n9k9_dim9x5_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m10n10k10_dim5x5_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m11n11k11_dim4x4_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m12n12k12_dim6x4_tba4",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m13n13k13_dim4x4_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m14n14k14_dim7x7_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m15n15k15_dim4x4_tba2_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m16n16k16_dim8x6_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m17n17k17_dim6x5_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m18n18k18_dim6x9_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m19n19k19_dim10x7_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m1n1k1_dim1x1_tba128_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m20n20k20_dim16x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m22n22k22_dim8x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m23n23k23_dim8x12_tba2_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m24n24k24_dim8x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m25n25k25_dim9x7_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m26n26k26_dim8x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m27n27k27_dim14x9_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m28n28k28_dim8x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m29n29k29_dim10x10_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m2n2k2_dim2x1_tba64",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m30n30k30_dim16x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m32n32k32_dim8x8_tba1_hoist_aring3",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m3n3k3_dim2x1_tba16_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m4n4k4_dim2x4_tba8",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m5n5k5_dim5x3_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m6n6k6_dim2x3_tba8",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m7n7k7_dim7x4_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m8n8k8_dim4x4_tba16",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m9n9k9_dim9x5_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m10n10k10_dim4x5_tba16_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m10n10k16_dim4x4_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m11n11k16_dim6x4_tba4_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m12n12k16_dim6x4_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m13n13k13_dim7x5_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m13n13k16_dim7x5_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m14n14k14_dim7x5_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m15n15k15_dim8x5_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m17n17k17_dim6x6_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m18n18k16_dim9x6_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m19n19k16_dim10x7_tba2_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m19n19k19_dim7x5_tba8_hoist",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m1n1k16_dim1x1_tba64_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m21n21k16_dim11x7_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m21n21k21_dim7x6_tba8_hoist",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m22n22k16_dim11x8_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m23n23k16_dim12x8_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m23n23k23_dim8x8_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m24n24k16_dim8x8_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m26n26k16_dim13x9_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m26n26k26_dim9x7_tba2_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m28n28k16_dim14x10_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m29n29k16_dim15x10_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m2n2k16_dim1x2_tba16_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m2n2k2_dim1x1_tba256_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m30n30k16_dim15x10_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m3n3k16_dim3x3_tba32_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m3n3k3_dim1x1_tba32_hoist_aring3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m4n4k16_dim4x4_tba16_ring3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m4n4k4_dim2x2_tba64_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m5n5k16_dim3x2_tba32_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m5n5k5_dim3x2_tba32_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m6n6k16_dim6x3_tba16_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m6n6k6_dim3x2_tba16_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m7n7k16_dim4x3_tba8_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m7n7k7_dim4x3_tba32_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m8n8k16_dim4x4_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m8n8k8_dim4x4_tba16_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m9n9k16_dim5x3_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m9n9k9_dim3x5_tba16_ring2_pairs",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m10n10k16_dim4x4_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m11n11k16_dim4x4_tba8_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m1n1k16_dim1x1_tba128_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m2n2k16_dim1x2_tba64_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m4n4k4_dim2x4_tba32_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m6n6k6_dim2x2_tba8_hoist",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m8n8k16_dim4x4_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m10n10k10_dim5x5_tba8",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m11n11k11_dim4x4_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m12n12k12_dim4x3_tba8",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m13n13k13_dim4x4_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m14n14k14_dim4x4_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m15n15k15_dim8x8_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m16n16k16_dim8x16_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m17n17k17_dim6x6_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m18n18k18_dim6x5_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m19n19k19_dim5x7_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m1n1k1_dim1x1_tba128_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m20n20k20_dim10x10_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m21n21k21_dim7x7_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m22n22k22_dim8x8_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m23n23k23_dim8x6_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m24n24k24_dim8x6_tba2_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m25n25k25_dim9x7_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m26n26k26_dim7x9_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m27n27k27_dim9x7_tba4_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m28n28k28_dim14x10_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m29n29k29_dim8x10_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m2n2k2_dim1x1_tba128_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m30n30k30_dim10x15_tba2_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m31n31k31_dim8x11_tba4_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m32n32k32_dim8x8_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m3n3k3_dim1x1_tba32_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m4n4k4_dim2x2_tba16",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m5n5k5_dim2x3_tba16_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m6n6k6_dim2x2_tba8_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m7n7k7_dim4x4_tba4",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m8n8k8_dim4x4_tba4",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m9n9k9_dim5x3_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m10n10k10_dim10x5_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m11n11k11_dim6x11_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m12n12k12_dim12x6_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m13n13k13_dim7x13_tba1_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m14n14k14_dim14x7_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m15n15k15_dim8x8_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m16n16k16_dim16x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m17n17k17_dim6x5_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m18n18k18_dim6x6_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m19n19k19_dim10x10_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m1n1k1_dim1x1_tba128_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m20n20k20_dim8x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m21n21k21_dim7x7_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m22n22k22_dim8x8_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m23n23k23_dim8x8_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m24n24k24_dim12x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m25n25k25_dim7x9_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m26n26k26_dim7x9_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m27n27k27_dim16x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m28n28k28_dim16x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m29n29k29_dim16x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m2n2k2_dim2x2_tba64",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m30n30k30_dim16x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m31n31k31_dim8x16_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m32n32k32_dim16x8_tba1_hoist_mma",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m3n3k3_dim3x3_tba16_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m4n4k4_dim4x4_tba8_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m5n5k5_dim5x5_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m6n6k6_dim6x3_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m7n7k7_dim7x7_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m8n8k8_dim4x8_tba1",
+#endif
+#if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m9n9k9_dim5x9_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m13n13k13_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m14n14k14_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m15n15k15_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m17n17k17_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m18n18k18_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m19n19k16_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m19n19k19_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m20n20k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m20n20k20_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m21n21k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m21n21k21_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m22n22k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m22n22k22_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m23n23k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m23n23k23_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m24n24k16_w8_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m25n25k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m25n25k25_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m26n26k16_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m26n26k26_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m27n27k16_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m27n27k27_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m28n28k16_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m28n28k28_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m29n29k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m29n29k29_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m30n30k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m30n30k30_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m31n31k16_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m31n31k31_w8_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m32n32k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m33n33k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m33n33k33_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m34n34k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m34n34k34_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m35n35k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m35n35k35_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m36n36k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m36n36k36_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m37n37k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m37n37k37_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m38n38k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m38n38k38_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m39n39k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m39n39k39_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m40n40k16_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m40n40k40_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m41n41k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m41n41k41_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m42n42k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m42n42k42_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m43n43k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m43n43k43_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m44n44k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m44n44k44_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m45n45k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m45n45k45_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m46n46k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m46n46k46_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m47n47k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m47n47k47_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m48n48k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m48n48k48_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m49n49k16_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m49n49k49_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m50n50k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m50n50k50_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m51n51k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m51n51k51_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m52n52k16_w8_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m52n52k52_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m53n53k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m53n53k53_w8_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m54n54k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m54n54k54_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m55n55k16_w4_s3_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m55n55k55_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m56n56k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m56n56k56_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m57n57k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m57n57k57_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m58n58k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m58n58k58_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m59n59k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m59n59k59_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m60n60k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m60n60k60_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m61n61k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m61n61k61_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m62n62k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m62n62k62_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m63n63k16_w4_s2_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmawarp_h_m63n63k63_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m10n10k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m17n17k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m17n17k17_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m18n18k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m18n18k18_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m19n19k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m19n19k19_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m20n20k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m20n20k20_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m21n21k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m21n21k21_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m22n22k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m22n22k22_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m23n23k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m23n23k23_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m24n24k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m25n25k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m25n25k25_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m26n26k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m26n26k26_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m27n27k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m27n27k27_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m28n28k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m28n28k28_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m29n29k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m29n29k29_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m30n30k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m30n30k30_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m31n31k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m31n31k31_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m32n32k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m32n32k32_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m33n33k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m33n33k33_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m34n34k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m34n34k34_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m35n35k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m35n35k35_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m36n36k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m36n36k36_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m37n37k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m37n37k37_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m38n38k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m38n38k38_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m39n39k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m39n39k39_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m40n40k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m40n40k40_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m41n41k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m41n41k41_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m42n42k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m42n42k42_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m43n43k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m43n43k43_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m44n44k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m44n44k44_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m45n45k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m45n45k45_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m46n46k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m46n46k46_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m47n47k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m47n47k47_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m48n48k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m48n48k48_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m49n49k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m49n49k49_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m50n50k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m50n50k50_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m51n51k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m51n51k51_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m52n52k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m53n53k16_w4_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m54n54k16_w8_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m55n55k16_w8_s3_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m56n56k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m57n57k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m58n58k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m59n59k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m60n60k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m61n61k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m62n62k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m63n63k16_w4_s2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmawarp_hc_m64n64k16_w8_s2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk128x64x16_dim16x16_w8_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk128x64x64_dim16x16_w8_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk32x32x16_dim16x4_w2_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk48x48x16_dim8x16_w4_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk64x64x16_dim16x4_w2_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk64x64x16_dim16x8_w4_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk64x64x32_dim16x16_w8_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmma_h_tc8x32x16_blk32x32x16_dim8x4_w1_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk16x16x16_dim8x4_w1_f32",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk48x48x16_dim16x4_w2_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk48x48x16_dim8x16_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk64x128x16_dim16x16_w8_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk64x64x16_dim16x16_w8_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc16x16x16_blk96x96x16_dim16x16_w8_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc32x8x16_blk64x96x16_dim8x16_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc8x32x16_blk32x32x16_dim8x16_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmma_hc_tc8x32x16_blk64x64x16_dim16x16_w8_f16",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk128x128x32_w2x4_s3_f16_b2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk128x128x64_w2x4_s3_f16_b1",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk64x64x16_w2x2_s4_f32_b1",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk80x80x16_w1x5_s4_f16_b1",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk96x96x16_w2x2_s4_f16_b2",
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
     "wmmablock_h_blk96x96x32_w2x2_s3_f16_b2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b1",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk48x48x32_w3x2_s4_f16_b2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk64x128x16_w2x4_s4_f16_b2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk64x64x32_w2x4_s3_f16_b2",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk80x80x32_w5x2_s3_f16_b1",
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
     "wmmablock_hc_blk96x96x32_w2x4_s3_f16_b1",
+#endif
     nullptr,
 };
+constexpr int kernel_count = (int)(sizeof(kernel_names) / sizeof(kernel_names[0])) - 1;
 
 // Compute capability of the current device, read once per device.
 int device_cc()
@@ -3341,7 +6644,7 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
     if (!std::strcmp(precision, "hc")) {
         // NN, 16-byte columns on an sm_90a image: gemmgen_wgmma_hc_strided's kernel (also k from a lower bound
         // with beta ≠ 0, which this name does not tell)
-        if (cc == 90 && m >= 64 && n >= 64 && k >= 64)
+        if (GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && cc == 90 && m >= 64 && n >= 64 && k >= 64)
             return "wgmma_hc (NN, sm_90a; otherwise the table's)";
         const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
@@ -3384,11 +6687,11 @@ extern "C" int gemmgen_is_generated(const char* precision, int m, int n, int k)
     return 0;
 }
 
-extern "C" int gemmgen_kernel_count(void) { return 451; }
+extern "C" int gemmgen_kernel_count(void) { return kernel_count; }
 
 extern "C" const char* gemmgen_kernel_name(int i)
 {
-    return (i >= 0 && i < 451) ? kernel_names[i] : nullptr;
+    return (i >= 0 && i < kernel_count) ? kernel_names[i] : nullptr;
 }
 
 extern "C" int gemmgen_hgemm_batched_strided(char transa, char transb, int m, int n, int k,
@@ -3417,7 +6720,7 @@ extern "C" int gemmgen_hcgemm_batched_strided(char transa, char transb, int m, i
     cuFloatComplex beta, __half2* C, int ldc, long long strideC,
     int batch, cudaStream_t stream)
 {
-    return gemm_strided(small_hc, general_hc, gemmgen_wgmma_hc_strided,
+    return gemm_strided(small_hc, general_hc, GEMMGEN_WGMMA_HC,
                          transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB,
                          beta, C, ldc, strideC, batch, stream);
 }

@@ -25,6 +25,37 @@
 #include "gemmgen_tallskinny.cuh"
 
 // ---- every emitted tall-skinny launcher --------------------------------------------------------------
+// What a CMake build selected (GEMMGEN_PRECISIONS, GEMMGEN_FAMILIES; everything unless it says
+// otherwise): with tall-skinny or a precision off, that precision's table is empty and its calls
+// return GEMMGEN_NOT_GENERATED.
+#ifndef GEMMGEN_WITH_H
+#define GEMMGEN_WITH_H 1
+#endif
+#ifndef GEMMGEN_WITH_HC
+#define GEMMGEN_WITH_HC 1
+#endif
+#ifndef GEMMGEN_WITH_S
+#define GEMMGEN_WITH_S 1
+#endif
+#ifndef GEMMGEN_WITH_D
+#define GEMMGEN_WITH_D 1
+#endif
+#ifndef GEMMGEN_WITH_C
+#define GEMMGEN_WITH_C 1
+#endif
+#ifndef GEMMGEN_WITH_Z
+#define GEMMGEN_WITH_Z 1
+#endif
+#ifndef GEMMGEN_WITH_SMALL
+#define GEMMGEN_WITH_SMALL 1
+#endif
+#ifndef GEMMGEN_WITH_WMMA
+#define GEMMGEN_WITH_WMMA 1
+#endif
+#ifndef GEMMGEN_WITH_TALLSKINNY
+#define GEMMGEN_WITH_TALLSKINNY 1
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY
 extern "C" int ism2_h_n10_t128x10x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int ism2_h_n10_t256x10x8_opt1(char, char, int, int, float, const __half*, int,
@@ -181,6 +212,8 @@ extern "C" int tsm2_h_n8_t64x8x4_r2_s8(char, char, int, int, float, const __half
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsm2_h_n9_t64x9x4_r2_s8(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_TALLSKINNY
 extern "C" int ism2_s_n10_t128x10x8_opt1(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int ism2_s_n10_t128x10x8_opt2(char, char, int, int, float, const float*, int,
@@ -337,6 +370,8 @@ extern "C" int tsm2_s_n8_t128x8x4_r2_s4(char, char, int, int, float, const float
     const float*, int, float, float*, int, int, cudaStream_t);
 extern "C" int tsm2_s_n9_t128x9x4_r2_s4(char, char, int, int, float, const float*, int,
     const float*, int, float, float*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_TALLSKINNY
 extern "C" int ism2_d_n10_t128x10x8_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n10_t128x10x8_opt2(char, char, int, int, double, const double*, int,
@@ -461,6 +496,7 @@ extern "C" int tsm2_d_n8_t64x8x4_r4_s4(char, char, int, int, double, const doubl
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n9_t64x9x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
+#endif
 
 namespace {
 
@@ -483,6 +519,7 @@ struct TsEntry {
 };
 
 const TsEntry<__half, float> ts_h[] = {
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_h_n1_t64x1x8_r2_s4", tsm2_h_n1_t64x1x8_r2_s4,
      {"ism2_h_n1_t128x1x16_opt1", nullptr},
      {ism2_h_n1_t128x1x16_opt1, nullptr},
@@ -611,10 +648,12 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n32_t128x32x16_opt1", nullptr},
      {ism2_h_n32_t128x32x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+#endif
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
 const TsEntry<float, float> ts_s[] = {
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_s_n1_t128x1x4_r2_s8", tsm2_s_n1_t128x1x4_r2_s8,
      {"ism2_s_n1_t128x1x16_opt1", nullptr},
      {ism2_s_n1_t128x1x16_opt1, nullptr},
@@ -743,10 +782,12 @@ const TsEntry<float, float> ts_s[] = {
      {"ism2_s_n32_t128x32x16_opt1", nullptr},
      {ism2_s_n32_t128x32x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+#endif
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
 const TsEntry<double, double> ts_d[] = {
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_d_n1_t128x1x4_r2_s4", tsm2_d_n1_t128x1x4_r2_s4,
      {"ism2_d_n1_t128x1x16_opt1", nullptr},
      {ism2_d_n1_t128x1x16_opt1, nullptr},
@@ -875,6 +916,7 @@ const TsEntry<double, double> ts_d[] = {
      {"ism2_d_n32_t128x32x4_opt1", nullptr},
      {ism2_d_n32_t128x32x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0}},
+#endif
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
