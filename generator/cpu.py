@@ -1,4 +1,4 @@
-"""The "cpu" family: C++14 SIMD kernels for batched very small GEMM (very-small-gemm-cpu-gpu.txt §5).
+"""The "cpu" family: C++14 SIMD kernels for batched very small GEMM (Masliah et al. §5).
 
 Design, translated from the paper's row-major description to the column-major BLAS contract:
 - §5.1: one source of C++ overloads per ISA (AVX-512, AVX2+FMA, NEON and a portable fallback

@@ -1,6 +1,6 @@
 """The "small" family (magma-small): one thread block computes `tba` whole GEMMs of size M×N×K ≤ 32.
 
-Design (very-small-gemm-cpu-gpu.txt §6; batched-half-tensor-core-gemm.txt §8 for h and hc):
+Design (Masliah et al. §6; Abdelfattah et al. §8 for h and hc):
 - A and B of every GEMM of the block are read once from global memory into shared memory
   (§6.1); op(A)/op(B) (N, T or C) are applied while storing into shared memory.
 - C lives in registers.  Each GEMM gets a DIM_M×DIM_N group of threads; a thread owns the

@@ -1,4 +1,4 @@
-"""The tall-and-skinny families TSM2 and ISM2 (tsm2-ism2-tall-skinny-gemm.txt), their specs and
+"""The tall-and-skinny families TSM2 and ISM2 (Rivera et al.), their specs and
 the paper's performance model (§3.6.2, Algorithm 5).
 
 TSM2 (§3): C = alpha·op(A)·op(B) + beta·C with op(A) m×k large and op(B) k×n tall and skinny.

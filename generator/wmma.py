@@ -1,5 +1,5 @@
 """The wmma family: batched HGEMM (h) and interleaved half-complex HCGEMM (hc) on Tensor Cores
-through the WMMA API (batched-half-tensor-core-gemm.txt), for any M, N, K.
+through the WMMA API (Abdelfattah et al.), for any M, N, K.
 
 Design, with the paper's sections:
 - §4.1 grid: a thread block computes one BLK_M×BLK_N block of C of one GEMM; the blocks of all

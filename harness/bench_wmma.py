@@ -1,4 +1,4 @@
-"""`gemmgen bench wmma`: the paper's figures (batched-half-tensor-core-gemm.txt §7, §8) on the GPU
+"""`gemmgen bench wmma`: the paper's figures (Abdelfattah et al. §7, §8) on the GPU
 present, in one run against cuBLAS through CuPy, with the copy bandwidth of the same run.
 
 - h: square sizes up to 128 and rank-16 updates (M = N, K = 16), batch 1000, 100 and 10, and
