@@ -1,4 +1,4 @@
-"""The six precisions of the C API contract (DESIGN.md), as data.
+"""The six precisions of the C API contract (docs/api.md), as data.
 
 Every family and the dispatch header read the C types from here, so a precision is described once.
 """
@@ -15,7 +15,7 @@ class Precision:
     scalar: str         # type of alpha and beta in the C API
     is_complex: bool
     real_bytes: int     # bytes of one real component in storage
-    unit_roundoff: float  # u of the stored result (DESIGN.md correctness rules)
+    unit_roundoff: float  # u of the stored result (docs/api.md, Accuracy)
     numpy_real: str     # numpy dtype of one real component (complex data is interleaved pairs)
     description: str
 

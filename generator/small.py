@@ -71,7 +71,7 @@ class SmallSpec(Spec):
     # h and hc, a tuple with a ring (either interface): its ring kernel accumulates in fp16 with
     # paired FMAs (HFMA2) instead of widening every element read to fp32 (the template's
     # multiply_acc16 says why: fp16 kernels from N ≈ 12 are bound by those instructions).  Within
-    # DESIGN.md's error bound for fp16 (u = 2⁻¹¹), as the wmma tuples with fp16 accumulators; the
+    # The error bound (docs/api.md, Accuracy) for fp16 (u = 2⁻¹¹), as the wmma tuples with fp16 accumulators; the
     # staged kernel, which runs on sm_75 and unaligned operands, keeps fp32.  A tuning knob.
     acc16: bool = False
     # d and z, sm_80+: the staged kernel multiplies on the fp64 Tensor Cores (mma.sync.m8n8k4), the

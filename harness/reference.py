@@ -1,5 +1,5 @@
 """NumPy side of every check: inputs in each precision, the float64/complex128 reference, and the
-error measure and bound of DESIGN.md.  Pure NumPy, so it runs (and is tested) without a GPU."""
+error measure and bound of docs/api.md (Accuracy).  Pure NumPy, so it runs (and is tested) without a GPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass

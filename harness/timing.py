@@ -1,4 +1,4 @@
-"""GPU timing as DESIGN.md asks: CUDA events, warm-up, median of many runs, launches captured in a
+"""GPU timing as docs/design.md (Measurement) describes: CUDA events, warm-up, median of many runs, launches captured in a
 CUDA graph so tiny kernels are not measuring launch gaps, and the copy bandwidth of the same run."""
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def spec_launcher(lib, spec):
 def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,
               aligned: bool = False, packed: bool = False) -> tuple[bool, float]:
     """One NN launch with padded leading dimensions against a float64 CuPy reference; returns
-    (passed, largest DESIGN.md error over the batch).  aligned: leading dimensions that are
+    (passed, largest error (docs/api.md, Accuracy) over the batch).  aligned: leading dimensions that are
     multiples of 8 (16 bytes), the only ones the cp.async ring takes; packed: none at all (ld =
     rows), the raw packed ring's case where a GEMM fits one C block."""
     import cupy as cp

@@ -36,7 +36,7 @@ def batch_for_megabytes(prec: str, m: int, n: int, k: int, megabytes: float) -> 
 @dataclass
 class Workload:
     """`sets` copies of the batch side by side; each launch closure uses the next copy, so a CUDA
-    graph of several launches rotates through more data than L2 holds (DESIGN.md)."""
+    graph of several launches rotates through more data than L2 holds (docs/design.md, Measurement)."""
     prec: str
     m: int
     n: int

@@ -1,5 +1,5 @@
 """The NumPy side of the checks must be able to fail: a wrong element, a NaN or a touched padding
-element is caught, and the bound is the one DESIGN.md states."""
+element is caught, and the bound is the one docs/api.md states."""
 import numpy as np
 import pytest
 

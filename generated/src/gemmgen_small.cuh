@@ -324,7 +324,7 @@ __device__ __forceinline__ void multiply(R (&acc)[TM][TN], const T* a_s, const T
 //      conversions.  (Q += aᵢ·(bᵢ, bᵣ) instead needs the swapped b, which the compiler re-makes at
 //      every use: a PRMT per HFMA2 pair.)
 // The sums are rounded to fp16 at every step, as in the wmma tuples with fp16 accumulators: the error
-// stays within DESIGN.md's c·k·u with u = 2⁻¹¹ (the bound the checks apply to every h and hc
+// stays within the error bound c·k·u (docs/api.md) with u = 2⁻¹¹ (the bound the checks apply to every h and hc
 // kernel), but the sums also take fp16's range (±65504).  acc is returned in fp32.
 template <int M, int N, int K, int DIM_M, int DIM_N, int A_ROW, int A_COL, int B_ROW, int B_COL, int TM, int TN>
 __device__ __forceinline__ void multiply_acc16(float (&acc)[TM][TN], const __half* a_s, const __half* b_s, int tx,
@@ -542,7 +542,7 @@ __device__ __forceinline__ void write_c(S* C, int ldc, int tx, int ty, const R (
 // [[Re b, Im b], [−Im b, Re b]]; so a lane's C(g, 2t), C(g, 2t + 1) are Re and Im of one element of C,
 // and its B element is Re or Im of a stored one (by the parities of t and g), negated in one case in
 // four (a sign-bit xor).  Conjugation was applied while staging.  Sums are fp64 FMAs as on the FMA
-// path (in another order), so DESIGN.md's fp64 bound holds.  Before sm_80 the FMA product runs.
+// path (in another order), so the fp64 error bound (docs/api.md) holds.  Before sm_80 the FMA product runs.
 template <typename R> struct MmaParts { static constexpr int value = 1; };   // real columns per element
 template <> struct MmaParts<double2> { static constexpr int value = 2; };
 

@@ -423,7 +423,7 @@ GEMMGEN_INLINE void store_n(T* p, const pvec<T>& v, int n)
     for (int i = 0; i < n; ++i) p[i] = v.v[i];
 }
 // a*b + c rounded twice, as the scalar code a compiler emits without FMA contraction would be:
-// the error bound of DESIGN.md covers both.
+// the error bound of docs/api.md covers both.
 template <class T>
 GEMMGEN_INLINE pvec<T> fmadd(const pvec<T>& a, const pvec<T>& b, const pvec<T>& c)
 {
@@ -547,7 +547,7 @@ struct Epilogue {
     }
     // alpha·acc + beta·C for one vector of C (C read only when beta ≠ 0).  Real data: one fused
     // alpha·acc + (beta·C), so the epilogue adds two roundings to the product's, not three (the
-    // k = 1 products sit right at DESIGN.md's bound 2·k·u).
+    // k = 1 products sit right at the bound 2·k·u of docs/api.md).
     template <int B>
     GEMMGEN_INLINE vec<T, B> apply(vec<T, B> acc, const T* c, int n) const
     {
