@@ -32,11 +32,26 @@ def device_arch() -> tuple[str, str]:
 
 
 def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int):
+    """The set compiled by harness.build.build_library, with a progress bar on a terminal and, in a
+    log (no terminal), a line at every tenth of the units with the time so far and an estimate of
+    the rest (units go largest first, so the estimate errs long)."""
     label = ",".join(archs)
+    start, shown = time.monotonic(), [0]
+    on_terminal = click.get_text_stream("stdout").isatty()   # the bar shows itself there
+
+    def log_line(done: int, total: int) -> None:
+        if done * 10 // total > shown[0] or done == total:
+            shown[0] = done * 10 // total
+            spent = time.monotonic() - start
+            left = spent * (total - done) / done
+            click.echo(f"nvcc {label}: {done}/{total} translation units in {spent:.0f} s"
+                       + (f", about {left:.0f} s left" if done < total else ""))
     with click.progressbar(length=1, label=f"nvcc {label}", show_pos=True) as bar:
         def progress(done, total):
             bar.length = total
             bar.update(done - bar.pos)
+            if not on_terminal and done:
+                log_line(done, total)
         result = build_library(gen_dir, build_dir / "_".join(archs), archs, jobs or None,
                                progress=progress, unity=UNITY_SOURCES)
     return result
