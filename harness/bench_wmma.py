@@ -21,7 +21,7 @@ import click
 
 from .bench_runs import keep_other_precisions, run_lines
 from .timing import headless_pyplot, median_time_ms
-from .wmma_tune import general_launcher
+from .api import variant_function
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 SQUARE = {"h": tuple(range(1, 65)) + tuple(range(72, 129, 8)),
@@ -150,7 +150,7 @@ def run_bench(lib, device: str, arch: str, bandwidth: float, precisions, out_dir
             if kind.startswith("tiny"):   # also the general kernel alone, as in the paper's Fig. 18/19
                 name = general_names(prec, kind.split()[1], m, n, k)
                 if name:
-                    extra.append(("only_wmma", general_launcher(lib.lib, name, prec)))
+                    extra.append(("only_wmma", variant_function(lib.lib, name, "strided")))
             rows.append(_row(lib, prec, kind.split()[-1], m, n, k, batch, label, bandwidth, sets, extra,
                              betas=(0.0, 1.0) if label == "≫L2" else (0.0,)))
             rows[-1]["tiny_row"] = kind.startswith("tiny")

@@ -22,32 +22,13 @@ from generator.precision import PRECISIONS
 from generator.tuning import load_table, save_table
 
 from . import reference as ref
-from .api import _SCALAR
+from .api import variant_function
 from .build import build_library
 from .results import append_result, load_results, standing_refusals
 from .run_check import device_arch
 from .timing import copy_bandwidth, median_time_ms
 from .toolchain import gpu_available
 from .workload import Workload, batch_for_megabytes, bytes_moved
-
-_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-
-
-def _launcher(lib, spec: small.SmallSpec):
-    f = getattr(lib, f"{spec.name}_strided")
-    s = _SCALAR[PRECISIONS[spec.precision].scalar]
-    f.restype = _i
-    f.argtypes = [_c, _c, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-    return f
-
-
-def _array_launcher(lib, spec: small.SmallSpec):
-    f = getattr(lib, f"{spec.name}_array")
-    s = _SCALAR[PRECISIONS[spec.precision].scalar]
-    f.restype = _i
-    f.argtypes = [_c, _c, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
-    return f
-
 
 def correct(f, spec: small.SmallSpec, arrays: bool = False) -> tuple[bool, float]:
     """One NN launch on a small packed batch (not a multiple of tba) against NumPy; `arrays`: f
@@ -154,7 +135,7 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
                 for array in ((False, True) if arrays and spec.stages else (arrays,)):
                     row = {**base, **({"interface": "array"} if array else {}), **_spec_fields(spec), "batch": batch}
                     try:
-                        f = (_array_launcher if array else _launcher)(lib, spec)
+                        f = variant_function(lib, spec.name, "array" if array else "strided")
                         ok, err = correct(f, spec, array)
                         if not ok:
                             append_result(results_path, {**row, "status": "wrong-answer",

@@ -40,7 +40,7 @@ from generator.emit import kernel_source, kernel_source_path, support_files
 from generator.precision import PRECISIONS
 from generator.tuning import load_table, save_table
 
-from .api import _SCALAR
+from .api import variant_function
 from .build import build_library, code_path_tokens
 from .results import append_result, load_results, standing_refusals
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
@@ -65,7 +65,6 @@ MAX_BLOCKS = 8          # block kernels per precision in the table
 # weighs a warp kernel against the rest, both are timed again with this much data and both betas.
 FINAL_MEGABYTES = 256
 
-_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
 
 def shape_of(kind: str, size: int) -> tuple[int, int, int]:
@@ -86,26 +85,10 @@ def block_fits(spec: wmma.WmmaBlockSpec, kind: str, size: int) -> bool:
     return size >= wmma.BLOCK_MIN_SIZE and spec.blk_m <= cap and spec.blk_n <= cap
 
 
-def general_launcher(lib, name: str, prec: str):
-    f = getattr(lib, f"{name}_strided")
-    s = _SCALAR[PRECISIONS[prec].scalar]
-    f.restype = _i
-    f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-    return f
-
-
-def shape_launcher(lib, name: str, prec: str):
-    f = getattr(lib, f"{name}_strided")
-    s = _SCALAR[PRECISIONS[prec].scalar]
-    f.restype = _i
-    f.argtypes = [_c, _c, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-    return f
-
-
 def spec_launcher(lib, spec):
     """(launcher, takes_shape) of a variant built into lib: general and block kernels take m, n, k."""
     takes_shape = spec.family in ("wmma", "wmmablock")
-    return (general_launcher if takes_shape else shape_launcher)(lib, spec.name, spec.precision), takes_shape
+    return variant_function(lib, spec.name, "strided"), takes_shape
 
 
 def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,

@@ -17,7 +17,8 @@ from generator import wmma
 from harness.api import GemmgenLibrary
 from harness.run_check import device_arch
 from harness.timing import copy_bandwidth, median_time_ms
-from harness.wmma_tune import MEGABYTES, MIN_BATCH, fits, general_launcher, gpu_check, shape_of
+from harness.api import variant_function
+from harness.wmma_tune import MEGABYTES, MIN_BATCH, fits, gpu_check, shape_of
 from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 SIZES = {"square": [s for s in range(25, 64) if s % 8] + [40, 48, 56],
@@ -33,7 +34,7 @@ def main(lib_path: Path, out: Path) -> None:
     bandwidth = copy_bandwidth()
     checks = []
     for spec in rings:
-        f = general_launcher(lib.lib, spec.name, "h")
+        f = variant_function(lib.lib, spec.name, "strided")
         shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
         ok_p, err_p = gpu_check(f, "h", *shape, True, batch=2000, packed=True)
         ok_a, err_a = gpu_check(f, "h", 37, 45, 29, True, batch=2000, aligned=True)
@@ -60,10 +61,10 @@ def main(lib_path: Path, out: Path) -> None:
             row["rings"] = {}
             for spec in rings:
                 if spec.blk_m >= m and spec.blk_n >= n and fits(spec, kind, size):
-                    row["rings"][spec.name] = frac(general_launcher(lib.lib, spec.name, "h"), True)
+                    row["rings"][spec.name] = frac(variant_function(lib.lib, spec.name, "strided"), True)
             if row["rings"]:
                 best = max(row["rings"], key=row["rings"].get)
-                row["best_ring"], row["best_ring_beta1"] = best, frac(general_launcher(lib.lib, best, "h"), True, 1.0)
+                row["best_ring"], row["best_ring_beta1"] = best, frac(variant_function(lib.lib, best, "strided"), True, 1.0)
             work.release()
             rows.append(row)
             print(kind, size, table, row["table"], row["table_beta1"], row.get("best_ring"),

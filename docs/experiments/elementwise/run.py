@@ -18,7 +18,7 @@ from harness.api import scalar
 from harness.bench_wmma import Planar
 from harness.reference import error_bound
 from harness.timing import copy_bandwidth, median_time_ms
-from harness.wmma_tune import shape_launcher
+from harness.api import variant_function
 from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 4
@@ -67,7 +67,7 @@ def main(out: Path, libs: dict) -> None:
     for lib_name, path in libs.items():
         lib = ctypes.CDLL(path)
         for prec, name in names.items():
-            f = shape_launcher(lib, name, prec)
+            f = variant_function(lib, name, "strided")
             cases = [("NN", 1.0, 0.0), ("NN", 0.5, 1.0), ("TN", -1.0, 0.25)]
             if PRECISIONS[prec].is_complex:
                 cases += [("CN", complex(0.5, -0.25), complex(1, 1)), ("NC", 1.0, 0.0)]

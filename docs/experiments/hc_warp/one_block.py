@@ -21,7 +21,8 @@ from harness.api import _SCALAR
 from harness.build import build_library
 from harness.run_check import device_arch
 from harness.timing import copy_bandwidth, median_time_ms
-from harness.wmma_tune import _write_sources, general_launcher, gpu_check, shape_launcher
+from harness.api import variant_function
+from harness.wmma_tune import _write_sources, gpu_check
 from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 SHAPES = [("square", s, s, s) for s in range(28, 33)] + [("rank", s, s, 16) for s in range(29, 33)]
@@ -81,7 +82,7 @@ def main(out: Path) -> None:
             lib, spilled, regs = libs[variant]
             row = {"kind": kind, "m": m, "n": n, "k": k, "variant": variant, "kernel": name, "batch": batch,
                    "spills": name in spilled, "registers": regs.get(name)}
-            f = (general_launcher if general else shape_launcher)(lib, name, "hc")
+            f = variant_function(lib, name, "strided")
             ok_p, err_p = gpu_check(f, "hc", m, n, k, general, batch=2000, packed=True)
             ok_d, err_d = gpu_check(f, "hc", m, n, k, general, batch=3)
             row.update(correct=bool(ok_p and ok_d), error_packed=err_p, error_padded=err_d)

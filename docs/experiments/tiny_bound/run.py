@@ -24,7 +24,7 @@ from pathlib import Path
 from generator.precision import PRECISIONS
 from harness.bench_wmma import MAX_SETS, TINY_BATCH, Planar, _sets
 from harness.timing import median_time_ms
-from harness.wmma_tune import shape_launcher
+from harness.api import variant_function
 from harness.workload import Workload, bytes_moved
 
 STREAM = r"""
@@ -62,7 +62,7 @@ def main(lib_path: str, out_path: str) -> None:
         elem = PRECISIONS[prec].element_bytes
         for label, sets in (("rotated", _sets(prec, m, n, k, TINY_BATCH)), ("warm", 1)):
             work = Workload(prec, m, n, k, TINY_BATCH, sets=sets)
-            launcher = shape_launcher(lib, name, prec)
+            launcher = variant_function(lib, name, "strided")
             baseline = Planar(work).launch_factory(0.0) if prec == "hc" else work.cublas()
             counts = [(size * TINY_BATCH * elem + 15) // 16 for size in (m * k, k * n, m * n)]
             counter = [0]

@@ -41,7 +41,8 @@ def time_both(before: Path, after: Path, out: Path) -> None:
     from harness.build import build_library
     from harness.run_check import device_arch
     from harness.timing import copy_bandwidth, median_time_ms
-    from harness.wmma_tune import gpu_check, shape_launcher
+    from harness.api import variant_function
+    from harness.wmma_tune import gpu_check
     from harness.workload import Workload, batch_for_megabytes, bytes_moved
 
     arch, device = device_arch()
@@ -57,7 +58,7 @@ def time_both(before: Path, after: Path, out: Path) -> None:
     for shape in SHAPES:
         spec = WmmaWarpSpec(*shape)
         prec, m, n, k = spec.precision, spec.m, spec.n, spec.k
-        f = {label: shape_launcher(lib, spec.name, prec) for label, lib in libs.items()}
+        f = {label: variant_function(lib, spec.name, "strided") for label, lib in libs.items()}
         row = {"kernel": spec.name, "k_stride": {f"{a}{b}": spec.k_stride(a, b) for a, b in TRANS}}
         for label in libs:
             ok, err = gpu_check(f[label], prec, m, n, k, False, batch=2000, packed=True)
