@@ -57,8 +57,11 @@ def main() -> None:
 
 
 def _print_manifest(manifest: Manifest) -> None:
+    from .cost import build_cost
+
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
+    click.echo(f"# to compile: {build_cost(manifest).summary()}")
     for e in manifest.dispatch:
         click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "
                    f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})")
@@ -72,10 +75,18 @@ def _print_manifest(manifest: Manifest) -> None:
 @click.option("--tallskinny-n", default="1-32", show_default=True,
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
 def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
-    """Show which kernel variants a selection would emit, and which serves each shape."""
+    """Show which kernel variants a selection would emit, which serves each shape, and what compiling
+    them costs: the CUDA sources and the kernel builds (kernels ptxas compiles, over every transpose
+    pair, interface and target architecture)."""
     manifest = build_manifest(_selection(arch, precisions, sizes, shapes, tallskinny_n))
     if as_json:
-        click.echo(json.dumps(manifest.to_json(), indent=1, sort_keys=True))
+        from .cost import build_cost
+
+        cost = build_cost(manifest)
+        listing = {**manifest.to_json(), "build_cost": {
+            "cuda_sources": cost.sources, "kernels_per_arch": cost.kernels_per_arch,
+            "kernel_builds": cost.kernel_builds}}
+        click.echo(json.dumps(listing, indent=1, sort_keys=True))
     else:
         _print_manifest(manifest)
 
