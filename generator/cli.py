@@ -12,6 +12,7 @@ import click
 
 from . import __version__, tsm2
 from .arch import DEFAULT_ARCHS
+from .manifest import MAX_SIZE as SIZES_MAX
 from .manifest import Manifest, Selection, build_manifest
 from .precision import PRECISION_ORDER
 from .small import MAX_SIZE
@@ -19,20 +20,29 @@ from .small import MAX_SIZE
 DEFAULT_OUT = Path("generated")
 
 
-def _selection(arch: str, precisions: str, sizes: str, shapes: str,
-               tallskinny_n: str | None = None) -> Selection:
+def _selection(arch: str, precisions: str, sizes: str | None, shapes: str,
+               tallskinny_n: str | None = None, max_size: int = SIZES_MAX) -> Selection:
     try:
-        return Selection.parse(arch, precisions, sizes, shapes, tallskinny_n)
+        return Selection.parse(arch, precisions, sizes, shapes, tallskinny_n, max_size)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
 
+def _default_sizes(ctx: click.Context, param: click.Parameter, value: str) -> str | None:
+    """None where --sizes was not given: the default asks for no size that the precisions lack
+    (s, d, c, z stop at 32), where the same sizes written out are refused for s, d, c, z alone."""
+    return None if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT else value
+
+
 def selection_options(func):
-    """The options that say what to generate (shared by list, generate, tune, bench)."""
+    """The options that say what to generate (shared by list and generate)."""
     func = click.option("--shapes", default="", show_default=True,
                         help="Extra rectangular shapes MxNxK, e.g. 3x5x7,2x4x8 (each ≤ 32).")(func)
-    func = click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True,
-                        help="Square sizes N (M = N = K), e.g. 1-32 or 2,4,8.")(func)
+    func = click.option("--sizes", default=f"1-{SIZES_MAX}", show_default=True, callback=_default_sizes,
+                        help=f"Square sizes N (M = N = K), e.g. 1-{SIZES_MAX} or 2,4,8.  Above {MAX_SIZE} only h and hc "
+                             "have exact-shape kernels (one warp per GEMM, where the tuned table chose one; "
+                             "otherwise their general Tensor Core kernel serves): s, d, c, z skip those sizes, "
+                             "and asking for them with s, d, c, z alone is an error.")(func)
     func = click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True,
                         help="Comma-separated subset of h,hc,s,d,c,z (or 'all').")(func)
     func = click.option("--arch", default=",".join(DEFAULT_ARCHS), show_default=True,
@@ -47,8 +57,11 @@ def main() -> None:
 
 
 def _print_manifest(manifest: Manifest) -> None:
+    from .cost import build_cost
+
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
+    click.echo(f"# to compile: {build_cost(manifest).summary()}")
     for e in manifest.dispatch:
         click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "
                    f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})")
@@ -62,10 +75,18 @@ def _print_manifest(manifest: Manifest) -> None:
 @click.option("--tallskinny-n", default="1-32", show_default=True,
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
 def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
-    """Show which kernel variants a selection would emit, and which serves each shape."""
+    """Show which kernel variants a selection would emit, which serves each shape, and what compiling
+    them costs: the CUDA sources and the kernel builds (kernels ptxas compiles, over every transpose
+    pair, interface and target architecture)."""
     manifest = build_manifest(_selection(arch, precisions, sizes, shapes, tallskinny_n))
     if as_json:
-        click.echo(json.dumps(manifest.to_json(), indent=1, sort_keys=True))
+        from .cost import build_cost
+
+        cost = build_cost(manifest)
+        listing = {**manifest.to_json(), "build_cost": {
+            "cuda_sources": cost.sources, "kernels_per_arch": cost.kernels_per_arch,
+            "kernel_builds": cost.kernel_builds}}
+        click.echo(json.dumps(listing, indent=1, sort_keys=True))
     else:
         _print_manifest(manifest)
 
@@ -194,7 +215,7 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
         tuner.verify_and_write_table(results, table_arch, devices[-1], build_dir, jobs,
                                      "gemmgen tune small --table-only")
         return
-    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes, max_size=MAX_SIZE)
     if arrays and around_table:
         raise click.UsageError("--arrays and --around-table are separate runs")
     sys.exit(tuner.run_tune(selection, results, build_dir, megabytes, write_table, jobs, around_table, arrays))
@@ -320,7 +341,7 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
     """Small family vs cuBLAS strided batched GEMM: GF/s, fraction of the bandwidth floor, speedup."""
     from harness.bench_small import run_bench
 
-    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "")
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "", max_size=MAX_SIZE)
     try:
         batch_list = tuple(int(b) for b in batches.split(",") if b.strip())
     except ValueError:
@@ -348,7 +369,7 @@ def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, batch, reps, wr
 
     from . import cpu
 
-    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes)
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, shapes, max_size=MAX_SIZE)
     if isa not in cpu.ISAS:
         raise click.ClickException(f"unknown ISA {isa!r}; choose from {', '.join(cpu.ISAS)}")
     precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
@@ -410,7 +431,7 @@ def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes
 
     from . import cpu
 
-    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "")
+    selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "", max_size=MAX_SIZE)
     precs = [p for p in selection.precisions if p in cpu.CPU_PRECISIONS]
     command = (f"gemmgen bench cpu --precisions {','.join(precs)} --sizes {sizes} --batch {batch} --isa {isa} "
                f"--reps {reps} --megabytes {megabytes}")

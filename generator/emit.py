@@ -88,6 +88,22 @@ def tallskinny_source(spec, command: str, trans_pairs=None) -> str:
                   banner=banner(command), version=__version__)
 
 
+# The small, the general (and block) and the warp wmma kernels conjugate at run time: one kernel per stored layout
+# pair serves 'T' and 'C' (a complex variant compiles 4 transpose kernels instead of 9).  The tiny Tensor Core
+# kernel keeps one per transpose pair.
+CONJUGATE_AT_RUN_TIME = ("small", "wmma", "wmmablock", "wmmawarp")
+
+
+def launch_pairs(spec, trans_pairs=None) -> tuple[tuple[str, str], ...]:
+    """The (TA, TB) pairs a variant's source launches a kernel for: every transpose pair of its precision
+    (or `trans_pairs`), or their stored layouts where the kernel conjugates at run time; tall-skinny: NN,
+    NT, TN, TT."""
+    if spec.family in ("tsm2", "ism2"):
+        return TALLSKINNY_TRANS if trans_pairs is None else tuple(trans_pairs)
+    pairs = PRECISIONS[spec.precision].trans_pairs if trans_pairs is None else trans_pairs
+    return layout_pairs(pairs) if spec.family in CONJUGATE_AT_RUN_TIME else tuple(pairs)
+
+
 def kernel_source(spec, command: str, trans_pairs=None) -> str:
     """One variant's source with launchers for every transpose pair (or only `trans_pairs`: the
     tuner times NN and need not compile the other eight)."""
@@ -96,21 +112,42 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     p = PRECISIONS[spec.precision]
     template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
                 "wmmablock": "wmma/wmma_variant.cu.j2", "wmmatiny": "wmma/wmma_tiny_variant.cu.j2", "wmmawarp": "wmma/wmma_warp_variant.cu.j2"}[spec.family]
-    pairs = p.trans_pairs if trans_pairs is None else trans_pairs
-    # The small, the general (and block) and the warp wmma kernels conjugate at run time: one kernel per stored layout pair
-    # serves 'T' and 'C' (a complex variant compiles 4 transpose kernels instead of 9).  The tiny
-    # Tensor Core kernel keeps one per transpose pair.
-    conjugate_at_run_time = spec.family in ("small", "wmma", "wmmablock", "wmmawarp")
-    if conjugate_at_run_time:
-        pairs = layout_pairs(pairs)
     return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, tensor_copy_min_cc=TENSOR_COPY_MIN_CC,
-                  trans_pairs=pairs,
-                  conjugate_at_run_time=conjugate_at_run_time, banner=banner(command), version=__version__)
+                  trans_pairs=launch_pairs(spec, trans_pairs),
+                  conjugate_at_run_time=spec.family in CONJUGATE_AT_RUN_TIME, banner=banner(command),
+                  version=__version__)
 
 
 def layout_pairs(trans_pairs) -> tuple[tuple[str, str], ...]:
     """The stored layouts behind transpose pairs ('C' is stored like 'T'), each once, in order."""
     return tuple(dict.fromkeys((a.replace("C", "T"), b.replace("C", "T")) for a, b in trans_pairs))
+
+
+DISPATCH_SOURCE = "src/gemmgen_dispatch.cu"
+TALLSKINNY_DISPATCH_SOURCE = "src/gemmgen_tallskinny_dispatch.cu"
+
+
+def variant_specs(manifest: Manifest) -> tuple:
+    """The kernels with a source of their own: the fixed-shape ones, the general Tensor Core ones, the
+    tall-skinny ones."""
+    return manifest.kernels + manifest.wmma_kernels + manifest.tallskinny_kernels
+
+
+def has_wgmma_hc(manifest: Manifest) -> bool:
+    """sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up (k from WGMMA_HC_MIN_K with beta ≠ 0),
+    which the dispatch tries before the table: a source of its own where the set has hc and sm_90."""
+    return "hc" in manifest.selection.precisions and "sm_90" in manifest.selection.archs
+
+
+def wgmma_hc_source(common: dict) -> str:
+    return render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE, min_k=wmma.WGMMA_HC_MIN_K, **common)
+
+
+def cuda_source_paths(manifest: Manifest) -> list[str]:
+    """Every CUDA source `plan` writes, sorted: one per kernel variant, the two dispatch sources and,
+    where the set has hc and sm_90, the hc wgmma source."""
+    return sorted([kernel_source_path(s) for s in variant_specs(manifest)] + [DISPATCH_SOURCE, TALLSKINNY_DISPATCH_SOURCE]
+                  + ([wmma.WGMMA_HC_SOURCE] if has_wgmma_hc(manifest) else []))
 
 
 def plan(manifest: Manifest) -> dict[str, str]:
@@ -121,38 +158,30 @@ def plan(manifest: Manifest) -> dict[str, str]:
     kernels = manifest.kernels
     files = support_files(command, manifest.selection.archs, manifest.selection.precisions,
                           manifest.selection.tallskinny_ns)
-    for spec in kernels:
+    for spec in variant_specs(manifest):
         files[kernel_source_path(spec)] = kernel_source(spec, command)
     wmma_kernels = manifest.wmma_kernels
-    for spec in wmma_kernels:
-        files[kernel_source_path(spec)] = kernel_source(spec, command)
     ts_kernels = manifest.tallskinny_kernels
-    for spec in ts_kernels:
-        files[kernel_source_path(spec)] = tallskinny_source(spec, command)
     # the macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2)
     selection_macros = [f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES]
-    files["src/gemmgen_tallskinny_dispatch.cu"] = render(
+    files[TALLSKINNY_DISPATCH_SOURCE] = render(
         "tsm2/tallskinny_dispatch.cu.j2", precisions=precisions, entries=manifest.tallskinny,
         kernels=ts_kernels, max_cuts=tsm2.MAX_TCF_CUTS,
         cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), selection_macros=selection_macros, **common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
-    # sm_90a's hc kernel for m, n, k from wmma.WGMMA_HC_MIN_SIZE up (k from WGMMA_HC_MIN_K with beta ≠ 0), which
-    # the dispatch tries before the table
-    wgmma_hc = "hc" in manifest.selection.precisions and "sm_90" in manifest.selection.archs
+    wgmma_hc = has_wgmma_hc(manifest)
     if wgmma_hc:
-        files[wmma.WGMMA_HC_SOURCE] = render("wmma/wgmma_hc.cu.j2", min_size=wmma.WGMMA_HC_MIN_SIZE,
-                                            min_k=wmma.WGMMA_HC_MIN_K, **common)
-    files["src/gemmgen_dispatch.cu"] = render(
+        files[wmma.WGMMA_HC_SOURCE] = wgmma_hc_source(common)
+    files[DISPATCH_SOURCE] = render(
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
         wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, selection_macros=selection_macros, **common)
-    cuda_sources = sorted([kernel_source_path(s) for s in kernels + wmma_kernels + ts_kernels]
-                          + ["src/gemmgen_tallskinny_dispatch.cu"] + ([wmma.WGMMA_HC_SOURCE] if wgmma_hc else []))
+    cuda_sources = [path for path in cuda_source_paths(manifest) if path != DISPATCH_SOURCE]
     # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
     sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]
-    kernel_sources = [path for path in cuda_sources if path not in sm90a and path != "src/gemmgen_tallskinny_dispatch.cu"]
+    kernel_sources = [path for path in cuda_sources if path not in sm90a and path != TALLSKINNY_DISPATCH_SOURCE]
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", source_groups=build_groups(kernel_sources), sm90a_groups=build_groups(sm90a),
         precisions=list(manifest.selection.precisions), families=list(BUILD_FAMILIES),

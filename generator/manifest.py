@@ -18,9 +18,21 @@ from .tuning import load_table
 Shape = tuple[int, int, int]
 
 
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """'1-32', '2,4,8' or '1-8,16' -> sorted sizes; each must be in 1..32."""
-    return parse_ranges(text, 1, small.MAX_SIZE, "size", "1-32 or 2,4,8")
+# Square sizes go up to the one-warp Tensor Core kernels' (h and hc); every other fixed-shape kernel
+# (the small family, the CPU kernels) stops at small.MAX_SIZE, so s, d, c and z skip the sizes above it.
+MAX_SIZE = wmma.WARP_MAX_SIZE
+DEFAULT_SIZES = tuple(range(1, MAX_SIZE + 1))
+
+
+def parse_sizes(text: str, high: int = MAX_SIZE) -> tuple[int, ...]:
+    """'1-64', '2,4,8' or '1-8,16' -> sorted sizes; each must be in 1..high (64; 32 for the commands
+    of the small and cpu families alone)."""
+    return parse_ranges(text, 1, high, "size", f"1-{high} or 2,4,8")
+
+
+def _above_small(precisions) -> bool:
+    """Whether sizes above small.MAX_SIZE mean anything for these precisions (h, hc: the warp kernels)."""
+    return any(p in wmma.PRECISIONS_WMMA for p in precisions)
 
 
 def parse_shapes(text: str) -> tuple[Shape, ...]:
@@ -43,22 +55,42 @@ def parse_shapes(text: str) -> tuple[Shape, ...]:
 class Selection:
     archs: tuple[str, ...] = DEFAULT_ARCHS
     precisions: tuple[str, ...] = PRECISION_ORDER
-    sizes: tuple[int, ...] = tuple(range(1, small.MAX_SIZE + 1))
+    # Square sizes, 1..64.  Above 32 only h and hc have exact-shape kernels (the one-warp Tensor Core
+    # kernels, where the tuned table chose one); a selection without h and hc keeps the sizes up to 32.
+    sizes: tuple[int, ...] = DEFAULT_SIZES
     shapes: tuple[Shape, ...] = ()
     tallskinny_ns: tuple[int, ...] = tsm2.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
     cpu_isas: tuple[str, ...] = cpu.ISA_ORDER   # the cpu family's ISAs (generic always included)
 
+    def __post_init__(self):
+        if not _above_small(self.precisions):
+            object.__setattr__(self, "sizes", tuple(s for s in self.sizes if s <= small.MAX_SIZE))
+
     @classmethod
-    def parse(cls, archs: str, precisions: str, sizes: str, shapes: str,
-              tallskinny_ns: str | None = None) -> "Selection":
+    def parse(cls, archs: str, precisions: str, sizes: str | None, shapes: str,
+              tallskinny_ns: str | None = None, max_size: int = MAX_SIZE) -> "Selection":
+        """sizes None: the default (1-64, up to 32 without h and hc).  Sizes above 32 asked for
+        explicitly are refused where no precision has a kernel for them (s, d, c, z alone).
+        max_size: the largest size accepted (32 for the commands of the small or cpu family alone)."""
         ns = tsm2.DEFAULT_NS if tallskinny_ns is None else (
             tsm2.parse_ns(tallskinny_ns) if tallskinny_ns else ())
-        return cls(parse_archs(archs), parse_precisions(precisions), parse_sizes(sizes) if sizes else (),
-                   parse_shapes(shapes) if shapes else (), ns)
+        precs = parse_precisions(precisions)
+        sizes_ = DEFAULT_SIZES if sizes is None else (parse_sizes(sizes, max_size) if sizes else ())
+        if sizes is not None and not _above_small(precs) and sizes_ and sizes_[-1] > small.MAX_SIZE:
+            raise ValueError(f"size {sizes_[-1]}: sizes above {small.MAX_SIZE} exist only for h and hc "
+                             f"(one-warp Tensor Core kernels), not for {','.join(precs)}")
+        return cls(parse_archs(archs), precs, sizes_, parse_shapes(shapes) if shapes else (), ns)
 
     @property
     def all_shapes(self) -> tuple[Shape, ...]:
+        """Every requested shape: the squares of `sizes` and the rectangular `shapes`."""
         return tuple(sorted({(s, s, s) for s in self.sizes} | set(self.shapes)))
+
+    @property
+    def small_shapes(self) -> tuple[Shape, ...]:
+        """The requested shapes up to small.MAX_SIZE: every precision's exact shapes (the small and cpu
+        families'); h and hc add the tuned table's fixed shapes above it (build_manifest)."""
+        return tuple(s for s in self.all_shapes if max(s) <= small.MAX_SIZE)
 
     def command(self) -> str:
         """The canonical command line that regenerates this selection (recorded in every file)."""
@@ -129,7 +161,7 @@ class Manifest:
             "command": self.selection.command(),
             "archs": list(self.selection.archs),
             "precisions": list(self.selection.precisions),
-            "shapes": [list(s) for s in self.selection.all_shapes],
+            "shapes": [list(s) for s in self.selection.small_shapes],
             "kernels": [
                 {"name": s.name, "family": s.family, "precision": s.precision,
                  "m": s.m, "n": s.n, "k": s.k, "threads": s.threads, "smem_bytes": s.smem_bytes}
@@ -195,10 +227,13 @@ def build_manifest(selection: Selection) -> Manifest:
         wmma_rows[arch] = (source, {p: wmma.table_rows(rows, p) for p in wmma.PRECISIONS_WMMA})
     entries: list[DispatchEntry] = []
     for precision in selection.precisions:
-        shapes = set(selection.all_shapes)
-        if selection.sizes and precision in wmma.PRECISIONS_WMMA:
+        shapes = set(selection.small_shapes)
+        if precision in wmma.PRECISIONS_WMMA:
+            # the tuned table's tiny, warp and rank-16 small kernels at the requested sizes (a rank-16
+            # update s×s×16 where s is one); a requested size without one goes to the general kernel
             for arch in selection.archs:
-                shapes |= wmma.fixed_shapes(wmma_rows[arch][1].get(precision))
+                shapes |= {s for s in wmma.fixed_shapes(wmma_rows[arch][1].get(precision))
+                           if s[0] in selection.sizes}
         for m, n, k in sorted(shapes):
             previous = None
             for arch in selection.archs:
@@ -238,7 +273,7 @@ def build_manifest(selection: Selection) -> Manifest:
     # borrowed kernel copies synchronously).
     tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
                                     lambda arch: {"tallskinny": _tuned_section(arch, "tallskinny")[1]}, notes)
-    cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.all_shapes, selection.cpu_isas)
+    cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.small_shapes, selection.cpu_isas)
     ranges: list[wmma.WmmaRange] = []
     for precision in (p for p in selection.precisions if p in wmma.PRECISIONS_WMMA):
         previous = None

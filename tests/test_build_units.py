@@ -9,7 +9,7 @@ from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
 from generator.small import SmallSpec
 from generator.tsm2 import Tsm2Spec
 from generator.wmma import WmmaBlockSpec, WmmaSpec
-from harness.build import arch_specific_paths, code_paths, gencode_flags
+from harness.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
 from harness.unity import unity_units
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +107,21 @@ def test_object_cache_key_follows_content_not_location(tmp_path):
     assert object_key("nvcc 13.0", flags, one[0], one[1], one[2][::-1]) != key
     three = checkout(tmp_path / "three", header="// h changed\n")
     assert object_key("nvcc 13.0", flags, three[0], three[1], three[2]) != key
+
+
+def test_ptxas_reports_of_arch_specific_code_count():
+    """sm_90a builds (the wgmma kernels, from compute_90a) are kernel builds like the others: resources,
+    local-memory check and count included."""
+    report = "\n".join([
+        "ptxas info    : Compiling entry function '_Z1fv' for 'sm_90a'",
+        "ptxas info    : Function properties for _Z1fv",
+        "    0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads",
+        "ptxas info    : Used 168 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]",
+        "ptxas info    : Compiling entry function '_Z1gv' for 'sm_90'",
+        "ptxas info    : Function properties for _Z1gv",
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        "ptxas info    : Used 32 registers, used 0 barriers, 400 bytes cmem[0]",
+    ])
+    resources = parse_ptxas_report("unit.cu", report)
+    assert [(r.function, r.arch, r.registers) for r in resources] == [("_Z1fv", "sm_90a", 168), ("_Z1gv", "sm_90", 32)]
+    assert resources[0].uses_local_memory and not resources[1].uses_local_memory

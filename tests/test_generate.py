@@ -64,7 +64,10 @@ def test_dry_run_writes_nothing(tmp_path):
 
 @pytest.mark.parametrize("args, reason", [
     (["generate", "--precisions", "q"], "unknown precision q"),
-    (["generate", "--sizes", "33"], "size 33 is outside 1..32"),
+    (["generate", "--sizes", "65"], "size 65 is outside 1..64"),
+    (["generate", "--precisions", "d", "--sizes", "40"], "sizes above 32 exist only for h and hc"),
+    (["list", "--precisions", "s,z", "--sizes", "2,33"], "sizes above 32 exist only for h and hc"),
+    (["tune", "small", "--precisions", "h", "--sizes", "40"], "size 40 is outside 1..32"),
     (["generate", "--sizes", "4-2"], "bad size range"),
     (["generate", "--shapes", "3x5"], "bad shape"),
     (["generate", "--shapes", "3x5x40"], "outside 1..32"),
@@ -119,3 +122,59 @@ def test_complex_small_and_wmma_variants_have_one_kernel_per_layout_pair():
         cases = re.findall(r"case gemmgen::trans_code\('(.)', '(.)'\)", text)
         assert sorted(cases) == [("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")], name
         assert "gemmgen::Conjugate conj{ta == 'C', tb == 'C'}" in text
+
+
+def dry_run_files(*args) -> list[str]:
+    result = CliRunner().invoke(main, ["generate", "--dry-run", "--tallskinny-n", "", *args])
+    assert result.exit_code == 0, result.output
+    return [line.split()[-1] for line in result.output.splitlines() if line.startswith("would write")]
+
+
+def test_sizes_bound_every_precision():
+    """What you ask for is what you get: d alone emits no Tensor Core kernel, and h's exact-shape kernels
+    stay within the sizes asked for (no warp kernel of 33..64 unless asked)."""
+    files = dry_run_files("--precisions", "d", "--sizes", "3")
+    kernels = [f for f in files if f.endswith(".cu") and "/src/" in f and "dispatch" not in f]
+    assert [Path(f).name for f in kernels] == ["small_d_m3n3k3_dim2x1_tba16_hoist.cu"]
+    assert not [f for f in files if f.endswith(".cu") and ("wmma" in f or "/h/" in f or "/hc/" in f)]
+
+    manifest = build_manifest(Selection.parse("sm_75,sm_80,sm_90", "h", "3", ""))
+    assert manifest.kernels and all(max(s.m, s.n) <= 3 for s in manifest.kernels)
+    assert {(e.m, e.n, e.k) for e in manifest.dispatch} <= {(3, 3, 3), (3, 3, 16)}
+    assert manifest.wmma_kernels   # every other shape: the general Tensor Core kernel
+    assert not [f for f in dry_run_files("--precisions", "h", "--sizes", "3") if "wmmawarp" in f]
+
+
+@pytest.mark.parametrize("size", [40, 52, 64])
+def test_sizes_above_32_take_the_warp_kernel_only_where_the_table_chose_it(size):
+    from generator import wmma
+    from generator.manifest import _tuned_section
+
+    for precision in ("h", "hc"):
+        rows = wmma.table_rows(_tuned_section("sm_90", "wmma")[1], precision)
+        chosen = {wmma.parse_name(row["kernel"]).name for key in (("square", size), ("rank", size))
+                  if (row := rows.get(key)) and row["choice"] == "wmmawarp"}
+        manifest = build_manifest(Selection.parse("sm_80,sm_90", precision, str(size), ""))
+        assert {s.name for s in manifest.kernels} == chosen, (precision, size)
+        assert all(s.family == "wmmawarp" for s in manifest.kernels)
+        assert manifest.wmma_kernels   # the general kernel serves the rest (and sizes without a warp kernel)
+    # s, d, c, z skip sizes above 32 where h or hc asked for them
+    mixed = build_manifest(Selection.parse("sm_90", "h,d", f"3,{size}", ""))
+    assert {(e.m, e.n, e.k) for e in mixed.dispatch if e.precision == "d"} == {(3, 3, 3)}
+
+
+def test_the_default_sizes_keep_the_default_set():
+    """The default sizes (1-64) give every fixed-shape kernel of the tuned table, as before sizes bounded
+    them; without h and hc they stop at 32, so the canonical command of such a set regenerates it."""
+    from generator import wmma
+    from generator.manifest import _tuned_section
+
+    manifest = build_manifest(Selection())
+    for precision in ("h", "hc"):
+        fixed = wmma.fixed_shapes(wmma.table_rows(_tuned_section("sm_90", "wmma")[1], precision))
+        assert fixed <= {(e.m, e.n, e.k) for e in manifest.dispatch if e.precision == precision}
+    assert "--sizes 1-64" in Selection().command()
+    d_only = Selection(precisions=("d",))
+    assert d_only.sizes == tuple(range(1, 33)) and "--sizes 1-32" in d_only.command()
+    assert CliRunner().invoke(main, ["list", "--precisions", "d"]).output.startswith(
+        "# gemmgen generate --arch sm_75,sm_80,sm_90 --precisions d --sizes 1-32\n")
