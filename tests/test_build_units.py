@@ -9,7 +9,7 @@ from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
 from generator.small import SmallSpec
 from generator.tsm2 import Tsm2Spec
 from generator.wmma import WmmaBlockSpec, WmmaSpec
-from harness.build import arch_specific_paths, code_paths, gencode_flags
+from harness.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
 from harness.unity import unity_units
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +27,24 @@ def test_one_ptx_per_code_path():
                                                      "-gencode", "arch=compute_90a,code=[sm_90a]"]
     assert arch_specific_paths("// gemmgen-code-paths: 80 90a") == (90,)
     assert code_paths("// gemmgen-code-paths: 80 90a") == (80, 90)
+
+
+def test_ptxas_report_keeps_arch_specific_targets():
+    """ptxas names code built from compute_90a 'sm_90a'; its kernels' resources count like any other's
+    (a spill there was dropped from the report before)."""
+    report = "\n".join([
+        "ptxas info    : Compiling entry function '_Z1fv' for 'sm_90a'",
+        "ptxas info    : Function properties for _Z1fv",
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads",
+        "ptxas info    : Used 168 registers, used 1 barriers, 24 bytes smem",
+        "ptxas info    : Compiling entry function '_Z1fv' for 'sm_100'",
+        "ptxas info    : Function properties for _Z1fv",
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        "ptxas info    : Used 12 registers, used 0 barriers",
+    ])
+    sm90a, sm100 = parse_ptxas_report("unit.cu", report)
+    assert (sm90a.arch, sm90a.registers, sm90a.smem_bytes, sm90a.uses_local_memory) == ("sm_90a", 168, 24, True)
+    assert (sm100.arch, sm100.registers, sm100.uses_local_memory) == ("sm_100", 12, False)
 
 
 def test_templates_branch_only_where_sources_say_so():
