@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from . import __version__, cpu
-from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC, code_path_tokens
+from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC, code_path_tokens
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
@@ -84,6 +84,7 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     if conjugate_at_run_time:
         pairs = layout_pairs(pairs)
     return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, tensor_copy_min_cc=TENSOR_COPY_MIN_CC,
+                  tensor_copy_end_cc=TENSOR_COPY_END_CC,
                   trans_pairs=pairs,
                   conjugate_at_run_time=conjugate_at_run_time, banner=banner(command), version=__version__)
 
