@@ -49,6 +49,8 @@ def main() -> None:
 def _print_manifest(manifest: Manifest) -> None:
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
+    for line in manifest.table_summary():
+        click.echo(f"# {line}")
     for e in manifest.dispatch:
         click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "
                    f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})")
