@@ -1,19 +1,24 @@
 """Every architecture CUDA 13 targets is known, with the limits of NVIDIA's table of technical
-specifications per compute capability."""
+specifications per compute capability; what is generated for them takes only the code paths that exist
+there, and a sample of every family and code path compiles for every one of them without local memory."""
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from generator import manifest as manifest_module
 from generator import wmma
-from generator.arch import ARCHS, DEFAULT_ARCHS, parse_archs
+from generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse_archs
 from generator.cli import main
-from harness.build import gencode_flags
+from generator.small import SmallSpec
+from harness.build import compile_object, gencode_flags, parse_ptxas_report
+from harness.toolchain import find_nvcc
 
 ALL_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
              "sm_120", "sm_121")
@@ -106,3 +111,69 @@ def test_cmake_maps_only_90_to_90a(tmp_path):
     proc = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "75;80;90a;90a-real;90a-virtual;100;103;110;120;121"
+
+
+def sample_sources(generated: Path) -> dict[str, Path]:
+    """One source of each family and code path of a set generated from --sizes 4,20 --precisions h,d
+    (the cheapest of its kind to compile)."""
+    src = generated / "src"
+
+    def pick(folder: str, keep, cost=lambda p: p.stat().st_size) -> Path:
+        found = sorted((p for p in (src / folder).glob("*.cu") if keep(p)), key=cost)
+        assert found, f"no source of that kind under {folder}"
+        return found[0]
+
+    def small(p: Path) -> SmallSpec:
+        return SmallSpec.parse(p.stem)
+
+    def paths(p: Path) -> tuple[str, ...]:
+        return code_path_tokens(p.read_text())
+
+    return {
+        "small": pick("small/d", lambda p: not (small(p).stages or small(p).array_stages or small(p).mma)),
+        "small, cp.async ring (sm_80+)": pick("small/h", lambda p: small(p).stages > 0),
+        "small, fp64 Tensor Cores (mma, where the tuned table chose it)": pick("small/d", lambda p: small(p).mma),
+        "wmma, whole-GEMM path (tensor copies, sm_90 to sm_110)": pick("wmma/h", lambda p: "120" in paths(p)),
+        "wmma block, sm_90a wgmma path": pick("wmmablock/h", lambda p: "90a" in paths(p)),
+        "wmma warp": pick("wmmawarp/h", lambda p: True, lambda p: (lambda s: s.m * s.n * s.k)(wmma.WmmaWarpSpec.parse(p.stem))),
+        "tsm2, cp.async ring": pick("tsm2/d", lambda p: True),
+        "dispatch": src / "gemmgen_dispatch.cu",
+    }
+
+
+@pytest.mark.slow
+def test_sample_compiles_for_every_architecture_without_local_memory(tmp_path):
+    """Each sample source compiled once with a -gencode per code path (as gemmgen check builds: one PTX per
+    path, SASS for every architecture on it) and ptxas's spill and local-memory warnings on."""
+    generated = tmp_path / "gen"
+    result = CliRunner().invoke(main, ["generate", "--out", str(generated), "--arch", ",".join(ALL_ARCHS),
+                                       "--sizes", "4,20", "--precisions", "h,d", "--tallskinny-n", "4",
+                                       "--cpu-isa", "generic"])
+    assert result.exit_code == 0, result.output
+    sources = sample_sources(generated)
+    nvcc = find_nvcc()
+    warn = ("-Xptxas", "-warn-spills", "-Xptxas", "-warn-lmem-usage")
+
+    def build(source: Path) -> str:
+        return compile_object(nvcc, source, tmp_path / "obj" / f"{source.stem}.o",
+                              [generated / "include", generated / "src"], ALL_ARCHS, warn, host_optimization="-O0")
+
+    order = sorted(sources.values(), key=lambda p: -p.stat().st_size)
+    with ThreadPoolExecutor(2) as pool:
+        reports = dict(zip(order, pool.map(build, order)))
+    resources = []
+    for what, source in sources.items():
+        report = reports[source]
+        assert "warning" not in report.lower(), f"{what}: {source.name}:\n{report[-3000:]}"
+        mine = parse_ptxas_report(source.name, report)
+        assert {r.arch.rstrip("a") for r in mine} == set(ALL_ARCHS), what
+        resources += mine
+    offenders = [(r.source, r.arch, r.function[:80], r.stack_bytes, r.spill_stores) for r in resources
+                 if r.uses_local_memory]
+    assert not offenders
+    # wgmma's image only where built from compute_90a: its static mbarriers mark it (runs_sm90a_image)
+    wgmma_images = {r.arch for r in resources if "wgmma_block_kernel" in r.function and r.smem_bytes > 0}
+    assert wgmma_images == {"sm_90a"}
+    # the whole-GEMM kernel has a body from sm_90 to sm_110 and is empty on sm_120 and sm_121
+    whole = {r.arch: r.registers for r in resources if "wmma_whole_kernel" in r.function}
+    assert {a for a, regs in whole.items() if regs > 16} == {"sm_90", "sm_100", "sm_103", "sm_110"}
