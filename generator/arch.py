@@ -15,14 +15,27 @@ class Arch:
     regs_per_thread: int
 
 
+# Every architecture CUDA 13's nvcc targets (`nvcc --list-gpu-arch`).  The limits are those of the CUDA C++
+# Programming Guide's table of technical specifications per compute capability (the toolkit's
+# cuda_occupancy.h and CCCL's cuda::arch_traits agree): 48 KB of static shared memory per block, 1024 threads
+# per block and 255 registers per thread everywhere; shared memory per SM 64 KB (7.5), 164 KB (8.0, 8.7),
+# 100 KB (8.6, 8.8, 8.9, 12.x), 228 KB (9.0, 10.x, 11.0), of which a block may opt in to all but 1 KB
+# (7.5: all 64 KB).  Only sm_90 has run the kernels (H100, H200); the others are compiled, not run.
 ARCHS: dict[str, Arch] = {
     a.name: a
     for a in (
         Arch("sm_75", 75, 48 * 1024, 64 * 1024, 1024, 255),
         Arch("sm_80", 80, 48 * 1024, 164 * 1024, 1024, 255),
         Arch("sm_86", 86, 48 * 1024, 100 * 1024, 1024, 255),
+        Arch("sm_87", 87, 48 * 1024, 164 * 1024, 1024, 255),
+        Arch("sm_88", 88, 48 * 1024, 100 * 1024, 1024, 255),
         Arch("sm_89", 89, 48 * 1024, 100 * 1024, 1024, 255),
         Arch("sm_90", 90, 48 * 1024, 228 * 1024, 1024, 255),
+        Arch("sm_100", 100, 48 * 1024, 228 * 1024, 1024, 255),
+        Arch("sm_103", 103, 48 * 1024, 228 * 1024, 1024, 255),
+        Arch("sm_110", 110, 48 * 1024, 228 * 1024, 1024, 255),
+        Arch("sm_120", 120, 48 * 1024, 100 * 1024, 1024, 255),
+        Arch("sm_121", 121, 48 * 1024, 100 * 1024, 1024, 255),
     )
 }
 
@@ -35,6 +48,9 @@ DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 CP_ASYNC_MIN_CC = 80
 # The tensor copy engine (cp.async.bulk.tensor, mbarrier transaction counts): the wmma whole-GEMM path.
 TENSOR_COPY_MIN_CC = 90
+# ... which ends before sm_120: ptxas gave its kernel a stack frame there (gemmgen_wmma.cuh says more), so
+# its sources compile sm_120 and up from PTX of their own, where the kernel is empty and never launched.
+TENSOR_COPY_END_CC = 120
 
 
 def parse_archs(text: str) -> tuple[str, ...]:

@@ -61,6 +61,8 @@ def _print_manifest(manifest: Manifest) -> None:
 
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
+    for line in manifest.table_summary():
+        click.echo(f"# {line}")
     click.echo(f"# to compile: {build_cost(manifest).summary()}")
     for e in manifest.dispatch:
         click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from . import __version__, cpu
-from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC, code_path_tokens
+from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC, code_path_tokens
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .render import banner, render
@@ -113,6 +113,7 @@ def kernel_source(spec, command: str, trans_pairs=None) -> str:
     template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
                 "wmmablock": "wmma/wmma_variant.cu.j2", "wmmatiny": "wmma/wmma_tiny_variant.cu.j2", "wmmawarp": "wmma/wmma_warp_variant.cu.j2"}[spec.family]
     return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, tensor_copy_min_cc=TENSOR_COPY_MIN_CC,
+                  tensor_copy_end_cc=TENSOR_COPY_END_CC,
                   trans_pairs=launch_pairs(spec, trans_pairs),
                   conjugate_at_run_time=spec.family in CONJUGATE_AT_RUN_TIME, banner=banner(command),
                   version=__version__)

@@ -156,6 +156,31 @@ class Manifest:
         """The fixed-shape kernels of the exact-shape table (small family, tiny and warp wmma)."""
         return tuple(sorted({e.kernel for e in self.dispatch}, key=lambda s: s.name))
 
+    def table_summary(self) -> list[str]:
+        """A line per architecture: which tuning table serves each family there (its own, the nearest tuned
+        architecture's, or none: the heuristic), and how many of those rows its limits refused (the notes
+        name them and what serves instead)."""
+        precisions = self.selection.precisions
+        sections = ["small"] + (["wmma"] if set(precisions) & set(wmma.PRECISIONS_WMMA) else []) + (
+            ["tallskinny"] if self.selection.tallskinny_ns and set(precisions) & set(tsm2.PRECISIONS_TS) else [])
+        lines = []
+        for arch in self.selection.archs:
+            by_source: dict[str | None, list[str]] = {}
+            for section in sections:
+                by_source.setdefault(_tuned_section(arch, section)[0], []).append(section)
+            parts = []
+            for source, names in by_source.items():
+                if source is None:
+                    parts.append(f"{', '.join(names)}: the heuristic (no tuned table)")
+                else:
+                    whose = "its own table" if source == arch else f"{source}'s table (no {arch} table)"
+                    parts.append(f"{', '.join(names)}: {whose}, tuned on {load_table(source).get('device', 'an unnamed device')}")
+            refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
+            if refused:
+                parts.append(f"{refused} of those rows refused on {arch}'s limits (notes below)")
+            lines.append(f"{arch}: " + "; ".join(parts))
+        return lines
+
     def to_json(self) -> dict:
         return {
             "command": self.selection.command(),

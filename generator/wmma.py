@@ -784,17 +784,20 @@ def size_key(kind: str, m: int, n: int, k: int) -> int:
     return max(m, n) if kind == "rank" else max(m, n, k)
 
 
-def ranges_from_rows(precision: str, kind: str, cc: int, rows: dict[int, WmmaSpec], source: str
-                     ) -> list[WmmaRange]:
+def ranges_from_rows(precision: str, kind: str, cc: int, rows: dict[int, WmmaSpec], source: str,
+                     sources: dict[int, str] | None = None) -> list[WmmaRange]:
     """Compress size -> tuple rows (tuned at some sizes) into contiguous ranges: a size between
-    two tuned sizes takes the tuple of the next tuned size up; past the last, the last tuple."""
+    two tuned sizes takes the tuple of the next tuned size up; past the last, the last tuple.
+    `sources`: sizes whose tuple comes from elsewhere than `source` (the heuristic's, where a tuned
+    row was refused)."""
     out: list[WmmaRange] = []
     sizes = sorted(rows)
+    label = {size: (sources or {}).get(size, source) for size in sizes}
     lo = 1
     for i, size in enumerate(sizes):
         last = i + 1 == len(sizes)
-        if last or rows[sizes[i + 1]] != rows[size]:
-            out.append(WmmaRange(precision, kind, lo, 0 if last else size, cc, rows[size], source))
+        if last or (rows[sizes[i + 1]], label[sizes[i + 1]]) != (rows[size], label[size]):
+            out.append(WmmaRange(precision, kind, lo, 0 if last else size, cc, rows[size], label[size]))
             lo = size + 1
     return out
 
@@ -807,28 +810,33 @@ def table_rows(table_rows_: list[dict], precision: str) -> dict[tuple[str, int],
 def build_ranges(precision: str, arch: str, rows: dict[tuple[str, int], dict] | None, source: str,
                  notes: list) -> list[WmmaRange]:
     """The general kernel's ranges for one precision and architecture: from the tuned rows (each
-    row's best wmma tuple, or from sm_80 on its block kernel where it has one, validated for `arch`),
-    else the heuristic at 16, 32 and beyond."""
+    row's best wmma tuple, or from sm_80 on its block kernel where it has one, validated for `arch`;
+    where `arch`'s limits refuse the block kernel the row's wmma tuple, and where they refuse that too
+    the heuristic's tuple for the row's size, each with a note), else the heuristic at 16, 32 and beyond."""
     cc = ARCHS[arch].cc
     out: list[WmmaRange] = []
     for kind in KINDS:
         chosen: dict[int, WmmaSpec] = {}
+        untuned: dict[int, str] = {}
         for (k, size), row in sorted((rows or {}).items()):
             if k != kind:
                 continue
-            try:
-                # sm_80+: the row's block kernel where the sweep found one clearly faster
-                if "block" in row and cc >= 80:
-                    chosen[size] = WmmaBlockSpec.parse(row["block"]).validate(arch)
-                else:
-                    chosen[size] = WmmaSpec.parse(row["wmma"]).validate(arch)
-            except SpecError as err:
-                notes.append(f"{arch} wmma row {precision} {kind} {size} refused: {err}")
+            # sm_80+: the row's block kernel where the sweep found one clearly faster
+            tried = ([(row["block"], WmmaBlockSpec)] if "block" in row and cc >= 80 else []) + [(row["wmma"], WmmaSpec)]
+            for name, cls in tried:
+                try:
+                    chosen[size] = cls.parse(name).validate(arch)
+                    break
+                except SpecError as err:
+                    fallback = "its wmma tuple serves" if cls is WmmaBlockSpec else "the heuristic serves"
+                    notes.append(f"{arch} wmma row {precision} {kind} {size} refused: {err}; {fallback}")
+            else:
+                chosen[size], untuned[size] = heuristic(precision, size), "heuristic"
         label = source
         if not chosen:
             chosen = {16: heuristic(precision, 16), 32: heuristic(precision, 32), 64: heuristic(precision, 64)}
             label = "heuristic"
-        out += ranges_from_rows(precision, kind, cc, chosen, label)
+        out += ranges_from_rows(precision, kind, cc, chosen, label, untuned)
     return out
 
 

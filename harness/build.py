@@ -52,7 +52,8 @@ class BuildResult:
         return [r for r in self.resources if r.uses_local_memory]
 
 
-_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")   # sm_90a: wgmma code
+# The target as ptxas names it: sm_90, or sm_90a for code built from compute_90a (a source's `90a` path)
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
 _USED = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _SMEM = re.compile(r"(\d+) bytes smem")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
+from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
 from generator.small import SmallSpec
 from generator.tsm2 import Tsm2Spec
 from generator.wmma import WmmaBlockSpec, WmmaSpec
@@ -29,16 +29,38 @@ def test_one_ptx_per_code_path():
     assert code_paths("// gemmgen-code-paths: 80 90a") == (80, 90)
 
 
+def test_ptxas_report_keeps_arch_specific_targets():
+    """ptxas names code built from compute_90a 'sm_90a'; its kernels' resources count like any other's
+    (a spill there was dropped from the report before)."""
+    report = "\n".join([
+        "ptxas info    : Compiling entry function '_Z1fv' for 'sm_90a'",
+        "ptxas info    : Function properties for _Z1fv",
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads",
+        "ptxas info    : Used 168 registers, used 1 barriers, 24 bytes smem",
+        "ptxas info    : Compiling entry function '_Z1fv' for 'sm_100'",
+        "ptxas info    : Function properties for _Z1fv",
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        "ptxas info    : Used 12 registers, used 0 barriers",
+    ])
+    sm90a, sm100 = parse_ptxas_report("unit.cu", report)
+    assert (sm90a.arch, sm90a.registers, sm90a.smem_bytes, sm90a.uses_local_memory) == ("sm_90a", 168, 24, True)
+    assert (sm100.arch, sm100.registers, sm100.uses_local_memory) == ("sm_100", 12, False)
+
+
 def test_templates_branch_only_where_sources_say_so():
     """Every `__CUDA_ARCH__ >= X` in the templates is the cp.async threshold or the tensor copy
     engine's, and exactly the sources that instantiate a cp.async ring (TSM2, wmma or small with a
     strided or a pointer-array ring, every warp and block wmma kernel) or the small family's fp64
     Tensor Core product (`mma`, sm_80+ as well) declare the first code path, and exactly the h wmma tuples with
     the whole-GEMM path, the h block kernels with the wgmma path and the hc wgmma source the second (the
-    latter two as `90a`: sm_90a code), so their sm_80/sm_90 SASS is built from PTX of that level."""
+    latter two as `90a`: sm_90a code), so their sm_80/sm_90 SASS is built from PTX of that level; the whole-GEMM
+    path's sources also name where it ends (sm_120: its kernel is empty from there on)."""
     thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
     assert thresholds == {CP_ASYNC_MIN_CC * 10, TENSOR_COPY_MIN_CC * 10}
+    # the one upper end: the whole-GEMM path stops before sm_120 (its sources name 120 as a code path)
+    ends = {int(x) for t in (ROOT / "templates").rglob("*.j2") for x in re.findall(r"__CUDA_ARCH__\s*<\s*(\d+)", t.read_text())}
+    assert ends == {TENSOR_COPY_END_CC * 10}
     sources = sorted((ROOT / "generated" / "src").rglob("*.cu"))
     assert sources
     for source in sources:
@@ -53,7 +75,8 @@ def test_templates_branch_only_where_sources_say_so():
         # the block kernels' wgmma path, and the hc wgmma source the dispatch tries first
         wgmma = ((family == "wmmablock" and WmmaBlockSpec.parse(source.stem).wgmma_path)
                  or source.parent.name == "wmmahopper")
-        expected = ((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole or wgmma else ())
+        expected = (((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole or wgmma else ())
+                    + ((TENSOR_COPY_END_CC,) if whole else ()))
         assert code_paths(source.read_text()) == expected, source.name
         assert arch_specific_paths(source.read_text()) == ((TENSOR_COPY_MIN_CC,) if wgmma else ()), source.name
 

@@ -73,7 +73,7 @@ def test_async_rules_refuse_bad_tuples_naming_the_rule(change, rule):
 
 
 def test_async_names_round_trip_and_sources_carry_the_code_path():
-    from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC
+    from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
     from generator.emit import kernel_source
     from harness.build import code_paths
 
@@ -82,8 +82,8 @@ def test_async_names_round_trip_and_sources_carry_the_code_path():
     assert space and all(s.stages and s.is_valid("sm_90") and s.is_valid() for s in space)
     assert not wmma.async_sweep_space("hc") and not wmma.async_sweep_space("h", "sm_75")
     # the ring's source has an sm_80 code path (and the register kernel below it), an h tuple with fp16
-    # sums an sm_90 one too (the whole-GEMM path); others have none
-    assert code_paths(kernel_source(ASYNC, "test")) == (CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC)
+    # sums an sm_90 one too (the whole-GEMM path, which ends at sm_120); others have none
+    assert code_paths(kernel_source(ASYNC, "test")) == (CP_ASYNC_MIN_CC, TENSOR_COPY_MIN_CC, TENSOR_COPY_END_CC)
     assert code_paths(kernel_source(GOOD, "test")) == ()
 
 

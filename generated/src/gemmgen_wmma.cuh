@@ -857,6 +857,10 @@ inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 }
 
 // ---- sm_90, beta = 0: whole GEMMs through the tensor copy engine (h, f16 accumulators) ------------
+// (sm_90 up to sm_110: the tensor copy is sm_90's, not an arch-specific instruction, so sm_100 and sm_110
+// compile this path from the portable PTX; on sm_120 and sm_121 ptxas 13.0 gave the kernel a stack frame,
+// and from compute_120 PTX spills, so there it is compiled empty and not launched: sources with this path
+// name 120 among their code paths.)
 // Profiled on the H100 (ncu, h squares 64-128 and rank 96, docs/experiments/wmma_profile.sh), the ring
 // above is bound by instruction issue, not by memory: 12,200 warp instructions per GEMM at N = 72 where
 // cuBLAS's kernel needs 1,700 (the 16-byte cp.async copies with their index arithmetic, the epilogue's
@@ -985,7 +989,7 @@ wmma_whole_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_consta
                   const __grid_constant__ CUtensorMap map_c, int m, int n, int k, float alpha, int batch,
                   WholeGeometry g, int stages)
 {
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
     constexpr int NFRAG = (64 + WARPS - 1) / WARPS;
     extern __shared__ __align__(128) unsigned char smem[];
     const unsigned bars = smem_address(smem);   // one 8-byte mbarrier per stage
@@ -1110,7 +1114,7 @@ inline bool batch_tensor_map(CUtensorMap* map, const __half* base, int rows, int
 }
 #endif
 
-// The whole-GEMM path's launch where it applies (sm_90+, a strided batch with beta = 0, f16 accumulators,
+// The whole-GEMM path's launch where it applies (sm_90 to sm_110, a strided batch with beta = 0, f16 accumulators,
 // m, n, k multiples of 8, k ≤ 16 and 64·64 ≤ m·n, m, n ≤ 128, 16-byte aligned columns, non-zero strides,
 // tensor maps from the driver, the shared memory for two stages); -1 where it does not.  Stages: as many (up to 4) as let two blocks
 // share an SM, else two.
@@ -1124,7 +1128,7 @@ int launch_wmma_whole(const BatchPointers<__half>& p, int m, int n, int k, int l
         p.stride_a <= 0 || p.stride_b <= 0 || p.stride_c <= 0)
         return -1;
     const DeviceInfo dev = device_info();
-    if (dev.cc < 90)
+    if (dev.cc < 90 || dev.cc >= 120)   // sm_90 to sm_110 (the kernel says why)
         return -1;
     constexpr int WARPS = 8;   // whatever the tuple's: up to 8 tiles of C per warp, 56 registers
     const WholeGeometry g(m, n, k, TA, TB);

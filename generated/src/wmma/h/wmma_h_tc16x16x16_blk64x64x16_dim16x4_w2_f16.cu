@@ -5,9 +5,9 @@
 //   Tensor Core shape 16×16×16, blocks BLK_M×BLK_N×BLK_K = 64×64×16,
 //   16×4 threads (2 warps, 8 f16 accumulator fragment(s) each),
 //   8192 bytes of shared memory.
-//   From sm_90 on, beta = 0, rank-k updates (k ≤ 16) up to 128×128: whole GEMMs through the tensor
-//   copy engine (gemmgen_wmma.cuh, wmma_whole_kernel).
-//   gemmgen-code-paths: 90
+//   From sm_90 on, below sm_120, beta = 0, rank-k updates (k ≤ 16) up to 128×128: whole
+//   GEMMs through the tensor copy engine (gemmgen_wmma.cuh, wmma_whole_kernel).
+//   gemmgen-code-paths: 90 120
 #include "gemmgen_wmma.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
