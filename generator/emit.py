@@ -65,6 +65,18 @@ _BUILD_FAMILY_OF_FOLDER = {"small": "small", "wmma": "wmma", "wmmawarp": "wmma",
                            "wmmahopper": "wmma", "tsm2": "tallskinny", "ism2": "tallskinny"}
 
 
+# The macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2); the dispatch
+# sources default each to 1.
+SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES)
+
+
+def tallskinny_dispatch_source(entries, kernels, common: dict) -> str:
+    """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels."""
+    return render("tsm2/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
+                  entries=entries, kernels=kernels, max_cuts=tsm2.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
+                  cut_tcf=lambda e: _cuts(e, 1), selection_macros=SELECTION_MACROS, **common)
+
+
 def build_groups(paths: list[str]) -> list[tuple[str, str, list[str]]]:
     """Kernel sources as (build family, precision, sources) in CMakeLists.txt's order.  The one
     source without a precision folder is the sm_90a hc kernel (src/wmmahopper/gemmgen_wgmma_hc.cu)."""
@@ -163,12 +175,7 @@ def plan(manifest: Manifest) -> dict[str, str]:
         files[kernel_source_path(spec)] = kernel_source(spec, command)
     wmma_kernels = manifest.wmma_kernels
     ts_kernels = manifest.tallskinny_kernels
-    # the macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2)
-    selection_macros = [f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES]
-    files[TALLSKINNY_DISPATCH_SOURCE] = render(
-        "tsm2/tallskinny_dispatch.cu.j2", precisions=precisions, entries=manifest.tallskinny,
-        kernels=ts_kernels, max_cuts=tsm2.MAX_TCF_CUTS,
-        cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1), selection_macros=selection_macros, **common)
+    files[TALLSKINNY_DISPATCH_SOURCE] = tallskinny_dispatch_source(manifest.tallskinny, ts_kernels, common)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
     wgmma_hc = has_wgmma_hc(manifest)
@@ -178,7 +185,7 @@ def plan(manifest: Manifest) -> dict[str, str]:
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
-        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, selection_macros=selection_macros, **common)
+        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, selection_macros=SELECTION_MACROS, **common)
     cuda_sources = [path for path in cuda_source_paths(manifest) if path != DISPATCH_SOURCE]
     # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
     sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from generator import __version__, tsm2
 from generator.arch import ARCHS
-from generator.emit import (_cuts, kernel_source_path, support_files, tallskinny_source)
-from generator.precision import PRECISION_ORDER, PRECISIONS
-from generator.render import banner, render
+from generator.emit import (TALLSKINNY_DISPATCH_SOURCE, kernel_source_path, support_files,
+                            tallskinny_dispatch_source, tallskinny_source)
+from generator.render import banner
 from generator.tuning import load_table
 
 from .build import BuildResult, build_library
@@ -30,11 +30,8 @@ def emit_tallskinny(out_dir: Path, precisions, ns, archs, extra_specs=(), comman
     for spec in extra_specs:
         if spec not in kernels:
             files[kernel_source_path(spec)] = tallskinny_source(spec, command, NN_ONLY)
-    precs = [PRECISIONS[k] for k in PRECISION_ORDER]
-    files["src/gemmgen_tallskinny_dispatch.cu"] = render(
-        "tsm2/tallskinny_dispatch.cu.j2", precisions=precs, entries=entries, kernels=kernels,
-        max_cuts=tsm2.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0), cut_tcf=lambda e: _cuts(e, 1),
-        banner=banner(command), version=__version__)
+    files[TALLSKINNY_DISPATCH_SOURCE] = tallskinny_dispatch_source(
+        entries, kernels, {"banner": banner(command), "version": __version__})
     sources = []
     for rel, text in sorted(files.items()):
         path = out_dir / rel
