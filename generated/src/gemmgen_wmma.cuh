@@ -459,9 +459,18 @@ __device__ __forceinline__ void async_copy_slice(__half* s, const BatchPointers<
 // the OLD_C kernel of 256 threads 64 registers and a spill; asking for two resident blocks (at most
 // 128 registers) measured fastest (H100), except where each thread writes more than 32 elements of
 // C (96×96 blocks), which spill under 128 and get one block's worth instead.
+// The beta = 0 kernel is left to ptxas (0) on sm_90 and up, where that is what was tuned.  Below
+// sm_90, ptxas (nvcc 13.0) left to itself gives some tuples 64 registers and a spill (the 64×64×16 and
+// 64×64×32 rings of 4 warps, 96×96×16 of 8); asking for as many resident blocks as fit at 80 registers
+// a thread (4 warps) or 128 (8 warps: 96×96×16 still spills at 80) lets it use those it needs.
 template <int THREADS, int BLK_M, int BLK_N, bool OLD_C>
 struct AsyncMinBlocks {
-    static constexpr int value = !OLD_C ? 0 : BLK_M * BLK_N / THREADS <= 32 ? 2 : 1;   // 0: ptxas decides
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    static constexpr int BETA0 = 65536 / (THREADS * (THREADS <= 128 ? 80 : 128));
+#else
+    static constexpr int BETA0 = 0;   // ptxas decides
+#endif
+    static constexpr int value = !OLD_C ? BETA0 : BLK_M * BLK_N / THREADS <= 32 ? 2 : 1;
 };
 
 template <typename ACC, int TC_M, int TC_N, int TC_K, int BLK_M, int BLK_N, int BLK_K, int DIM_X, int DIM_Y,
