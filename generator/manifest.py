@@ -158,8 +158,8 @@ class Manifest:
 
     def table_summary(self) -> list[str]:
         """A line per architecture: which tuning table serves each family there (its own, the nearest tuned
-        architecture's, or none: the heuristic), and how many of those rows its limits refused (the notes
-        name them and what serves instead)."""
+        architecture's, or none: the heuristic), and how many of those rows it refused (its limits, or local
+        memory that ptxas gave a variant there; the notes name them and what serves instead)."""
         precisions = self.selection.precisions
         sections = ["small"] + (["wmma"] if set(precisions) & set(wmma.PRECISIONS_WMMA) else []) + (
             ["tallskinny"] if self.selection.tallskinny_ns and set(precisions) & set(tsm2.PRECISIONS_TS) else [])
@@ -177,7 +177,7 @@ class Manifest:
                     parts.append(f"{', '.join(names)}: {whose}, tuned on {load_table(source).get('device', 'an unnamed device')}")
             refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
             if refused:
-                parts.append(f"{refused} of those rows refused on {arch}'s limits (notes below)")
+                parts.append(f"{refused} of those rows refused on {arch} (notes below)")
             lines.append(f"{arch}: " + "; ".join(parts))
         return lines
 
@@ -286,7 +286,7 @@ def build_manifest(selection: Selection) -> Manifest:
                             spec = small.SmallSpec.from_row(row, precision, (m, n, k)).validate(arch)
                             source = _tuned_label(row, row["arch"], arch)
                         except SpecError as err:
-                            notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}")
+                            notes.append(f"{arch} table row for {precision} {m}x{n}x{k} refused: {err}; the heuristic serves")
                 if spec is None:
                     spec = small.heuristic(precision, m, n, k).validate(arch)
                 entry = DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source, prefer_general)

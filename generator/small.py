@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from .arch import ARCHS
 from .precision import PRECISIONS
-from .spec import Spec, SpecError, ceil_div, require
+from .spec import Spec, SpecError, ceil_div, require, require_no_local_memory
 
 MAX_SIZE = 32
 MAX_RECURSION_RATIO = 4        # N / N̂ ≤ 4: two levels of §6.4's 2×2 blocking
@@ -272,6 +272,7 @@ class SmallSpec(Spec):
             largest = max(ARCHS[a].smem_per_sm - 1024 for a in ARCHS if ARCHS[a].cc >= 80)
             require(self.ring_bytes <= largest, "shared memory",
                     f"the ring's {self.ring_bytes} bytes exceed the {largest} a block may have on any architecture")
+        require_no_local_memory(self.name, arch)
         return self
 
 

@@ -30,6 +30,15 @@ def require(condition: bool, rule: str, message: str) -> None:
         raise SpecError(rule, message)
 
 
+def require_no_local_memory(name: str, arch: str | None) -> None:
+    """Refuse a variant on an architecture where ptxas gave it local memory (generator/tuning/
+    local_memory.json); the rule is checked only for a given architecture."""
+    from .tuning import local_memory_archs
+
+    require(arch is None or arch not in local_memory_archs().get(name, ()), "local memory",
+            f"ptxas gave {name} local memory on {arch} (generator/tuning/local_memory.json)")
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from .arch import ARCHS, DEFAULT_ARCHS
 from .precision import PRECISIONS
-from .spec import Spec, SpecError, ceil_div, require
+from .spec import Spec, SpecError, ceil_div, require, require_no_local_memory
 
 PRECISIONS_WMMA = ("h", "hc")
 TC_SHAPES = ((16, 16, 16), (32, 8, 16), (8, 32, 16))   # the WMMA fp16 shapes (§3)
@@ -232,6 +232,7 @@ class WmmaSpec(Spec):
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
         if self.stages:
             self._validate_async(arch)
+        require_no_local_memory(self.name, arch)
         return self
 
     def _validate_async(self, arch: str | None) -> None:
@@ -326,6 +327,7 @@ class WmmaTinySpec(Spec):
             limit = ARCHS[a].static_smem_per_block
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
         return self
 
 
@@ -414,6 +416,7 @@ class WmmaWarpSpec(Spec):
             limit = ARCHS[a].smem_per_sm - 1024
             require(self.stages * self.stage_bytes <= limit, "shared memory",
                     f"{self.stages} stages of {self.stage_bytes} bytes exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
         return self
 
     def k_stride(self, ta: str, tb: str) -> int:
@@ -623,6 +626,7 @@ class WmmaBlockSpec(Spec):
             require(self.smem_bytes <= limit, "shared memory",
                     f"{self.stages} stages of {self.stage_bytes} bytes and {self.staging_bytes} bytes of C staging "
                     f"exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
         return self
 
 

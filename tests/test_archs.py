@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from generator import manifest as manifest_module
-from generator import wmma
+from generator import small, wmma
 from generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse_archs
 from generator.cli import main
 from generator.small import SmallSpec
@@ -69,7 +69,7 @@ def test_list_says_which_table_serves_each_architecture():
     assert "small, wmma, tallskinny: its own table, tuned on" in summary["sm_90"]
     assert "sm_90's table (no sm_100 table)" in summary["sm_100"] and "refused" not in summary["sm_100"]
     # sm_120's 99 KB per block refuse the tuned block kernels of the largest sizes: the note says what serves
-    assert "sm_90's table (no sm_120 table)" in summary["sm_120"] and "refused on sm_120's limits" in summary["sm_120"]
+    assert "sm_90's table (no sm_120 table)" in summary["sm_120"] and "rows refused on sm_120" in summary["sm_120"]
     assert any(line.startswith("note: sm_120 wmma row h square 128 refused") and "serves" in line for line in lines)
 
 
@@ -95,6 +95,31 @@ def test_refused_rows_fall_back_with_a_note():
     notes.clear()
     on_sm100 = wmma.build_ranges("h", "sm_100", rows, "tuned", notes)
     assert {r.kernel.name for r in on_sm100 if r.kind == "square"} == {block} and not notes
+
+
+def test_variants_with_local_memory_are_refused_where_ptxas_gave_it():
+    """generator/tuning/local_memory.json names real variants and architectures; validation refuses a
+    variant there alone, and the manifest falls back to the heuristic with a note."""
+    from generator.spec import SpecError
+    from generator.tuning import local_memory_archs
+
+    table = local_memory_archs()
+    assert table
+    for name, archs in table.items():
+        spec = SmallSpec.parse(name) if name.startswith("small_") else wmma.parse_name(name)
+        assert archs <= set(ARCHS) and spec.is_valid()
+        for arch in ARCHS:
+            if arch in archs:
+                with pytest.raises(SpecError) as err:
+                    spec.validate(arch)
+                assert err.value.rule == "local memory"
+    d23 = "small_d_m23n23k23_dim8x12_tba2_hoist_mma"
+    assert table[d23] == {"sm_103"}
+    m = manifest_module.build_manifest(manifest_module.Selection.parse("sm_100,sm_103", "d", "23", "", ""))
+    assert [(e.cc, e.kernel.name, e.source.split(" (")[0]) for e in m.dispatch] == [
+        (100, d23, "tuned on NVIDIA H100 80GB HBM3"), (103, small.heuristic("d", 23, 23, 23).name, "heuristic")]
+    assert m.notes == [f"sm_103 table row for d 23x23x23 refused: local memory: ptxas gave {d23} local memory on "
+                       "sm_103 (generator/tuning/local_memory.json); the heuristic serves"]
 
 
 def test_arch_specific_code_is_sm_90a_alone():

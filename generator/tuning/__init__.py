@@ -6,6 +6,7 @@ generator reads these; `gemmgen tune` writes them.
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -27,3 +28,11 @@ def save_table(arch: str, table: dict) -> Path:
     path = table_path(arch)
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def local_memory_archs() -> dict[str, frozenset[str]]:
+    """Kernel name -> the architectures where ptxas gave it local memory (local_memory.json: with which
+    toolkit, and which part of the set was compiled for which architecture)."""
+    data = json.loads((TABLE_DIR / "local_memory.json").read_text())
+    return {name: frozenset(archs) for name, archs in data["kernels"].items()}
