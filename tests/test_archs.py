@@ -211,3 +211,27 @@ def test_sample_compiles_for_every_architecture_without_local_memory(tmp_path):
     # the whole-GEMM kernel has a body from sm_90 to sm_110 and is empty on sm_120 and sm_121
     whole = {r.arch: r.registers for r in resources if "wmma_whole_kernel" in r.function}
     assert {a for a, regs in whole.items() if regs > 16} == {"sm_90", "sm_100", "sm_103", "sm_110"}
+
+
+@pytest.mark.slow
+def test_h_wmma_rings_compile_below_sm_90_without_local_memory(tmp_path):
+    """The beta = 0 cp.async ring kernels of the committed set's h wmma tuples that ptxas had given 64
+    registers and spills below sm_90 (4 warps: 64x64x32; 8 warps: 96x96x16), built for sm_80 and sm_89 as
+    gemmgen check builds them."""
+    generated = Path(__file__).resolve().parents[1] / "generated"
+    names = ("wmma_h_tc16x16x16_blk64x64x32_dim16x8_w4_f16_s3", "wmma_h_tc16x16x16_blk96x96x16_dim16x16_w8_f16_s3")
+    warn = ("-Xptxas", "-warn-spills", "-Xptxas", "-warn-lmem-usage")
+    nvcc = find_nvcc()
+
+    def build(name: str) -> list:
+        source = generated / "src" / "wmma" / "h" / f"{name}.cu"
+        report = compile_object(nvcc, source, tmp_path / f"{name}.o", [generated / "include", generated / "src"],
+                                ("sm_80", "sm_89"), warn, host_optimization="-O0")
+        assert "warning" not in report.lower(), report[-3000:]
+        return parse_ptxas_report(source.name, report)
+
+    with ThreadPoolExecutor(2) as pool:
+        resources = [r for found in pool.map(build, names) for r in found]
+    rings = [r for r in resources if "wmma_async_kernel" in r.function]
+    assert {r.arch for r in rings} == {"sm_80", "sm_89"} and len(rings) == 2 * 2 * 8   # 4 layouts x 2 kernels
+    assert not [(r.arch, r.function[:90]) for r in resources if r.uses_local_memory]
