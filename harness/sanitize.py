@@ -100,6 +100,20 @@ def shard_command(sanitizer: Path, tool: str, library: Path, gen_dir: Path, log:
 
 # Host memory: racecheck's shadow state makes one of its processes weigh as much as this many others.
 WEIGHT = {"racecheck": 2}
+# What one process of weight 1 held on the host (the h checks under synccheck on an H100: 9.5-10 GB
+# resident each; 16 of them on a 125 GB machine were killed for memory).
+PROCESS_HOST_BYTES = 11 << 30
+
+
+def host_memory_slots(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """How many weight-1 processes the host's available memory holds (None where /proc/meminfo is not
+    there to say)."""
+    try:
+        fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    return max(1, available // PROCESS_HOST_BYTES)
 # The h and hc checks hold the Tensor Core families' cases too: each is split over this many processes.
 PARTS = {"h": 8, "hc": 8, "s": 2, "d": 2, "c": 2}
 
@@ -133,8 +147,15 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
     shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))]
     parallel = max(1, min(len(shards), jobs or os.cpu_count() or 1))
-    click.echo(f"{len(shards)} sanitizer runs ({', '.join(tools)} × {', '.join(precisions)}), {parallel} at once; "
-               f"logs in {out_dir}")
+    memory_slots = host_memory_slots()
+    held_by_memory = memory_slots is not None and memory_slots < parallel
+    if held_by_memory:
+        parallel = memory_slots
+    heaviest = max(WEIGHT.get(tool, 1) for tool in tools)
+    click.echo(f"{len(shards)} sanitizer runs ({', '.join(tools)} × {', '.join(precisions)}), up to "
+               f"{max(1, parallel // heaviest)} at once"
+               + (f" (host memory: {PROCESS_HOST_BYTES * heaviest >> 30} GB each)" if held_by_memory else "")
+               + f"; logs in {out_dir}")
     (out_dir / "shards.jsonl").unlink(missing_ok=True)
     pending, running, done = list(shards), {}, {}
     started = time.monotonic()

@@ -99,3 +99,40 @@ sys.exit(86 if bad else 0)
     memcheck, racecheck = runs
     assert memcheck.clean and memcheck.checks_passed == 3 * parts
     assert not racecheck.clean and racecheck.errors == 1 and racecheck.exit_code == sanitize.SANITIZER_EXIT
+
+
+def test_host_memory_caps_the_processes_at_once(tmp_path, monkeypatch, capsys):
+    """16 synccheck processes of the h checks (about 10 GB each) ran a 125 GB host out of memory: the
+    processes at once are capped by the available memory, a racecheck process counting twice."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:   24117248 kB\n")   # 23 GiB
+    assert sanitize.host_memory_slots(meminfo) == 2
+    assert sanitize.host_memory_slots(tmp_path / "missing") is None
+    monkeypatch.setattr(sanitize, "host_memory_slots", lambda: 2)
+    running = tmp_path / "running"
+    running.mkdir()
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(f"""#!{sys.executable}
+import json, os, sys, time
+args = sys.argv[1:]
+log, counts = (args[args.index(flag) + 1] for flag in ("--log-file", "--counts"))
+weight = 2 if args[args.index("--tool") + 1] == "racecheck" else 1
+marker = os.path.join({str(running)!r}, str(os.getpid()))
+open(marker + ".tmp", "w").write(str(weight))
+os.rename(marker + ".tmp", marker)   # whole, for the others to read
+time.sleep(0.3)
+load = sum(int(open(os.path.join({str(running)!r}, m)).read()) for m in os.listdir({str(running)!r})
+           if not m.endswith(".tmp"))
+with open({str(tmp_path / "loads")!r}, "a") as f:
+    f.write(f"{{load}}\\n")
+os.remove(marker)
+open(log, "w").write("========= ERROR SUMMARY: 0 errors\\n")
+json.dump({{"passed": 1, "failed": 0}}, open(counts, "w"))
+""")
+    fake.chmod(0o755)
+    runs = sanitize.run_tools(fake, ("synccheck", "racecheck"), tmp_path / "lib.so", tmp_path, tmp_path,
+                              quick=True, jobs=16, precisions=("s",))
+    assert all(r.clean for r in runs)
+    loads = [int(x) for x in (tmp_path / "loads").read_text().split()]
+    assert len(loads) == 2 * sanitize.PARTS["s"] and max(loads) <= 2
+    assert "up to 1 at once (host memory: 22 GB each)" in capsys.readouterr().out
