@@ -35,9 +35,10 @@ from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 FAMILIES = ("small", "large", "rect", "tallskinny")
 SMALL_SIZES = tuple(range(1, 33))
-# Past 32 the h/hc dispatch turns to the wmma kernels.  Odd sizes, 100, 129, 200 and 250 put the
-# columns of A, B and C off 16-byte boundaries, which the vector loads and the cp.async rings need:
-# those are the sizes a tuning on aligned sizes can miss.
+# Past 32 the h/hc dispatch turns to the wmma kernels.  A size that is no multiple of 8 (h) or 4 (hc)
+# puts the columns of A, B and C off 16-byte boundaries, which the vector loads and the cp.async
+# rings want: h 33, 63, 100, 129, 250, hc 33, 63, 129, 250 (and 250's matrices start off them too).
+# Those are the sizes a tuning on aligned sizes can miss; the aligned ones are there to compare.
 LARGE_SIZES = (33, 40, 48, 63, 64, 100, 128, 129, 200, 250, 256)
 LARGE_PRECISIONS = ("h", "hc")
 # m×n×k: a wide-short product, a deep one, an odd one, a matrix-vector product and a row times a
@@ -246,7 +247,7 @@ def _echo_point(i: int, total: int, row: dict, spent: float, left: float) -> Non
         r = row[beta]
         floor = r["ours"].get("floor_fraction")
         ratio = r.get("ratio")
-        return ((f"{floor:.2f}" if floor is not None else r["ours"].get("error", "?")[:40])
+        return ((_fraction(floor) if floor is not None else r["ours"].get("error", "?")[:40])
                 + (f" ×{ratio:.2f}" if ratio is not None else ""))
     extra = f" (batch {row['batch']}, {row['sets']} sets)" if row["family"] != "tallskinny" else ""
     click.echo(f"[{i}/{total}] {row['family']} {row['prec']} {_point_size(row)} {row['launch']}{extra}: "
@@ -322,7 +323,7 @@ def run(lib, device: str, arch: str, points: list[Point], out_dir: Path, command
 
 FAMILY_TITLES = {
     "small": "Small family: squares 1–32, every precision",
-    "large": "h and hc squares past 32 (odd sizes, 100, 129, 200, 250: columns off 16-byte boundaries)",
+    "large": "h and hc squares past 32 (columns off 16-byte boundaries: h 33, 63, 100, 129, 250; hc 33, 63, 129, 250)",
     "rect": "Rectangular shapes (M×N×K)",
     "tallskinny": "Tall-skinny: one GEMM, M = K, through gemmgen_?gemm_tallskinny against cublasGemmEx",
 }
@@ -337,10 +338,16 @@ def _measurements(payload: dict):
                 yield row, f"{beta:g}", row[key]
 
 
+def _fraction(x: float) -> str:
+    """Two decimals, or two significant digits under 0.1 (a tiny launch at batch 1000 reaches 0.0007
+    of the floor, which "0.00" would hide)."""
+    return f"{x:.2f}" if x >= 0.095 else f"{x:.2g}"
+
+
 def _floor_cell(result: dict, who: str) -> str:
     r = result.get(who, {})
     if "floor_fraction" in r:
-        return f"{r['floor_fraction']:.2f}"
+        return _fraction(r["floor_fraction"])
     if r.get("error") == NOT_GENERATED:
         return "not generated"
     return "error" if "error" in r else "–"
@@ -374,7 +381,7 @@ def summary(payload: dict) -> list[str]:
             min_ratio = f"{result['ratio']:.2f} ({where(row, beta)})"
         if with_floor:
             row, beta, result = min(with_floor, key=lambda e: e[2]["ours"]["floor_fraction"])
-            min_floor = f"{result['ours']['floor_fraction']:.2f} ({where(row, beta)})"
+            min_floor = f"{_fraction(result['ours']['floor_fraction'])} ({where(row, beta)})"
         slower: dict[str, list[str]] = {}
         for row, beta, result in with_ratio:
             if result["ratio"] < 1.0:
@@ -456,6 +463,9 @@ def plot(payload: dict, path: Path) -> bool:
             panels.append((f"{prec}: tall-skinny, β = 0", "n (M = K)", rows, "m", "n", False))
     if not panels:
         return False
+    from matplotlib.ticker import FormatStrFormatter
+
+    plain = FormatStrFormatter("%g")   # 4 and 0.5 on the log axes, not 4×10^0
     columns = 3
     fig, axes = plt.subplots(math.ceil(len(panels) / columns), columns,
                              figsize=(5.5 * columns, 4 * math.ceil(len(panels) / columns)), squeeze=False)
@@ -474,9 +484,12 @@ def plot(payload: dict, path: Path) -> bool:
                           alpha=0.7, label=f"ratio, {label}")
         ratio_ax.axhline(1.0, color="grey", linewidth=0.8)
         ratio_ax.set_yscale("log")
+        ratio_ax.yaxis.set_major_formatter(plain)
+        ratio_ax.yaxis.set_minor_formatter(plain)
         ratio_ax.set_ylabel("ratio: baseline time / ours (dashed)")
         if log_x:
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(plain)
         ax.set_ylim(0, 1.15)
         ax.set_ylabel("fraction of copy floor (solid)")
         ax.set_xlabel(xlabel)
