@@ -243,13 +243,19 @@ def estimated_seconds(point: Point) -> float:
 
 
 def _echo_point(i: int, total: int, row: dict, spent: float, left: float) -> None:
+    if "error" in row:
+        click.echo(f"[{i}/{total}] {row['family']} {row['prec']} {_point_size(row)} {row['launch']}: "
+                   f"{row['error']}; {spent:.0f} s, about {left:.0f} s left")
+        return
+
     def cell(beta: str) -> str:
         r = row[beta]
         floor = r["ours"].get("floor_fraction")
         ratio = r.get("ratio")
         return ((_fraction(floor) if floor is not None else r["ours"].get("error", "?")[:40])
                 + (f" ×{ratio:.2f}" if ratio is not None else ""))
-    extra = f" (batch {row['batch']}, {row['sets']} sets)" if row["family"] != "tallskinny" else ""
+    extra = (f" (batch {row['batch']}, {row['sets']} set{'s' if row['sets'] > 1 else ''})"
+             if row["family"] != "tallskinny" else "")
     click.echo(f"[{i}/{total}] {row['family']} {row['prec']} {_point_size(row)} {row['launch']}{extra}: "
                f"ours of floor and ratio to {row['baseline']}: β=0 {cell('beta0')}, β=1 {cell('beta1')}; "
                f"{spent:.0f} s, about {left:.0f} s left")
@@ -295,14 +301,19 @@ def run(lib, device: str, arch: str, points: list[Point], out_dir: Path, command
     start = time.monotonic()
     shared_A = None
     for i, point in enumerate(points):
-        if point.family == "tallskinny":
-            same_A = i > 0 and (points[i - 1].family, points[i - 1].prec, points[i - 1].m) == ("tallskinny", point.prec, point.m)
-            if not same_A:
-                shared_A = None
-                cp.get_default_memory_pool().free_all_blocks()
-            row, shared_A = measure_tallskinny(lib, point, bandwidth, shared_A)
-        else:
-            row = measure_batched(lib, point, bandwidth)
+        try:
+            if point.family == "tallskinny":
+                previous = points[i - 1] if i else None
+                if previous is None or (previous.family, previous.prec, previous.m) != (point.family, point.prec, point.m):
+                    shared_A = None
+                    cp.get_default_memory_pool().free_all_blocks()
+                row, shared_A = measure_tallskinny(lib, point, bandwidth, shared_A)
+            else:
+                row = measure_batched(lib, point, bandwidth)
+        except Exception as err:   # an allocation that fails is a result too; the next point frees it
+            row = {**asdict(point), "error": str(err).splitlines()[0][:200] if str(err) else type(err).__name__}
+            shared_A = None
+            cp.get_default_memory_pool().free_all_blocks()
         payload["rows"].append(row)
         spent = time.monotonic() - start
         done_estimate = sum(estimates[:i + 1])
@@ -421,6 +432,10 @@ def markdown(payload: dict) -> str:
                   "| prec | size | launch | batch | β | floor ours / baseline | ratio | copy kernel | kernel |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for row in rows:
+            if "error" in row:   # the point could not be set up (see Errors)
+                lines.append(f"| {row['prec']} | {_point_size(row)} | {row['launch']} | {row['batch']} | – "
+                             f"| error | – | – | – |")
+                continue
             dagger = "†" if row["family"] != "tallskinny" and row.get("rotated_mb", rotate_mb) < rotate_mb else ""
             for beta in BETAS:
                 result = row.get(f"beta{beta:g}")
@@ -434,6 +449,9 @@ def markdown(payload: dict) -> str:
                     f"| {row.get('kernel') or '–'} |")
         lines.append("")
     errors: dict[tuple[str, str], int] = {}
+    for row in payload["rows"]:
+        if "error" in row:
+            errors[("point", row["error"])] = errors.get(("point", row["error"]), 0) + 1
     for row, _, result in _measurements(payload):
         for who, r in result.items():
             if isinstance(r, dict) and "error" in r:
@@ -454,11 +472,11 @@ def plot(payload: dict, path: Path) -> bool:
         return False
     panels = []
     for prec in PRECISION_ORDER:
-        squares = [r for r in payload["rows"] if r["prec"] == prec and r["family"] in ("small", "large")]
+        squares = [r for r in payload["rows"] if r["prec"] == prec and r["family"] in ("small", "large") and "beta0" in r]
         if squares:
             panels.append((f"{prec}: squares, β = 0", "N (M = N = K)", squares, "launch", "m", True))
     for prec in TALLSKINNY_PRECISIONS:
-        rows = [r for r in payload["rows"] if r["prec"] == prec and r["family"] == "tallskinny"]
+        rows = [r for r in payload["rows"] if r["prec"] == prec and r["family"] == "tallskinny" and "beta0" in r]
         if rows:
             panels.append((f"{prec}: tall-skinny, β = 0", "n (M = K)", rows, "m", "n", False))
     if not panels:

@@ -88,6 +88,8 @@ FAKE = {
         _row("large", "hc", 129, 129, 129, "50 MB", _result(0.5, 3.0, "cublas_planar"),
              _result(0.45, 0.99, "cublas_planar"), baseline="cublas_planar"),
         _row("tallskinny", "d", 20000, 8, 20000, "single GEMM", _result(0.9, 0.97), _result(0.88, 0.95)),
+        {"family": "tallskinny", "prec": "d", "m": 50000, "n": 32, "k": 50000, "launch": "single GEMM", "batch": 1,
+         "error": "Out of memory allocating 20,000,000,000 bytes"},
     ]}
 
 
@@ -116,6 +118,8 @@ def test_from_json_renders_tables_without_a_gpu(tmp_path):
     assert "| s | 7×29×13 | 256 MB | 1000 | 0 | not generated / 0.30 | – | – | small_s_7 |" in text
     assert "| hc | 129 | 50 MB | 1000 | 1 | 0.45 / 0.45 | 0.99 | – |" in text
     assert "| cublas | CUBLAS_STATUS_NOT_SUPPORTED | 1 |" in text
+    assert "| d | 50000×32×50000 | single GEMM | 1 | – | error | – | – | – |" in text
+    assert "| point | Out of memory allocating 20,000,000,000 bytes | 1 |" in text
     for title in ("## Small family", "## h and hc squares past 32", "## Rectangular", "## Tall-skinny"):
         assert title in text
 
