@@ -415,6 +415,59 @@ def bench_wmma(gen_dir, build_dir, precisions, out_dir, jobs):
               f"gemmgen bench wmma --precisions {','.join(precs)}", general_name)
 
 
+@bench.command("workload")
+@click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/bench"), show_default=True)
+@click.option("--jobs", "-j", type=int, default=0)
+@click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True)
+@click.option("--families", default="small,large,rect,tallskinny", show_default=True,
+              help="Subset of small (squares 1-32), large (h/hc squares past 32), rect, tallskinny.")
+@click.option("--quick", is_flag=True, help="A few points of each family: a smoke run of a minute or so.")
+@click.option("--big-megabytes", type=click.IntRange(1), default=256, show_default=True,
+              help="Data of the launch far past L2 (the other two: 1,000 GEMMs and about 50 MB).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
+@click.option("--from-json", "from_json", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Write the .md and .png again from this run's JSON (beside it); no GPU needed.")
+def bench_workload(gen_dir, build_dir, jobs, precisions, families, quick, big_megabytes, out_dir, from_json):
+    """What a user sees: the public entry points (the dispatch choosing the kernel) against cuBLAS on
+    the same buffers, every precision, squares 1-32, h/hc squares to 256, rectangular shapes and
+    tall-skinny GEMMs, at batch 1000, about 50 MB and far past L2, beta = 0 and 1."""
+    from harness import bench_workload as bw
+
+    if from_json:
+        for path in bw.render(from_json):
+            click.echo(f"wrote {path}")
+        return
+    precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
+    fams = tuple(f.strip() for f in families.split(",") if f.strip())
+    if not precs or any(p not in PRECISION_ORDER for p in precs):
+        raise click.ClickException(f"--precisions must be a subset of {','.join(PRECISION_ORDER)}, not {precisions!r}")
+    if not fams or any(f not in bw.FAMILIES for f in fams):
+        raise click.ClickException(f"--families must be a subset of {','.join(bw.FAMILIES)}, not {families!r}")
+    points = bw.grid(quick, precs, fams, big_megabytes)
+    if not points:
+        raise click.ClickException(f"no point to time: the families {families} have none in {precisions}")
+
+    from harness.toolchain import gpu_available
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen bench workload needs CuPy and a CUDA device "
+                                   "(--from-json renders an existing run without one)")
+    if not (gen_dir / "manifest.json").exists():
+        raise click.ClickException(f"{gen_dir / 'manifest.json'} not found; run gemmgen generate first")
+    from harness.api import GemmgenLibrary
+    from harness.run_check import build_set, device_arch
+
+    arch, device = device_arch()
+    lib = GemmgenLibrary(build_set(gen_dir, build_dir, (arch,), jobs).library)
+    command = ("gemmgen bench workload" + (" --quick" if quick else "")
+               + (f" --precisions {','.join(precs)}" if precs != PRECISION_ORDER else "")
+               + (f" --families {','.join(fams)}" if fams != bw.FAMILIES else "")
+               + (f" --big-megabytes {big_megabytes}" if big_megabytes != bw.BIG_MEGABYTES else "")
+               + (f" --generated {gen_dir}" if gen_dir != DEFAULT_OUT else ""))
+    bw.run(lib, device, arch, points, out_dir, command)
+
+
 @bench.command("cpu")
 @click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/bench_cpu"), show_default=True)

@@ -13,17 +13,13 @@ from generator.manifest import Selection
 from .api import GemmgenLibrary
 from .run_check import build_set, device_arch
 from .bench_runs import keep_other_precisions, run_lines
-from .timing import copy_bandwidth, headless_pyplot, median_time_ms
+from .timing import copy_bandwidth, headless_pyplot, timed
 from .toolchain import gpu_available
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 
 def _measure(work: Workload, launch_factory, beta: float) -> dict:
-    try:
-        ms = median_time_ms(launch_factory(beta=beta))
-    except Exception as err:  # cuBLAS refusing a type (hc) is a result, not a crash
-        return {"error": str(err).splitlines()[0][:200]}
-    return {"ms": ms}
+    return timed(lambda: launch_factory(beta=beta))   # cuBLAS refusing a type (hc) is a result
 
 
 def run_bench(gen_dir: Path, build_dir: Path, selection: Selection, megabytes: int,

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from .bench_runs import keep_other_precisions, run_lines
-from .timing import headless_pyplot, median_time_ms
+from .timing import headless_pyplot, timed
 from .api import variant_function
 from .workload import Workload, batch_for_megabytes, bytes_moved, flops
 
@@ -89,11 +89,7 @@ class Planar:
 
 
 def _time(factory) -> dict:
-    try:
-        ms = median_time_ms(factory(), launches_per_graph=MAX_SETS, repeats=7)
-    except Exception as err:   # a refused type or launch is a result, not a crash
-        return {"error": str(err).splitlines()[0][:200]}
-    return {"ms": ms}
+    return timed(factory, launches_per_graph=MAX_SETS, repeats=7)   # a refused type or launch is a result
 
 
 def _row(lib, prec, kind, m, n, k, batch, label, bandwidth, sets, extra=(), betas=(0.0,)) -> dict:

@@ -58,6 +58,28 @@ extern "C" __global__ void gemmgen_copy16(const int4* __restrict__ src, int4* __
 """
 
 
+def copy_kernel_launch(pairs: list[tuple[int, int]], nbytes: int):
+    """A launch(stream_ptr) closure of the 16-byte grid-stride copy kernel: `nbytes` (rounded up to
+    16) read from src and written to dst, each launch taking the next (src, dst) device-pointer pair
+    of `pairs` (rotating like Workload's sets).  At most 8 blocks of 512 threads per SM, fewer where
+    the copy is small (idle blocks would only add launch work a copy of that size does not need)."""
+    import cupy as cp
+    import numpy as np
+
+    kernel = cp.RawKernel(_COPY_KERNEL, "gemmgen_copy16")
+    vectors = -(-nbytes // 16)
+    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    blocks = max(1, min(sms * 8, -(-vectors // 512)))
+    counter = [0]
+
+    def launch(stream_ptr: int) -> None:
+        src, dst = pairs[counter[0] % len(pairs)]
+        counter[0] += 1
+        kernel((blocks,), (512,), (np.uint64(src), np.uint64(dst), np.int64(vectors)),
+               stream=cp.cuda.ExternalStream(stream_ptr))
+    return launch
+
+
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written: the
     better of cudaMemcpyAsync and a 16-byte-per-thread copy kernel (the copy engine path alone
@@ -72,17 +94,21 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
         cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes,
                                     cp.cuda.runtime.memcpyDeviceToDevice, stream_ptr)
 
-    kernel = cp.RawKernel(_COPY_KERNEL, "gemmgen_copy16")
-    vectors = nbytes // 16
-    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
-
-    def copy_kernel(stream_ptr: int) -> None:
-        stream = cp.cuda.ExternalStream(stream_ptr)
-        kernel((sms * 8,), (512,), (src, dst, cp.int64(vectors)), stream=stream)
-
+    copy_kernel = copy_kernel_launch([(src.data.ptr, dst.data.ptr)], nbytes)
     best_ms = min(median_time_ms(memcpy, launches_per_graph=5, repeats=10),
                   median_time_ms(copy_kernel, launches_per_graph=5, repeats=10))
     return 2 * nbytes / (best_ms * 1e-3)
+
+
+def timed(launch_factory: Callable[[], Callable[[int], None]], timer: Callable[..., float] = median_time_ms,
+          **timing) -> dict:
+    """{"ms": timer(launch_factory(), **timing)} (by default median_time_ms), or {"error": its first
+    line} where making or running the launches fails: a type cuBLAS refuses, or a launch that fails,
+    is a result of a benchmark, not the end of it."""
+    try:
+        return {"ms": timer(launch_factory(), **timing)}
+    except Exception as err:
+        return {"error": str(err).splitlines()[0][:200] if str(err) else type(err).__name__}
 
 
 def headless_pyplot():
