@@ -25,7 +25,8 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tsm2.DEFA
     precisions = [PRECISIONS[k] for k in PRECISION_ORDER]   # the API always has all six
     ts_precisions = [p for p in small_precisions if p in tsm2.PRECISIONS_TS] if tallskinny_ns else []
     return {
-        "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", **common),
+        "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", selection_macros=SELECTION_MACROS,
+                                          **common),
         "src/gemmgen_small.cuh": render("small/gemmgen_small.cuh.j2", **common),
         "src/gemmgen_tallskinny.cuh": render("tsm2/gemmgen_tallskinny.cuh.j2", **common),
         "src/gemmgen_wmma.cuh": render("wmma/gemmgen_wmma.cuh.j2", skew=wmma.SKEW, **common),
@@ -65,8 +66,8 @@ _BUILD_FAMILY_OF_FOLDER = {"small": "small", "wmma": "wmma", "wmmawarp": "wmma",
                            "wmmahopper": "wmma", "tsm2": "tallskinny", "ism2": "tallskinny"}
 
 
-# The macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2); the dispatch
-# sources default each to 1.
+# The macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2); gemmgen_device.cuh
+# defaults each to 1.
 SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES)
 
 
@@ -74,7 +75,7 @@ def tallskinny_dispatch_source(entries, kernels, common: dict) -> str:
     """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels."""
     return render("tsm2/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
                   entries=entries, kernels=kernels, max_cuts=tsm2.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
-                  cut_tcf=lambda e: _cuts(e, 1), selection_macros=SELECTION_MACROS, **common)
+                  cut_tcf=lambda e: _cuts(e, 1), **common)
 
 
 def build_groups(paths: list[str]) -> list[tuple[str, str, list[str]]]:
@@ -185,7 +186,7 @@ def plan(manifest: Manifest) -> dict[str, str]:
         "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
-        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, selection_macros=SELECTION_MACROS, **common)
+        wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
     cuda_sources = [path for path in cuda_source_paths(manifest) if path != DISPATCH_SOURCE]
     # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
     sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]

@@ -10,6 +10,37 @@
 
 #include "gemmgen.h"
 
+// What a CMake build selected (GEMMGEN_PRECISIONS, GEMMGEN_FAMILIES): a kernel whose precision or
+// family is off is neither declared nor in the dispatch tables, so its shapes go to the general kernel
+// or return GEMMGEN_NOT_GENERATED.  Everything is on unless the build says otherwise.
+#ifndef GEMMGEN_WITH_H
+#define GEMMGEN_WITH_H 1
+#endif
+#ifndef GEMMGEN_WITH_HC
+#define GEMMGEN_WITH_HC 1
+#endif
+#ifndef GEMMGEN_WITH_S
+#define GEMMGEN_WITH_S 1
+#endif
+#ifndef GEMMGEN_WITH_D
+#define GEMMGEN_WITH_D 1
+#endif
+#ifndef GEMMGEN_WITH_C
+#define GEMMGEN_WITH_C 1
+#endif
+#ifndef GEMMGEN_WITH_Z
+#define GEMMGEN_WITH_Z 1
+#endif
+#ifndef GEMMGEN_WITH_SMALL
+#define GEMMGEN_WITH_SMALL 1
+#endif
+#ifndef GEMMGEN_WITH_WMMA
+#define GEMMGEN_WITH_WMMA 1
+#endif
+#ifndef GEMMGEN_WITH_TALLSKINNY
+#define GEMMGEN_WITH_TALLSKINNY 1
+#endif
+
 namespace gemmgen {
 
 // ---- transpose codes --------------------------------------------------------------------------

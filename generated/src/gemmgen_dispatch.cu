@@ -9,36 +9,7 @@
 #include "gemmgen.h"
 #include "gemmgen_device.cuh"
 
-// What a CMake build selected (GEMMGEN_PRECISIONS, GEMMGEN_FAMILIES): a kernel whose precision or
-// family is off is neither declared nor in the tables, so its shapes go to the general kernel or
-// return GEMMGEN_NOT_GENERATED.  Everything is on unless the build says otherwise.
-#ifndef GEMMGEN_WITH_H
-#define GEMMGEN_WITH_H 1
-#endif
-#ifndef GEMMGEN_WITH_HC
-#define GEMMGEN_WITH_HC 1
-#endif
-#ifndef GEMMGEN_WITH_S
-#define GEMMGEN_WITH_S 1
-#endif
-#ifndef GEMMGEN_WITH_D
-#define GEMMGEN_WITH_D 1
-#endif
-#ifndef GEMMGEN_WITH_C
-#define GEMMGEN_WITH_C 1
-#endif
-#ifndef GEMMGEN_WITH_Z
-#define GEMMGEN_WITH_Z 1
-#endif
-#ifndef GEMMGEN_WITH_SMALL
-#define GEMMGEN_WITH_SMALL 1
-#endif
-#ifndef GEMMGEN_WITH_WMMA
-#define GEMMGEN_WITH_WMMA 1
-#endif
-#ifndef GEMMGEN_WITH_TALLSKINNY
-#define GEMMGEN_WITH_TALLSKINNY 1
-#endif
+// GEMMGEN_WITH_<PRECISION>, GEMMGEN_WITH_<FAMILY>: what a CMake build selected (gemmgen_device.cuh).
 
 // ---- every emitted launcher ------------------------------------------------------------------------
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL

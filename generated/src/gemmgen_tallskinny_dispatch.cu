@@ -25,36 +25,8 @@
 #include "gemmgen_tallskinny.cuh"
 
 // ---- every emitted tall-skinny launcher --------------------------------------------------------------
-// What a CMake build selected (GEMMGEN_PRECISIONS, GEMMGEN_FAMILIES; everything unless it says
-// otherwise): with tall-skinny or a precision off, that precision's table is empty and its calls
-// return GEMMGEN_NOT_GENERATED.
-#ifndef GEMMGEN_WITH_H
-#define GEMMGEN_WITH_H 1
-#endif
-#ifndef GEMMGEN_WITH_HC
-#define GEMMGEN_WITH_HC 1
-#endif
-#ifndef GEMMGEN_WITH_S
-#define GEMMGEN_WITH_S 1
-#endif
-#ifndef GEMMGEN_WITH_D
-#define GEMMGEN_WITH_D 1
-#endif
-#ifndef GEMMGEN_WITH_C
-#define GEMMGEN_WITH_C 1
-#endif
-#ifndef GEMMGEN_WITH_Z
-#define GEMMGEN_WITH_Z 1
-#endif
-#ifndef GEMMGEN_WITH_SMALL
-#define GEMMGEN_WITH_SMALL 1
-#endif
-#ifndef GEMMGEN_WITH_WMMA
-#define GEMMGEN_WITH_WMMA 1
-#endif
-#ifndef GEMMGEN_WITH_TALLSKINNY
-#define GEMMGEN_WITH_TALLSKINNY 1
-#endif
+// What a CMake build selected (GEMMGEN_WITH_*, gemmgen_device.cuh): with tall-skinny or a precision
+// off, that precision's table is empty and its calls return GEMMGEN_NOT_GENERATED.
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY
 extern "C" int ism2_h_n10_t128x10x8_opt2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
