@@ -129,6 +129,8 @@ class GemmgenLibrary(TallSkinnyLibrary):
             query.argtypes = [ctypes.c_char_p, _i, _i, _i]
         self.lib.gemmgen_small_selected_kernel.restype = ctypes.c_char_p
         self.lib.gemmgen_small_selected_kernel.argtypes = [ctypes.c_char_p, _i, _i, _i]
+        self.lib.gemmgen_selected_kernel_strided.restype = ctypes.c_char_p
+        self.lib.gemmgen_selected_kernel_strided.argtypes = [ctypes.c_char_p, _i, _i, _i] + [_i, ctypes.c_longlong] * 3
         self.lib.gemmgen_kernel_count.restype = _i
         self.lib.gemmgen_kernel_name.restype = ctypes.c_char_p
         self.lib.gemmgen_kernel_name.argtypes = [_i]
@@ -153,7 +155,14 @@ class GemmgenLibrary(TallSkinnyLibrary):
         return bool(self.lib.gemmgen_small_is_generated(prec.encode(), m, n, k))
 
     def selected_kernel(self, prec: str, m: int, n: int, k: int) -> str | None:
+        """The kernel the dispatch runs for this shape with every stored column on 16 bytes."""
         name = self.lib.gemmgen_small_selected_kernel(prec.encode(), m, n, k)
+        return name.decode() if name else None
+
+    def selected_kernel_packed(self, prec: str, m: int, n: int, k: int) -> str | None:
+        """The kernel the dispatch runs for a packed strided batch of this shape (NN, lda = m, ldb = k,
+        ldc = m, strides the matrix sizes): where those columns are off 16 bytes, not the same as above."""
+        name = self.lib.gemmgen_selected_kernel_strided(prec.encode(), m, n, k, m, m * k, k, k * n, m, m * n)
         return name.decode() if name else None
 
     def variant_entry(self, name: str, interface: str):

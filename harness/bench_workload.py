@@ -162,7 +162,7 @@ def measure_batched(lib, point: Point, bandwidth: float) -> dict:
     sets, launches = rotation(point)
     footprint = bytes_moved(prec, m, n, k, batch, False)
     row = {**asdict(point), "sets": sets, "launches_per_graph": launches,
-           "rotated_mb": sets * footprint / 1e6, "kernel": lib.selected_kernel(prec, m, n, k),
+           "rotated_mb": sets * footprint / 1e6, "kernel": lib.selected_kernel_packed(prec, m, n, k),
            "baseline": BASELINE[prec]}
     work = Workload(prec, m, n, k, batch, sets=sets)
     planar = Planar(work) if prec == "hc" else None

@@ -108,3 +108,14 @@ def test_what_was_generated_can_be_asked(lib):
     assert len(names) == len(set(names))
     assert all(n.split("_")[0] in ("small", "wmma", "wmmablock", "wmmatiny", "wmmawarp") for n in names)
     assert any(n.startswith("wmma_h_") for n in names) and any(n.startswith("wmma_hc_") for n in names)
+
+
+def test_the_kernel_for_a_strided_layout_can_be_asked(lib):
+    """gemmgen_selected_kernel_strided: the kernel a strided batch of these leading dimensions and strides
+    runs.  Without a device the lowest architecture's rows answer (no block kernels there), with columns
+    off 16 bytes (h 100 packed: 200-byte columns) never a block kernel, which copies in 16-byte chunks."""
+    for prec in PRECISION_ORDER:
+        assert lib.selected_kernel_packed(prec, 8, 8, 8) == lib.selected_kernel(prec, 8, 8, 8) is not None
+    assert lib.selected_kernel_packed("h", 100, 100, 100).startswith("wmma_h_")
+    assert lib.selected_kernel_packed("d", 3, 5, 7) is None   # not generated
+    assert lib.lib.gemmgen_selected_kernel_strided(b"q", 8, 8, 8, 8, 64, 8, 64, 8, 64) is None

@@ -6603,13 +6603,15 @@ extern "C" int gemmgen_small_is_generated(const char* precision, int m, int n, i
     return 0;
 }
 
-extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k)
+// The kernel the batched dispatch runs for this shape on the current device, for operands whose stored
+// columns do (chunks) or do not all start on 16-byte chunks.
+static const char* selected_kernel(const char* precision, int m, int n, int k, bool chunks)
 {
     if (!precision)
         return nullptr;
     const int cc = device_cc();
     if (!std::strcmp(precision, "h")) {
-        const auto c = choose(small_h, general_h, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_h, general_h, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
@@ -6617,25 +6619,55 @@ extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int 
         // with beta ≠ 0, which this name does not tell)
         if (GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && cc == 90 && m >= 64 && n >= 64 && k >= 64)
             return "wgmma_hc (NN, sm_90a; otherwise the table's)";
-        const auto c = choose(small_hc, general_hc, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_hc, general_hc, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "s")) {
-        const auto c = choose(small_s, general_s, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_s, general_s, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "d")) {
-        const auto c = choose(small_d, general_d, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_d, general_d, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "c")) {
-        const auto c = choose(small_c, general_c, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_c, general_c, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "z")) {
-        const auto c = choose(small_z, general_z, m, n, k, cc, true);   // operands on 16-byte chunks
+        const auto c = choose(small_z, general_z, m, n, k, cc, chunks);
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
+    return nullptr;
+}
+
+extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k)
+{
+    return selected_kernel(precision, m, n, k, true);   // operands on 16-byte chunks
+}
+
+extern "C" const char* gemmgen_selected_kernel_strided(const char* precision, int m, int n, int k, int lda,
+                                                      long long strideA, int ldb, long long strideB, int ldc,
+                                                      long long strideC)
+{
+    if (precision && !std::strcmp(precision, "h"))
+        return selected_kernel(precision, m, n, k, on_chunks<__half>(lda, strideA) && on_chunks<__half>(ldb, strideB)
+                                                       && on_chunks<__half>(ldc, strideC));
+    if (precision && !std::strcmp(precision, "hc"))
+        return selected_kernel(precision, m, n, k, on_chunks<__half2>(lda, strideA) && on_chunks<__half2>(ldb, strideB)
+                                                       && on_chunks<__half2>(ldc, strideC));
+    if (precision && !std::strcmp(precision, "s"))
+        return selected_kernel(precision, m, n, k, on_chunks<float>(lda, strideA) && on_chunks<float>(ldb, strideB)
+                                                       && on_chunks<float>(ldc, strideC));
+    if (precision && !std::strcmp(precision, "d"))
+        return selected_kernel(precision, m, n, k, on_chunks<double>(lda, strideA) && on_chunks<double>(ldb, strideB)
+                                                       && on_chunks<double>(ldc, strideC));
+    if (precision && !std::strcmp(precision, "c"))
+        return selected_kernel(precision, m, n, k, on_chunks<cuFloatComplex>(lda, strideA) && on_chunks<cuFloatComplex>(ldb, strideB)
+                                                       && on_chunks<cuFloatComplex>(ldc, strideC));
+    if (precision && !std::strcmp(precision, "z"))
+        return selected_kernel(precision, m, n, k, on_chunks<cuDoubleComplex>(lda, strideA) && on_chunks<cuDoubleComplex>(ldb, strideB)
+                                                       && on_chunks<cuDoubleComplex>(ldc, strideC));
     return nullptr;
 }
 
