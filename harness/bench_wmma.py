@@ -22,7 +22,7 @@ import click
 from .bench_runs import keep_other_precisions, run_lines
 from .timing import headless_pyplot, timed
 from .api import variant_function
-from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+from .workload import Workload, batch_for_megabytes, bytes_moved, flops, set_elements
 
 SQUARE = {"h": tuple(range(1, 65)) + tuple(range(72, 129, 8)),
           "hc": tuple(range(1, 65)) + tuple(range(72, 257, 8))}
@@ -48,7 +48,7 @@ class Planar:
 
         self.work = work
         m, n, k, b, s = work.m, work.n, work.k, work.batch, work.sets
-        self.parts = {name: cp.random.uniform(-1, 1, size=s * b * size).astype(cp.float16)
+        self.parts = {name: cp.random.uniform(-1, 1, size=s * set_elements(b * size, 2)).astype(cp.float16)
                       for name, size in (("Ar", m * k), ("Ai", m * k), ("Br", k * n), ("Bi", k * n),
                                          ("Cr", m * n), ("Ci", m * n))}
         self._one, self._minus, self._zero = (np.array(v, dtype=np.float32) for v in (1.0, -1.0, 0.0))
@@ -66,7 +66,7 @@ class Planar:
         counter = [0]
 
         def ptr(name, size):
-            return p[name].data.ptr + (counter[0] % w.sets) * b * size * 2
+            return p[name].data.ptr + (counter[0] % w.sets) * set_elements(b * size, 2) * 2
 
         def gemm(stream_ptr, a, b_, c, alpha, beta_):
             cublas.gemmStridedBatchedEx(handle, 0, 0, m, n, k, alpha.ctypes.data, a, 2, m, m * k,
