@@ -52,15 +52,16 @@ def test_templates_branch_only_where_sources_say_so():
     engine's, and exactly the sources that instantiate a cp.async ring (TSM2, wmma or small with a
     strided or a pointer-array ring, every warp and block wmma kernel) or the small family's fp64
     Tensor Core product (`mma`, sm_80+ as well) declare the first code path, and exactly the h wmma tuples with
-    the whole-GEMM path, the h block kernels with the wgmma path and the hc wgmma source the second (the
+    the whole-GEMM path or a cp.async ring (its beta = 0 kernel's register bound is below sm_90's), the h block kernels with the wgmma path and the hc wgmma source the second (the
     latter two as `90a`: sm_90a code), so their sm_80/sm_90 SASS is built from PTX of that level; the whole-GEMM
     path's sources also name where it ends (sm_120: its kernel is empty from there on)."""
     thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
     assert thresholds == {CP_ASYNC_MIN_CC * 10, TENSOR_COPY_MIN_CC * 10}
-    # the one upper end: the whole-GEMM path stops before sm_120 (its sources name 120 as a code path)
+    # the upper ends: the whole-GEMM path stops before sm_120 (its sources name 120 as a code path), and the h
+    # cp.async ring's beta = 0 kernel takes a register bound below sm_90 (its sources name 90 as a code path)
     ends = {int(x) for t in (ROOT / "templates").rglob("*.j2") for x in re.findall(r"__CUDA_ARCH__\s*<\s*(\d+)", t.read_text())}
-    assert ends == {TENSOR_COPY_END_CC * 10}
+    assert ends == {TENSOR_COPY_MIN_CC * 10, TENSOR_COPY_END_CC * 10}
     sources = sorted((ROOT / "generated" / "src").rglob("*.cu"))
     assert sources
     for source in sources:
@@ -72,10 +73,11 @@ def test_templates_branch_only_where_sources_say_so():
                                            or SmallSpec.parse(source.stem).mma))
                 or family in ("wmmawarp", "wmmablock"))
         whole = family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).whole_path
+        h_ring = family == "wmma" and source.stem.startswith("wmma_h_") and WmmaSpec.parse(source.stem).stages > 0
         # the block kernels' wgmma path, and the hc wgmma source the dispatch tries first
         wgmma = ((family == "wmmablock" and WmmaBlockSpec.parse(source.stem).wgmma_path)
                  or source.parent.name == "wmmahopper")
-        expected = (((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole or wgmma else ())
+        expected = (((CP_ASYNC_MIN_CC,) if ring else ()) + ((TENSOR_COPY_MIN_CC,) if whole or wgmma or h_ring else ())
                     + ((TENSOR_COPY_END_CC,) if whole else ()))
         assert code_paths(source.read_text()) == expected, source.name
         assert arch_specific_paths(source.read_text()) == ((TENSOR_COPY_MIN_CC,) if wgmma else ()), source.name
