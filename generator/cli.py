@@ -150,7 +150,12 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
                    "synccheck, initcheck, or all), every operand in an allocation of exactly its bytes; "
                    "fails on any report.  --report then gets the sanitizer summary.")
 @click.option("--precisions", "only", default="", help="GPU checks of these precisions only (default: all).")
-def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools, only):
+@click.option("--sanitize-parts", "sanitize_parts", default="", metavar="PARTS",
+              help="With --sanitize: only these parts of each precision's checks (e.g. 0-3 or 4,5; h and hc "
+                   "are split into 8 parts, s, d and c into 2, the others are one part, 0), so that a long "
+                   "tool can be run in pieces.")
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools, only,
+          sanitize_parts):
     """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
@@ -161,14 +166,20 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     if unknown:
         raise click.BadParameter(f"unknown precision {', '.join(unknown)}; known: {', '.join(PRECISION_ORDER)}",
                                  param_hint="--precisions")
+    if sanitize_parts and not sanitize_tools:
+        raise click.BadParameter("only with --sanitize", param_hint="--sanitize-parts")
     if sanitize_tools:
-        from harness.sanitize import parse_tools, run_sanitize
+        from harness.sanitize import parse_parts, parse_tools, run_sanitize
 
         try:
             tools = parse_tools(sanitize_tools)
         except ValueError as err:
             raise click.BadParameter(str(err), param_hint="--sanitize")
-        sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick, precisions))
+        try:
+            parts = parse_parts(sanitize_parts)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--sanitize-parts")
+        sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick, precisions, parts))
     status = run_check(gen_dir, build_dir, arch, jobs, report, quick, precisions)
     if with_cpu and (gen_dir / "src" / "cpu").is_dir():
         from harness.cpu_check import run_cpu_check

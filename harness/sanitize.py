@@ -118,6 +118,22 @@ def host_memory_slots(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 PARTS = {"h": 8, "hc": 8, "s": 2, "d": 2, "c": 2}
 
 
+def parse_parts(text: str) -> frozenset[int] | None:
+    """'0-3', '4,5' or '' (every part) -> the part indices to run."""
+    if not text.strip():
+        return None
+    parts: set[int] = set()
+    for item in text.split(","):
+        lo, dash, hi = item.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"bad part range {item.strip()!r}; write e.g. 0-3 or 4,5")
+        parts.update(range(int(lo), int(hi or lo) + 1))
+    if max(parts) >= max(PARTS.values()):
+        raise ValueError(f"no part {max(parts)}: a precision has at most {max(PARTS.values())} parts (0-"
+                         f"{max(PARTS.values()) - 1})")
+    return frozenset(parts)
+
+
 def shard_files(out_dir: Path, key: tuple[str, str, int]) -> tuple[Path, Path]:
     """The log and the check counts of one (tool, precision, part) process."""
     stem = "sanitize_{}_{}_{}".format(*key)
@@ -137,7 +153,7 @@ def record_shard(out_dir: Path, key: tuple[str, str, int], exit_code: int, secon
 
 
 def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: Path, out_dir: Path,
-              quick: bool, jobs: int, precisions: tuple[str, ...]) -> list[ToolRun]:
+              quick: bool, jobs: int, precisions: tuple[str, ...], parts: frozenset[int] | None = None) -> list[ToolRun]:
     """Every tool over every precision, one process per (tool, precision, part), up to `jobs` of them
     at once (a racecheck process counting for WEIGHT of them): the sanitizers' cost is on the host (patching and tracking every access), so one GPU keeps
     several busy.  The results of one tool's processes are summed into its ToolRun; each process's own
@@ -145,7 +161,8 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
     from .check_small import EXACT_BUFFERS_ENV
 
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
-    shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))]
+    shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))
+              if parts is None or i in parts]
     parallel = max(1, min(len(shards), jobs or os.cpu_count() or 1))
     memory_slots = host_memory_slots()
     held_by_memory = memory_slots is not None and memory_slots < parallel
@@ -202,7 +219,8 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
 
 
 def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
-                 report: Path | None, quick: bool, precisions: tuple[str, ...] = ()) -> int:
+                 report: Path | None, quick: bool, precisions: tuple[str, ...] = (),
+                 parts: frozenset[int] | None = None) -> int:
     from .run_check import build_for_check
     from .toolchain import ToolchainError, find_compute_sanitizer, gpu_available
 
@@ -223,7 +241,11 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
                                   if any(e["precision"] == p for e in built.manifest["dispatch"])
                                   or any(e["precision"] == p for e in built.manifest.get("tallskinny", {})
                                          .get("dispatch", [])))
-    runs = run_tools(sanitizer, tools, built.result.library, gen_dir, out_dir, quick, jobs, present)
+    if parts is not None and not any(i < PARTS.get(p, 1) for p in present for i in parts):
+        click.echo(f"error: the checks of {', '.join(present)} have no part {', '.join(map(str, sorted(parts)))}",
+                   err=True)
+        return 2
+    runs = run_tools(sanitizer, tools, built.result.library, gen_dir, out_dir, quick, jobs, present, parts)
     for r in runs:
         click.echo(f"{r.tool}: {'clean' if r.clean else 'NOT CLEAN'}: {r.errors} errors, {r.warnings} warnings, "
                    f"checks {r.checks_passed} passed {r.checks_failed} failed, exit {r.exit_code}, {r.seconds:.0f} s")
@@ -237,7 +259,8 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
             "device": built.device_name or device_arch()[1],
             "arch": built.archs[0],
             "command": f"gemmgen check --generated {gen_dir} --sanitize {','.join(tools)}"
-                       + (" --quick" if quick else "") + (f" --precisions {','.join(precisions)}" if precisions else ""),
+                       + (" --quick" if quick else "") + (f" --precisions {','.join(precisions)}" if precisions else "")
+                       + (f" --sanitize-parts {','.join(map(str, sorted(parts)))}" if parts else ""),
             "generated_with": built.manifest["command"],
             "sanitizer": subprocess.run([str(sanitizer), "--version"], capture_output=True,
                                         text=True).stdout.strip().splitlines()[-1:],

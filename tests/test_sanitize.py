@@ -136,3 +136,32 @@ json.dump({{"passed": 1, "failed": 0}}, open(counts, "w"))
     loads = [int(x) for x in (tmp_path / "loads").read_text().split()]
     assert len(loads) == 2 * sanitize.PARTS["s"] and max(loads) <= 2
     assert "up to 1 at once (host memory: 22 GB each)" in capsys.readouterr().out
+
+
+def test_parts_select_shards_and_bad_ranges_are_refused(tmp_path):
+    assert sanitize.parse_parts("") is None
+    assert sanitize.parse_parts("0-2,5") == {0, 1, 2, 5}
+    for bad in ("3-1", "x", "1-", "8"):
+        with pytest.raises(ValueError):
+            sanitize.parse_parts(bad)
+    result = CliRunner().invoke(main, ["check", "--sanitize-parts", "0-1"])
+    assert result.exit_code != 0 and "only with --sanitize" in result.output
+    result = CliRunner().invoke(main, ["check", "--sanitize", "racecheck", "--sanitize-parts", "9"])
+    assert result.exit_code != 0 and "at most 8 parts" in result.output
+
+
+def test_run_tools_runs_the_selected_parts_only(tmp_path):
+    fake = tmp_path / "fake-sanitizer"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+args = sys.argv[1:]
+log, counts = (args[args.index(flag) + 1] for flag in ("--log-file", "--counts"))
+open(log, "w").write("========= ERROR SUMMARY: 0 errors\\n")
+json.dump({{"passed": 1, "failed": 0}}, open(counts, "w"))
+""")
+    fake.chmod(0o755)
+    runs = sanitize.run_tools(fake, ("racecheck",), tmp_path / "lib.so", tmp_path, tmp_path, quick=True, jobs=4,
+                              precisions=("hc", "s", "z"), parts=frozenset({1, 6}))
+    lines = [json.loads(x) for x in (tmp_path / "shards.jsonl").read_text().splitlines()]
+    assert sorted((x["precision"], x["part"]) for x in lines) == [("hc", 1), ("hc", 6), ("s", 1)]
+    assert runs[0].clean and runs[0].checks_passed == 3
