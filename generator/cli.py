@@ -317,7 +317,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
     from harness.tallskinny_build import build_tallskinny
     from harness.timing import copy_bandwidth
     from harness.toolchain import gpu_available
-    from harness.tune_tallskinny import run_tune
+    from harness.tune_tallskinny import run_tune, sweep
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
@@ -327,8 +327,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
     arch, device = device_arch()
-    extra = ([s for p in precs for n in ts_ns for s in tsm2.tsm2_sweep(p, n)]
-             + [s for p in precs for n in is_ns for s in tsm2.ism2_sweep(p, n)])
+    extra = sweep(precs, ts_ns, is_ns)
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tuple(sorted(set(ts_ns) | set(is_ns))),
                                 arch, extra, jobs or None)
     run_tune(TallSkinnyLibrary(build.library), device, arch, results, precs, ts_ns, is_ns,

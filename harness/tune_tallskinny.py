@@ -28,6 +28,12 @@ CUTOFF_M = 10**6
 CUTOFF_TOLERANCE = 0.03       # differences below 3 % are run-to-run noise at these sizes
 
 
+def sweep(precisions, tsm2_ns, ism2_ns) -> list:
+    """The variants a run compiles and times: TSM2's sweep at each TSM2 n, then ISM2's at each ISM2 n."""
+    return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
+            + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
+
+
 def _correct(lib, spec, rng) -> tuple[bool, str]:
     if spec.family == "tsm2":
         case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
