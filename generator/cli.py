@@ -301,7 +301,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 @click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
 @click.option("--tsm2-n", default=",".join(map(str, tsm2.TUNED_NS)), show_default=True,
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
-@click.option("--ism2-n", default="8,16", show_default=True, help="n values (k = n) for the ISM2 sweep.")
+@click.option("--ism2-n", default=",".join(map(str, tsm2.TUNED_ISM2_NS)), show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
               default=Path("docs/perf/tune_tallskinny_results.jsonl"), show_default=True,
               help="Append-only results file (survives interruption).")

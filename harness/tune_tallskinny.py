@@ -44,7 +44,7 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=tsm2.TUNED_NS, ism2_ns=(8, 16), bandwidth: float = 3.0e12,
+             tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
              write_table: bool = True, note_path: Path | None = None) -> dict:
     rng = np.random.default_rng(99)
     base = {"arch": arch, "device": device}
