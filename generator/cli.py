@@ -188,9 +188,47 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     sys.exit(status)
 
 
-@main.group()
-def tune():
-    """Sweep tuning parameters on the GPU present and write the architecture's table."""
+@main.group(invoke_without_command=True, no_args_is_help=True)
+@click.option("--plan", is_flag=True,
+              help="Print the stages a complete tuning of the families runs, in order: the command of each, "
+                   "the variants it compiles and times, what it writes; then the totals.  No GPU, nothing "
+                   "compiled.  The options below are --plan's.")
+@click.option("--families", default="small,wmma,tallskinny,cpu", show_default=True,
+              help="Subset of small,wmma,tallskinny,cpu (or 'all').")
+@click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True,
+              help="Subset of h,hc,s,d,c,z (or 'all'); each family plans those it has.")
+@click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True,
+              help="Square sizes of the small and cpu families (wmma and tall-skinny tune their own).")
+@click.option("--arch", default="sm_90", show_default=True, help="The architecture of the GPU to tune.")
+@click.pass_context
+def tune(ctx, plan, families, precisions, sizes, arch):
+    """Sweep tuning parameters on the GPU present and write the architecture's table; `tune --plan`
+    says what a complete tuning runs."""
+    given = [f"--{name}" for name in ("families", "precisions", "sizes", "arch")
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if ctx.invoked_subcommand is not None:
+        if plan or given:
+            raise click.UsageError(f"{' '.join(['--plan'] * plan + given)} takes no subcommand "
+                                   f"(the subcommand's own options go after its name)")
+        return
+    if not plan:
+        raise click.UsageError(f"{', '.join(given)}: only with --plan")
+    from harness import tune_plan
+
+    fams = tuple(f.strip() for f in families.split(",") if f.strip())
+    fams = tune_plan.FAMILIES if fams == ("all",) else fams
+    if not fams or any(f not in tune_plan.FAMILIES for f in fams):
+        raise click.ClickException(f"--families must be a subset of {','.join(tune_plan.FAMILIES)}, "
+                                   f"not {families!r}")
+    selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
+    if len(selection.archs) != 1:
+        raise click.ClickException(f"--arch: one architecture, the GPU's, not {arch!r}")
+    stages = tune_plan.plan(selection, fams, selection.archs[0])
+    if not stages:
+        raise click.ClickException(f"nothing to tune: {','.join(fams)} in {','.join(selection.precisions)} "
+                                   f"at sizes {sizes or chr(39) * 2}")
+    for line in tune_plan.render(stages, selection.archs[0]):
+        click.echo(line)
 
 
 @tune.command("small")
@@ -301,7 +339,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 @click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
 @click.option("--tsm2-n", default=",".join(map(str, tsm2.TUNED_NS)), show_default=True,
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
-@click.option("--ism2-n", default="8,16", show_default=True, help="n values (k = n) for the ISM2 sweep.")
+@click.option("--ism2-n", default=",".join(map(str, tsm2.TUNED_ISM2_NS)), show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
               default=Path("docs/perf/tune_tallskinny_results.jsonl"), show_default=True,
               help="Append-only results file (survives interruption).")
@@ -317,7 +355,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
     from harness.tallskinny_build import build_tallskinny
     from harness.timing import copy_bandwidth
     from harness.toolchain import gpu_available
-    from harness.tune_tallskinny import run_tune
+    from harness.tune_tallskinny import run_tune, sweep
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
@@ -327,8 +365,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
     arch, device = device_arch()
-    extra = ([s for p in precs for n in ts_ns for s in tsm2.tsm2_sweep(p, n)]
-             + [s for p in precs for n in is_ns for s in tsm2.ism2_sweep(p, n)])
+    extra = sweep(precs, ts_ns, is_ns)
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tuple(sorted(set(ts_ns) | set(is_ns))),
                                 arch, extra, jobs or None)
     run_tune(TallSkinnyLibrary(build.library), device, arch, results, precs, ts_ns, is_ns,

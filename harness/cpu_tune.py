@@ -178,6 +178,11 @@ def _best(specs: list, measured: dict) -> dict[tuple, "cpu.CpuSpec"]:
     return {key: group[0] for key, group in _fastest(specs, measured, 1).items()}
 
 
+def blocking_candidates(precisions, shapes, isa: str) -> list["cpu.CpuSpec"]:
+    """Stage 1's candidates: every shape's blockings (cpu.sweep_candidates), without prefetch."""
+    return [s for p in precisions for (m, n, k) in shapes for s in cpu.sweep_candidates(p, m, n, k, isa)]
+
+
 def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, batch: int, reps: int,
              write_table: bool, jobs: int) -> int:
     device = f"{cpu_model()} ({isa})"
@@ -190,7 +195,7 @@ def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, batch
     (build_dir / "include").mkdir(exist_ok=True)
     # Stage 1: the register blockings without prefetch, on data inside L2: the arithmetic of the
     # tile is what differs between them (from memory, the larger sizes would all wait alike).
-    specs = [s for p in precisions for (m, n, k) in shapes for s in cpu.sweep_candidates(p, m, n, k, isa)]
+    specs = blocking_candidates(precisions, shapes, isa)
     click.echo(f"{len(specs)} blockings for {len(precisions)} precision(s) x {len(shapes)} shape(s) on {device}, "
                f"{TILE_STAGE_KILOBYTES} kB of data per shape")
     measured = _measure(specs, isa, device, build_dir, results, -TILE_STAGE_KILOBYTES, reps, jobs)

@@ -33,9 +33,10 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tsm2.TUNED_NS, ism2_ns=(8, 16)):
-    return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
-            + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
+def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS):
+    from .tune_tallskinny import sweep
+
+    return sweep(precisions, tsm2_ns, ism2_ns)
 
 
 def summarize(results) -> dict:

@@ -28,6 +28,12 @@ CUTOFF_M = 10**6
 CUTOFF_TOLERANCE = 0.03       # differences below 3 % are run-to-run noise at these sizes
 
 
+def sweep(precisions, tsm2_ns, ism2_ns) -> list:
+    """The variants a run compiles and times: TSM2's sweep at each TSM2 n, then ISM2's at each ISM2 n."""
+    return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
+            + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
+
+
 def _correct(lib, spec, rng) -> tuple[bool, str]:
     if spec.family == "tsm2":
         case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
@@ -38,7 +44,7 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=tsm2.TUNED_NS, ism2_ns=(8, 16), bandwidth: float = 3.0e12,
+             tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
              write_table: bool = True, note_path: Path | None = None) -> dict:
     rng = np.random.default_rng(99)
     base = {"arch": arch, "device": device}

@@ -30,6 +30,7 @@ import json
 import math
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -216,6 +217,48 @@ def _small_specs(arch: str) -> dict[tuple, small.SmallSpec]:
     return out
 
 
+@dataclass(frozen=True)
+class SweepCandidates:
+    """What a `tune wmma` run compiles (`specs`, in its order) and where stage 2 times each part:
+    smalls, the small-family kernel per (precision, kind, size) (_small_specs); warp_points and
+    block_points, the warp and block kernels per stage-2 point."""
+    general: list
+    tiny: list
+    small: list
+    warps: list
+    blocks: list
+    smalls: dict
+    warp_points: dict
+    block_points: dict
+
+    @property
+    def specs(self) -> list:
+        return self.general + self.tiny + self.small + self.warps + self.blocks
+
+
+def sweep_candidates(precisions, arch: str, async_only: bool = False, small_only: bool = False,
+                     warp_only: bool = False, block_only: bool = False) -> SweepCandidates:
+    """The candidates of a run (run_tune's flags), from the sweep spaces of generator.wmma and the
+    present small table (no GPU, nothing compiled)."""
+    only = async_only or small_only or warp_only or block_only
+    general = [s for p in precisions for s in wmma.sweep_space(p, arch)
+               if (s.stages or not async_only) and not (small_only or warp_only or block_only)]
+    tiny = [] if only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
+                                   for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
+    smalls = _small_specs(arch)
+    small_specs = [] if async_only or warp_only or block_only else sorted(
+        {spec for (p, _, _), spec in smalls.items() if p in precisions})
+    warp_points = {(p, kind, size): wmma.warp_candidates(p, *shape_of(kind, size), arch)
+                   for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
+                   if size <= wmma.WARP_MAX_SIZE and (warp_only or not only)}
+    warps = sorted({s for cands in warp_points.values() for s in cands})
+    block_points = {(p, kind, size): [s for s in wmma.block_candidates(p, arch) if block_fits(s, kind, size)]
+                    for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
+                    if block_only or not only}
+    blocks = sorted({s for cands in block_points.values() for s in cands})
+    return SweepCandidates(general, tiny, small_specs, warps, blocks, smalls, warp_points, block_points)
+
+
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
              max_tuples: int | None, async_only: bool = False, small_only: bool = False,
              warp_only: bool = False, block_only: bool = False) -> int:
@@ -243,22 +286,10 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     # Each --*-only run measures its part; the other kernels' results are in the file already, and stage 2
     # compares with them.
     only = async_only or small_only or warp_only or block_only
-    general = [s for p in precisions for s in wmma.sweep_space(p, arch)
-               if (s.stages or not async_only) and not (small_only or warp_only or block_only)]
-    tiny = [] if only else sorted({t for p in precisions for kind in wmma.KINDS for size in range(1, 17)
-                                   for t in wmma.tiny_candidates(p, *shape_of(kind, size), arch=arch)})
-    smalls = _small_specs(arch)
-    small_specs = [] if async_only or warp_only or block_only else sorted(
-        {spec for (p, _, _), spec in smalls.items() if p in precisions})
-    warp_points = {(p, kind, size): wmma.warp_candidates(p, *shape_of(kind, size), arch)
-                   for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
-                   if size <= wmma.WARP_MAX_SIZE and (warp_only or not only)}
-    warps = sorted({s for cands in warp_points.values() for s in cands})
-    block_points = {(p, kind, size): [s for s in wmma.block_candidates(p, arch) if block_fits(s, kind, size)]
-                    for p in precisions for kind in wmma.KINDS for size in STAGE2_SIZES
-                    if block_only or not only}
-    blocks = sorted({s for cands in block_points.values() for s in cands})
-    specs = general + tiny + small_specs + warps + blocks
+    cands = sweep_candidates(precisions, arch, async_only, small_only, warp_only, block_only)
+    general, tiny, small_specs, warps, blocks = cands.general, cands.tiny, cands.small, cands.warps, cands.blocks
+    smalls, warp_points, block_points = cands.smalls, cands.warp_points, cands.block_points
+    specs = cands.specs
     # A --small-only, --warp-only or --block-only run is the measurement after a change to its kernels
     # (their template, the small table): it times them again even where the file has results of the
     # same names (the latest counts, _best_by_point), so an interrupted one starts over rather than
