@@ -6446,6 +6446,13 @@ bool on_chunks(int ld, long long stride = 0)
     return ld % PER_CHUNK == 0 && stride % PER_CHUNK == 0;
 }
 
+// The same for the three operands of a strided batch (their base pointers aside).
+template <typename S>
+bool strided_on_chunks(int lda, long long strideA, int ldb, long long strideB, int ldc, long long strideC)
+{
+    return on_chunks<S>(lda, strideA) && on_chunks<S>(ldb, strideB) && on_chunks<S>(ldc, strideC);
+}
+
 // C = beta*C over the batch, for k = 0 or alpha = 0 (any m, n; beta = 0 writes zeros, reads nothing).
 template <typename S, typename Scalar>
 __global__ void scale_c_kernel(gemmgen::BatchPointers<S> ptrs, int m, int n, int ldc, Scalar beta, int batch)
@@ -6538,7 +6545,7 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
         if (rc != -1)
             return rc;
     }
-    const bool chunks = on_chunks<S>(lda, strideA) && on_chunks<S>(ldb, strideB) && on_chunks<S>(ldc, strideC) &&
+    const bool chunks = strided_on_chunks<S>(lda, strideA, ldb, strideB, ldc, strideC) &&
                         gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
     const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, chunks);
     if (c.exact)
@@ -6651,23 +6658,17 @@ extern "C" const char* gemmgen_selected_kernel_strided(const char* precision, in
                                                       long long strideC)
 {
     if (precision && !std::strcmp(precision, "h"))
-        return selected_kernel(precision, m, n, k, on_chunks<__half>(lda, strideA) && on_chunks<__half>(ldb, strideB)
-                                                       && on_chunks<__half>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<__half>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "hc"))
-        return selected_kernel(precision, m, n, k, on_chunks<__half2>(lda, strideA) && on_chunks<__half2>(ldb, strideB)
-                                                       && on_chunks<__half2>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<__half2>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "s"))
-        return selected_kernel(precision, m, n, k, on_chunks<float>(lda, strideA) && on_chunks<float>(ldb, strideB)
-                                                       && on_chunks<float>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<float>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "d"))
-        return selected_kernel(precision, m, n, k, on_chunks<double>(lda, strideA) && on_chunks<double>(ldb, strideB)
-                                                       && on_chunks<double>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<double>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "c"))
-        return selected_kernel(precision, m, n, k, on_chunks<cuFloatComplex>(lda, strideA) && on_chunks<cuFloatComplex>(ldb, strideB)
-                                                       && on_chunks<cuFloatComplex>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "z"))
-        return selected_kernel(precision, m, n, k, on_chunks<cuDoubleComplex>(lda, strideA) && on_chunks<cuDoubleComplex>(ldb, strideB)
-                                                       && on_chunks<cuDoubleComplex>(ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_chunks<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC));
     return nullptr;
 }
 
