@@ -163,14 +163,16 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
     shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))
               if parts is None or i in parts]
-    parallel = max(1, min(len(shards), jobs or os.cpu_count() or 1))
+    # `parallel` is a capacity in weight units (a racecheck process takes WEIGHT of them), so it is not
+    # cut to the number of shards before weighting: 4 racecheck shards with 16 jobs run 4 at once.
+    parallel = max(1, jobs or os.cpu_count() or 1)
     memory_slots = host_memory_slots()
     held_by_memory = memory_slots is not None and memory_slots < parallel
     if held_by_memory:
         parallel = memory_slots
     heaviest = max(WEIGHT.get(tool, 1) for tool in tools)
     click.echo(f"{len(shards)} sanitizer runs ({', '.join(tools)} × {', '.join(precisions)}), up to "
-               f"{max(1, parallel // heaviest)} at once"
+               f"{min(len(shards), max(1, parallel // heaviest))} at once"
                + (f" (host memory: {PROCESS_HOST_BYTES * heaviest >> 30} GB each)" if held_by_memory else "")
                + f"; logs in {out_dir}")
     (out_dir / "shards.jsonl").unlink(missing_ok=True)
