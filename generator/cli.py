@@ -50,6 +50,29 @@ def selection_options(func):
     return func
 
 
+def tables_option(func):
+    """--tables DIR: a folder of tables made by `gemmgen tune` (list and generate)."""
+    return click.option("--tables", type=click.Path(path_type=Path), default=None,
+                        help="A folder of tuning tables made by `gemmgen tune --results` (<device>.json, "
+                             "cpu_<isa>.json): each family's rows there serve instead of the packaged table's "
+                             "of the same architecture (default: the packaged tables alone).")(func)
+
+
+def _with_tables(selection: Selection, tables: Path | None) -> Selection:
+    """The selection reading `tables` (checked: a folder holding at least one usable table)."""
+    if tables is None:
+        return selection
+    import dataclasses
+
+    from .tuning import TableError, usable_tables
+
+    try:
+        usable_tables(tables)
+    except TableError as err:
+        raise click.ClickException(f"--tables: {err}") from None
+    return dataclasses.replace(selection, tables=str(tables))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gemmgen")
 def main() -> None:
@@ -73,14 +96,15 @@ def _print_manifest(manifest: Manifest) -> None:
 
 @main.command("list")
 @selection_options
+@tables_option
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--tallskinny-n", default="1-32", show_default=True,
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
-def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
+def list_cmd(arch, precisions, sizes, shapes, tables, as_json, tallskinny_n):
     """Show which kernel variants a selection would emit, which serves each shape, and what compiling
     them costs: the CUDA sources and the kernel builds (kernels ptxas compiles, over every transpose
     pair, interface and target architecture)."""
-    manifest = build_manifest(_selection(arch, precisions, sizes, shapes, tallskinny_n))
+    manifest = build_manifest(_with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables))
     if as_json:
         from .cost import build_cost
 
@@ -95,6 +119,7 @@ def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
 
 @main.command()
 @selection_options
+@tables_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Output folder.")
 @click.option("--dry-run", is_flag=True, help="Print the manifest and the files, write nothing.")
@@ -102,7 +127,7 @@ def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
 @click.option("--cpu-isa", default="all", show_default=True,
               help="ISAs of the cpu family: generic,avx2,avx512,neon (generic is always emitted).")
-def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny_n, cpu_isa):
+def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, tallskinny_n, cpu_isa):
     """Emit CUDA and C++ sources, include/gemmgen.h, include/gemmgen_cpu.h, CMakeLists.txt and
     manifest.json."""
     import dataclasses
@@ -110,7 +135,7 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
     from . import cpu
     from .emit import plan, write
 
-    selection = _selection(arch, precisions, sizes, shapes, tallskinny_n)
+    selection = _with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables)
     try:
         selection = dataclasses.replace(selection, cpu_isas=cpu.parse_isas(cpu_isa))
     except ValueError as err:
