@@ -375,12 +375,8 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
     """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
     k, and compare the performance model's choice (Algorithm 5) with the measured best."""
-    from harness.api import TallSkinnyLibrary
-    from harness.run_check import device_arch
-    from harness.tallskinny_build import build_tallskinny
-    from harness.timing import copy_bandwidth
     from harness.toolchain import gpu_available
-    from harness.tune_tallskinny import run_tune, sweep
+    from harness.tune_tallskinny import tune
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
@@ -389,12 +385,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
         raise click.ClickException(str(err)) from None
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
-    arch, device = device_arch()
-    extra = sweep(precs, ts_ns, is_ns)
-    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tuple(sorted(set(ts_ns) | set(is_ns))),
-                                arch, extra, jobs or None)
-    run_tune(TallSkinnyLibrary(build.library), device, arch, results, precs, ts_ns, is_ns,
-             copy_bandwidth(), write_table, Path("docs/perf") / f"tune_tallskinny_{arch}.md")
+    tune(precs, ts_ns, is_ns, results, build_dir, write_table, jobs, Path("docs/perf"))
 
 
 @main.group()
