@@ -213,31 +213,41 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     sys.exit(status)
 
 
-@main.group(invoke_without_command=True, no_args_is_help=True)
+DEFAULT_RESULTS = Path("gemmgen-tuning")
+
+
+@main.group(invoke_without_command=True)
 @click.option("--plan", is_flag=True,
               help="Print the stages a complete tuning of the families runs, in order: the command of each, "
                    "the variants it compiles and times, what it writes; then the totals.  No GPU, nothing "
-                   "compiled.  The options below are --plan's.")
+                   "compiled.")
 @click.option("--families", default="small,wmma,tallskinny,cpu", show_default=True,
               help="Subset of small,wmma,tallskinny,cpu (or 'all').")
 @click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True,
-              help="Subset of h,hc,s,d,c,z (or 'all'); each family plans those it has.")
+              help="Subset of h,hc,s,d,c,z (or 'all'); each family tunes those it has.")
 @click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True,
               help="Square sizes of the small and cpu families (wmma and tall-skinny tune their own).")
-@click.option("--arch", default="sm_90", show_default=True, help="The architecture of the GPU to tune.")
+@click.option("--arch", default="sm_90", show_default=True,
+              help="With --plan: the architecture of the GPU to tune (a run tunes the GPU present).")
+@click.option("--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True,
+              help="The run's folder: every stage's results, its state, and the tables of the device "
+                   "(<device>.json, cpu_<isa>.json) that `gemmgen generate --tables` reads.")
+@click.option("--budget", default=None,
+              help="Stop between units of work once this much time is spent (e.g. 2h, 30m, 90s); the same "
+                   "command again goes on.  Default: run to the end.")
+@click.option("--jobs", "-j", type=int, default=0, help="Parallel compiler processes (default: all cores).")
 @click.pass_context
-def tune(ctx, plan, families, precisions, sizes, arch):
-    """Sweep tuning parameters on the GPU present and write the architecture's table; `tune --plan`
-    says what a complete tuning runs."""
-    given = [f"--{name}" for name in ("families", "precisions", "sizes", "arch")
+def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
+    """Tune the GPU present (and this CPU) in one run: every stage of `tune --plan`, in order, into
+    --results, resumable.  Each subcommand runs one stage, into docs/perf and the packaged tables."""
+    names = ("families", "precisions", "sizes", "arch", "results", "budget", "jobs")
+    given = [f"--{name}" for name in names
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     if ctx.invoked_subcommand is not None:
         if plan or given:
             raise click.UsageError(f"{' '.join(['--plan'] * plan + given)} takes no subcommand "
                                    f"(the subcommand's own options go after its name)")
         return
-    if not plan:
-        raise click.UsageError(f"{', '.join(given)}: only with --plan")
     from harness import tune_plan
 
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
@@ -245,15 +255,66 @@ def tune(ctx, plan, families, precisions, sizes, arch):
     if not fams or any(f not in tune_plan.FAMILIES for f in fams):
         raise click.ClickException(f"--families must be a subset of {','.join(tune_plan.FAMILIES)}, "
                                    f"not {families!r}")
-    selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
-    if len(selection.archs) != 1:
-        raise click.ClickException(f"--arch: one architecture, the GPU's, not {arch!r}")
+    if plan:
+        run_only = [g for g in given if g in ("--results", "--budget", "--jobs")]
+        if run_only:
+            raise click.UsageError(f"{', '.join(run_only)}: not with --plan (the plan runs nothing)")
+        selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
+        if len(selection.archs) != 1:
+            raise click.ClickException(f"--arch: one architecture, the GPU's, not {arch!r}")
+        for line in tune_plan.render(_tune_stages(selection, fams, families, precisions, sizes), selection.archs[0]):
+            click.echo(line)
+        return
+    if "--arch" in given:
+        raise click.UsageError("--arch: only with --plan (a run tunes the GPU present)")
+    _tune_run(ctx, fams, families, precisions, sizes, results, budget, jobs)
+
+
+def _tune_stages(selection: Selection, fams, families: str, precisions: str, sizes: str) -> list:
+    from harness import tune_plan
+
     stages = tune_plan.plan(selection, fams, selection.archs[0])
     if not stages:
-        raise click.ClickException(f"nothing to tune: {','.join(fams)} in {','.join(selection.precisions)} "
-                                   f"at sizes {sizes or chr(39) * 2}")
-    for line in tune_plan.render(stages, selection.archs[0]):
-        click.echo(line)
+        raise click.ClickException(f"nothing to tune: {families} in {precisions} at sizes {sizes or chr(39) * 2}")
+    return stages
+
+
+def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Path, budget: str | None,
+              jobs: int) -> None:
+    """`gemmgen tune` without --plan (harness.tune_run).  Nothing is written before the input is checked:
+    the budget, the results folder, the selection, the GPU."""
+    import shlex
+
+    from harness import tune_plan, tune_run
+
+    from .tuning import tables_from
+
+    try:
+        seconds = tune_run.parse_budget(budget) if budget is not None else None
+        tune_run.check_results_path(results)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    _selection("sm_90", precisions, sizes, "", max_size=MAX_SIZE)   # a bad --precisions or --sizes: said now
+    try:
+        runner = tune_run.make_runner(any(f in tune_plan.GPU_FAMILIES for f in fams))
+    except tune_run.NoGpu:
+        raise click.ClickException("no CUDA GPU found; `gemmgen tune --plan` works without one") from None
+    # The command that goes on where this one stops: the options given, and the results folder.
+    command = " ".join(["gemmgen tune"] + [f"--{name} {shlex.quote(str(value))}" for name, value in (
+        ("families", families), ("precisions", precisions), ("sizes", sizes), ("jobs", jobs))
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        + [f"--results {shlex.quote(str(results))}"])
+    with tables_from(results, runner.device):
+        stages = _tune_stages(_selection(runner.arch, precisions, sizes, "", max_size=MAX_SIZE), fams,
+                              families, precisions, sizes)
+        try:
+            results.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.ClickException(f"--results {results} is not writable ({err.strerror or err})") from None
+        clock = tune_run.Budget(seconds)
+        status = tune_run.run(runner, stages, tune_run.Context(results, jobs, clock.spent, command), clock,
+                              command + (f" --budget {shlex.quote(budget)}" if budget is not None else ""))
+    sys.exit(status)
 
 
 @tune.command("small")
