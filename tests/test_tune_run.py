@@ -189,12 +189,15 @@ def test_a_folder_of_another_device_is_refused(fake):
     (["--budget", "0s"], "bad --budget '0s'"),
     (["--families", "small,gpu"], "--families must be a subset of"),
     (["--precisions", "q"], "q"),
-    (["--results", "generator/tuning"], "is inside gemmgen's package"),
+    (["--results", "PACKAGE/tuning"], "is inside gemmgen's package"),
 ])
-def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, monkeypatch):
+def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path, monkeypatch):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)   # (generator/ of this checkout)
+    import generator
+
+    monkeypatch.chdir(tmp_path)
+    args = [a.replace("PACKAGE", str(Path(generator.__file__).parent)) for a in args]
     result = CliRunner().invoke(main, ["tune", *args])
     assert result.exit_code != 0
     assert len(result.output.strip().splitlines()) == 1, result.output
