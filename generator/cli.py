@@ -50,6 +50,29 @@ def selection_options(func):
     return func
 
 
+def tables_option(func):
+    """--tables DIR: a folder of tables made by `gemmgen tune` (list and generate)."""
+    return click.option("--tables", type=click.Path(path_type=Path), default=None,
+                        help="A folder of tuning tables made by `gemmgen tune --results` (<device>.json, "
+                             "cpu_<isa>.json): each family's rows there serve instead of the packaged table's "
+                             "of the same architecture (default: the packaged tables alone).")(func)
+
+
+def _with_tables(selection: Selection, tables: Path | None) -> Selection:
+    """The selection reading `tables` (checked: a folder holding at least one usable table)."""
+    if tables is None:
+        return selection
+    import dataclasses
+
+    from .tuning import TableError, usable_tables
+
+    try:
+        usable_tables(tables)
+    except TableError as err:
+        raise click.ClickException(f"--tables: {err}") from None
+    return dataclasses.replace(selection, tables=str(tables))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gemmgen")
 def main() -> None:
@@ -73,14 +96,15 @@ def _print_manifest(manifest: Manifest) -> None:
 
 @main.command("list")
 @selection_options
+@tables_option
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @click.option("--tallskinny-n", default="1-32", show_default=True,
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
-def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
+def list_cmd(arch, precisions, sizes, shapes, tables, as_json, tallskinny_n):
     """Show which kernel variants a selection would emit, which serves each shape, and what compiling
     them costs: the CUDA sources and the kernel builds (kernels ptxas compiles, over every transpose
     pair, interface and target architecture)."""
-    manifest = build_manifest(_selection(arch, precisions, sizes, shapes, tallskinny_n))
+    manifest = build_manifest(_with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables))
     if as_json:
         from .cost import build_cost
 
@@ -95,6 +119,7 @@ def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
 
 @main.command()
 @selection_options
+@tables_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Output folder.")
 @click.option("--dry-run", is_flag=True, help="Print the manifest and the files, write nothing.")
@@ -102,7 +127,7 @@ def list_cmd(arch, precisions, sizes, shapes, as_json, tallskinny_n):
               help="n of the tall-skinny families (TSM2/ISM2, h/s/d), any n up to 256; '' for none.")
 @click.option("--cpu-isa", default="all", show_default=True,
               help="ISAs of the cpu family: generic,avx2,avx512,neon (generic is always emitted).")
-def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny_n, cpu_isa):
+def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, tallskinny_n, cpu_isa):
     """Emit CUDA and C++ sources, include/gemmgen.h, include/gemmgen_cpu.h, CMakeLists.txt and
     manifest.json."""
     import dataclasses
@@ -110,7 +135,7 @@ def generate(arch, precisions, sizes, shapes, out_dir: Path, dry_run, tallskinny
     from . import cpu
     from .emit import plan, write
 
-    selection = _selection(arch, precisions, sizes, shapes, tallskinny_n)
+    selection = _with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables)
     try:
         selection = dataclasses.replace(selection, cpu_isas=cpu.parse_isas(cpu_isa))
     except ValueError as err:
@@ -188,31 +213,41 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     sys.exit(status)
 
 
-@main.group(invoke_without_command=True, no_args_is_help=True)
+DEFAULT_RESULTS = Path("gemmgen-tuning")
+
+
+@main.group(invoke_without_command=True)
 @click.option("--plan", is_flag=True,
               help="Print the stages a complete tuning of the families runs, in order: the command of each, "
                    "the variants it compiles and times, what it writes; then the totals.  No GPU, nothing "
-                   "compiled.  The options below are --plan's.")
+                   "compiled.")
 @click.option("--families", default="small,wmma,tallskinny,cpu", show_default=True,
               help="Subset of small,wmma,tallskinny,cpu (or 'all').")
 @click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True,
-              help="Subset of h,hc,s,d,c,z (or 'all'); each family plans those it has.")
+              help="Subset of h,hc,s,d,c,z (or 'all'); each family tunes those it has.")
 @click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True,
               help="Square sizes of the small and cpu families (wmma and tall-skinny tune their own).")
-@click.option("--arch", default="sm_90", show_default=True, help="The architecture of the GPU to tune.")
+@click.option("--arch", default="sm_90", show_default=True,
+              help="With --plan: the architecture of the GPU to tune (a run tunes the GPU present).")
+@click.option("--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True,
+              help="The run's folder: every stage's results, its state, and the tables of the device "
+                   "(<device>.json, cpu_<isa>.json) that `gemmgen generate --tables` reads.")
+@click.option("--budget", default=None,
+              help="Stop between units of work once this much time is spent (e.g. 2h, 30m, 90s); the same "
+                   "command again goes on.  Default: run to the end.")
+@click.option("--jobs", "-j", type=int, default=0, help="Parallel compiler processes (default: all cores).")
 @click.pass_context
-def tune(ctx, plan, families, precisions, sizes, arch):
-    """Sweep tuning parameters on the GPU present and write the architecture's table; `tune --plan`
-    says what a complete tuning runs."""
-    given = [f"--{name}" for name in ("families", "precisions", "sizes", "arch")
+def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
+    """Tune the GPU present (and this CPU) in one run: every stage of `tune --plan`, in order, into
+    --results, resumable.  Each subcommand runs one stage, into docs/perf and the packaged tables."""
+    names = ("families", "precisions", "sizes", "arch", "results", "budget", "jobs")
+    given = [f"--{name}" for name in names
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     if ctx.invoked_subcommand is not None:
         if plan or given:
             raise click.UsageError(f"{' '.join(['--plan'] * plan + given)} takes no subcommand "
                                    f"(the subcommand's own options go after its name)")
         return
-    if not plan:
-        raise click.UsageError(f"{', '.join(given)}: only with --plan")
     from harness import tune_plan
 
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
@@ -220,15 +255,66 @@ def tune(ctx, plan, families, precisions, sizes, arch):
     if not fams or any(f not in tune_plan.FAMILIES for f in fams):
         raise click.ClickException(f"--families must be a subset of {','.join(tune_plan.FAMILIES)}, "
                                    f"not {families!r}")
-    selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
-    if len(selection.archs) != 1:
-        raise click.ClickException(f"--arch: one architecture, the GPU's, not {arch!r}")
+    if plan:
+        run_only = [g for g in given if g in ("--results", "--budget", "--jobs")]
+        if run_only:
+            raise click.UsageError(f"{', '.join(run_only)}: not with --plan (the plan runs nothing)")
+        selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
+        if len(selection.archs) != 1:
+            raise click.ClickException(f"--arch: one architecture, the GPU's, not {arch!r}")
+        for line in tune_plan.render(_tune_stages(selection, fams, families, precisions, sizes), selection.archs[0]):
+            click.echo(line)
+        return
+    if "--arch" in given:
+        raise click.UsageError("--arch: only with --plan (a run tunes the GPU present)")
+    _tune_run(ctx, fams, families, precisions, sizes, results, budget, jobs)
+
+
+def _tune_stages(selection: Selection, fams, families: str, precisions: str, sizes: str) -> list:
+    from harness import tune_plan
+
     stages = tune_plan.plan(selection, fams, selection.archs[0])
     if not stages:
-        raise click.ClickException(f"nothing to tune: {','.join(fams)} in {','.join(selection.precisions)} "
-                                   f"at sizes {sizes or chr(39) * 2}")
-    for line in tune_plan.render(stages, selection.archs[0]):
-        click.echo(line)
+        raise click.ClickException(f"nothing to tune: {families} in {precisions} at sizes {sizes or chr(39) * 2}")
+    return stages
+
+
+def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Path, budget: str | None,
+              jobs: int) -> None:
+    """`gemmgen tune` without --plan (harness.tune_run).  Nothing is written before the input is checked:
+    the budget, the results folder, the selection, the GPU."""
+    import shlex
+
+    from harness import tune_plan, tune_run
+
+    from .tuning import tables_from
+
+    try:
+        seconds = tune_run.parse_budget(budget) if budget is not None else None
+        tune_run.check_results_path(results)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    _selection("sm_90", precisions, sizes, "", max_size=MAX_SIZE)   # a bad --precisions or --sizes: said now
+    try:
+        runner = tune_run.make_runner(any(f in tune_plan.GPU_FAMILIES for f in fams))
+    except tune_run.NoGpu:
+        raise click.ClickException("no CUDA GPU found; `gemmgen tune --plan` works without one") from None
+    # The command that goes on where this one stops: the options given, and the results folder.
+    command = " ".join(["gemmgen tune"] + [f"--{name} {shlex.quote(str(value))}" for name, value in (
+        ("families", families), ("precisions", precisions), ("sizes", sizes), ("jobs", jobs))
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        + [f"--results {shlex.quote(str(results))}"])
+    with tables_from(results, runner.device):
+        stages = _tune_stages(_selection(runner.arch, precisions, sizes, "", max_size=MAX_SIZE), fams,
+                              families, precisions, sizes)
+        try:
+            results.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise click.ClickException(f"--results {results} is not writable ({err.strerror or err})") from None
+        clock = tune_run.Budget(seconds)
+        status = tune_run.run(runner, stages, tune_run.Context(results, jobs, clock.spent, command), clock,
+                              command + (f" --budget {shlex.quote(budget)}" if budget is not None else ""))
+    sys.exit(status)
 
 
 @tune.command("small")
@@ -350,12 +436,8 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
     """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
     k, and compare the performance model's choice (Algorithm 5) with the measured best."""
-    from harness.api import TallSkinnyLibrary
-    from harness.run_check import device_arch
-    from harness.tallskinny_build import build_tallskinny
-    from harness.timing import copy_bandwidth
     from harness.toolchain import gpu_available
-    from harness.tune_tallskinny import run_tune, sweep
+    from harness.tune_tallskinny import tune
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
@@ -364,12 +446,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
         raise click.ClickException(str(err)) from None
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
-    arch, device = device_arch()
-    extra = sweep(precs, ts_ns, is_ns)
-    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tuple(sorted(set(ts_ns) | set(is_ns))),
-                                arch, extra, jobs or None)
-    run_tune(TallSkinnyLibrary(build.library), device, arch, results, precs, ts_ns, is_ns,
-             copy_bandwidth(), write_table, Path("docs/perf") / f"tune_tallskinny_{arch}.md")
+    tune(precs, ts_ns, is_ns, results, build_dir, write_table, jobs, Path("docs/perf"))
 
 
 @main.group()

@@ -13,7 +13,7 @@ from . import cpu, small, tsm2, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, parse_ranges
-from .tuning import load_table
+from .tuning import load_table, section_file, tables_from
 
 Shape = tuple[int, int, int]
 
@@ -61,6 +61,9 @@ class Selection:
     shapes: tuple[Shape, ...] = ()
     tallskinny_ns: tuple[int, ...] = tsm2.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
     cpu_isas: tuple[str, ...] = cpu.ISA_ORDER   # the cpu family's ISAs (generic always included)
+    # A folder of tables made by `gemmgen tune` (generator.tuning.tables_from), read before the packaged
+    # ones; "" for the packaged tables alone.
+    tables: str = ""
 
     def __post_init__(self):
         if not _above_small(self.precisions):
@@ -104,6 +107,8 @@ class Selection:
             parts.append("--tallskinny-n " + _compress(self.tallskinny_ns))
         if self.cpu_isas != cpu.ISA_ORDER:   # the default stays implicit: GPU banners unchanged
             parts.append("--cpu-isa " + ",".join(self.cpu_isas))
+        if self.tables:
+            parts.append(f"--tables {self.tables}")
         return " ".join(parts)
 
 
@@ -164,22 +169,30 @@ class Manifest:
         sections = ["small"] + (["wmma"] if set(precisions) & set(wmma.PRECISIONS_WMMA) else []) + (
             ["tallskinny"] if self.selection.tallskinny_ns and set(precisions) & set(tsm2.PRECISIONS_TS) else [])
         lines = []
-        for arch in self.selection.archs:
-            by_source: dict[str | None, list[str]] = {}
-            for section in sections:
-                by_source.setdefault(_tuned_section(arch, section)[0], []).append(section)
-            parts = []
-            for source, names in by_source.items():
-                if source is None:
-                    parts.append(f"{', '.join(names)}: the heuristic (no tuned table)")
-                else:
-                    whose = "its own table" if source == arch else f"{source}'s table (no {arch} table)"
-                    parts.append(f"{', '.join(names)}: {whose}, tuned on {load_table(source).get('device', 'an unnamed device')}")
-            refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
-            if refused:
-                parts.append(f"{refused} of those rows refused on {arch} (notes below)")
-            lines.append(f"{arch}: " + "; ".join(parts))
+        with tables_from(self.selection.tables):
+            for arch in self.selection.archs:
+                lines.append(self._table_line(arch, sections))
         return lines
+
+    def _table_line(self, arch: str, sections: list[str]) -> str:
+        by_source: dict[tuple, list[str]] = {}
+        for section in sections:
+            source, rows = _tuned_section(arch, section)
+            # the device and file of each section: a folder's table (--tables) may replace only some
+            key = (source, rows[0].get("device") if rows else None, section_file(source, section) if source else None)
+            by_source.setdefault(key, []).append(section)
+        parts = []
+        for (source, device, path), names in by_source.items():
+            if source is None:
+                parts.append(f"{', '.join(names)}: the heuristic (no tuned table)")
+            else:
+                whose = "its own table" if source == arch else f"{source}'s table (no {arch} table)"
+                where = f" ({path})" if self.selection.tables else ""
+                parts.append(f"{', '.join(names)}: {whose}, tuned on {device or 'an unnamed device'}{where}")
+        refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
+        if refused:
+            parts.append(f"{refused} of those rows refused on {arch} (notes below)")
+        return f"{arch}: " + "; ".join(parts)
 
     def to_json(self) -> dict:
         return {
@@ -244,6 +257,12 @@ def _tuned_label(row: dict, source: str, arch: str) -> str:
 
 
 def build_manifest(selection: Selection) -> Manifest:
+    """The manifest of `selection`, from the tables of selection.tables over the packaged ones."""
+    with tables_from(selection.tables):
+        return _build_manifest(selection)
+
+
+def _build_manifest(selection: Selection) -> Manifest:
     notes: list[str] = []
     tuned = {arch: _tuned_small(arch) for arch in selection.archs}
     wmma_rows = {}

@@ -22,9 +22,10 @@ import click
 
 from generator import __version__, cpu
 from generator.render import banner
-from generator.tuning import load_table, save_table
+from generator.tuning import save_table, writable_table
 
 from . import cpu_build
+from .results import load_results
 
 TILE_STAGE_KILOBYTES = 256   # stage 1's data per shape: inside L2
 STAGE2_BLOCKINGS = 3         # blockings per shape that stage 2 times from memory
@@ -138,6 +139,8 @@ def _measure(specs: list, isa: str, device: str, build_dir: Path, results: Path,
         for rel, err in built.failures.items():
             log.write(json.dumps({"kernel": Path(rel).stem, "device": device, "skipped": "did not compile",
                                   "reason": err[-500:]}) + "\n")
+    if not ok:
+        return {}   # nothing compiled: no driver to build (an empty table of candidates is no C++)
     driver = build_dir / "tune_driver.cpp"
     decls = "\n".join(f"void {s.name}(const Args&, long long, long long);" for s in ok)
     rows = "\n".join(f'    {{"{s.name}", \'{s.precision}\', {s.m}, {s.n}, {s.k}, &{isa}::{s.name}}},' for s in ok)
@@ -183,35 +186,85 @@ def blocking_candidates(precisions, shapes, isa: str) -> list["cpu.CpuSpec"]:
     return [s for p in precisions for (m, n, k) in shapes for s in cpu.sweep_candidates(p, m, n, k, isa)]
 
 
-def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, batch: int, reps: int,
-             write_table: bool, jobs: int) -> int:
-    device = f"{cpu_model()} ({isa})"
+BATCH = 10000   # stage 2's entries per timed call, as in `bench cpu`
+REPS = 15
+
+
+def prepare_build(build_dir: Path) -> Path:
+    """The build folder with the headers exactly as `generate` emits them."""
     build_dir = build_dir.resolve()
     (build_dir / "src" / "cpu").mkdir(parents=True, exist_ok=True)
-    # The headers exactly as `generate` emits them.
     for rel, text in cpu.files([], cpu.ISA_ORDER, banner("gemmgen tune cpu"), __version__).items():
         if rel.startswith("src/cpu/gemmgen_cpu_") and rel.endswith(".h"):
             (build_dir / rel).write_text(text)
     (build_dir / "include").mkdir(exist_ok=True)
-    # Stage 1: the register blockings without prefetch, on data inside L2: the arithmetic of the
-    # tile is what differs between them (from memory, the larger sizes would all wait alike).
+    return build_dir
+
+
+def measure_stage(specs: list, isa: str, device: str, build_dir: Path, results: Path, batch: int, reps: int,
+                  jobs: int, resume: bool = False, stop=None, chunk: int = 0, measure=None
+                  ) -> tuple[dict[str, tuple[float, float]] | None, int]:
+    """Time `specs` at `batch` (_measure), `chunk` candidates of whole shapes at a time (0: all at once);
+    resume: take the timings at this batch, and the compile failures, that the results file has of
+    this device instead of measuring again; stop(): asked between chunks.  Returns (kernel name ->
+    (seconds per GEMM, GF/s), or None where the driver failed; the candidates left untimed)."""
+    measured: dict[str, tuple[float, float]] = {}
+    failed: set[str] = set()
+    if resume:
+        names = {s.name for s in specs}
+        for r in load_results(results):
+            if r.get("device") == device and r.get("kernel") in names:
+                if "skipped" in r:
+                    failed.add(r["kernel"])
+                elif r.get("batch") == batch:
+                    measured[r["kernel"]] = (r["seconds"], r["gflops"])
+    todo = [s for s in specs if s.name not in measured and s.name not in failed]
+    pieces: list[list] = [[]]
+    for s in todo:   # specs come shape by shape; a piece holds whole shapes (the driver times a shape's together)
+        last = pieces[-1]
+        if chunk and len(last) >= chunk and (last[-1].precision, last[-1].m, last[-1].n, last[-1].k) != \
+                (s.precision, s.m, s.n, s.k):
+            pieces.append([])
+        pieces[-1].append(s)
+    measure = measure or _measure
+    left = len(todo)
+    for piece in (p for p in pieces if p):
+        if stop and stop():
+            break
+        got = measure(piece, isa, device, build_dir, results, batch, reps, jobs)
+        if got is None:
+            return None, left
+        measured.update(got)
+        left -= len(piece)
+    return measured, left
+
+
+def blocking_stage(precisions, shapes, isa: str, device: str, build_dir: Path, results: Path, reps: int, jobs: int,
+                   **how) -> tuple[list, dict | None, int]:
+    """Stage 1: the register blockings without prefetch, on data inside L2: the arithmetic of the
+    tile is what differs between them (from memory, the larger sizes would all wait alike).
+    `how`: measure_stage's resume, stop, chunk.  Returns (candidates, timings, left untimed)."""
     specs = blocking_candidates(precisions, shapes, isa)
     click.echo(f"{len(specs)} blockings for {len(precisions)} precision(s) x {len(shapes)} shape(s) on {device}, "
                f"{TILE_STAGE_KILOBYTES} kB of data per shape")
-    measured = _measure(specs, isa, device, build_dir, results, -TILE_STAGE_KILOBYTES, reps, jobs)
-    if measured is None:
-        return 1
+    measured, left = measure_stage(specs, isa, device, build_dir, results, -TILE_STAGE_KILOBYTES, reps, jobs, **how)
+    return specs, measured, left
+
+
+def distance_stage(specs: list, measured: dict, isa: str, device: str, build_dir: Path, results: Path, batch: int,
+                   reps: int, jobs: int, **how) -> tuple[dict | None, dict | None, int]:
+    """Stage 2: each shape's fastest blockings at every prefetch distance, on the benchmark's batch
+    (data from memory for the larger sizes), timed against each other.  More than the one
+    fastest in L2: from memory the order can change (AVX-512, d N = 9: the L2 winner 2 x 9 at
+    46.7 GF/s gave 31.6 at batch 10,000 and lost to LIBXSMM).  Returns (each shape's best, its
+    timings, left untimed)."""
     leaders = _fastest(specs, measured, STAGE2_BLOCKINGS)
-    # Stage 2: each shape's fastest blockings at every prefetch distance, on the benchmark's batch
-    # (data from memory for the larger sizes), timed against each other.  More than the one
-    # fastest in L2: from memory the order can change (AVX-512, d N = 9: the L2 winner 2 x 9 at
-    # 46.7 GF/s gave 31.6 at batch 10,000 and lost to LIBXSMM).
     specs2 = [s for group in leaders.values() for b in group for s in cpu.distance_candidates(b)]
     click.echo(f"{len(specs2)} prefetch distances of the {STAGE2_BLOCKINGS} fastest blockings of "
                f"{len(leaders)} shape(s), batch {batch}")
-    measured2 = _measure(specs2, isa, device, build_dir, results, batch, reps, jobs)
-    if measured2 is None:
-        return 1
+    measured2, left = measure_stage(specs2, isa, device, build_dir, results, batch, reps, jobs, **how)
+    if measured2 is None or left:
+        return None, measured2, left
     best = _best(specs2, measured2)
     for key, s in sorted(best.items()):
         heur = cpu.heuristic(*key, isa)
@@ -219,17 +272,39 @@ def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, batch
         gain = measured[heur_tile][0] / measured[tile][0] if heur_tile in measured and tile in measured else float("nan")
         click.echo(f"{s.precision} {s.m:>2}x{s.n:>2}x{s.k:<2} {s.name:<38} {measured2[s.name][1]:7.2f} GF/s "
                    f"(blocking x{gain:.2f} over the model's in L2)")
+    return best, measured2, 0
+
+
+def write_tuning_table(best: dict, measured2: dict, isa: str, device: str, batch: int) -> Path:
+    """The ISA's table (cpu_<isa>.json) with each tuned shape's best; rows of other shapes stay."""
+    name = cpu.table_name(isa)
+    table = writable_table(name)
+    rows = {(r["precision"], r["m"], r["n"], r["k"]): r for r in table.get("cpu", [])}
+    for key, s in best.items():
+        rows[key] = {"precision": s.precision, "m": s.m, "n": s.n, "k": s.k, "mr": s.mr, "nr": s.nr,
+                     "distance": s.distance, "seconds": measured2[s.name][0],
+                     "gflops": round(measured2[s.name][1], 3), "batch": batch, "device": device}
+    table["cpu"] = [rows[k] for k in sorted(rows)]
+    table["isa"] = isa
+    table["command"] = "gemmgen tune cpu"
+    return save_table(name, table)
+
+
+def device_name(isa: str) -> str:
+    """The device a CPU table and its results name: the CPU model and the ISA tuned."""
+    return f"{cpu_model()} ({isa})"
+
+
+def run_tune(precisions, shapes, isa: str, results: Path, build_dir: Path, batch: int, reps: int,
+             write_table: bool, jobs: int) -> int:
+    device = device_name(isa)
+    build_dir = prepare_build(build_dir)
+    specs, measured, _ = blocking_stage(precisions, shapes, isa, device, build_dir, results, reps, jobs)
+    if measured is None:
+        return 1
+    best, measured2, _ = distance_stage(specs, measured, isa, device, build_dir, results, batch, reps, jobs)
+    if best is None:
+        return 1
     if write_table:
-        name = cpu.table_name(isa)
-        table = load_table(name)
-        rows = {(r["precision"], r["m"], r["n"], r["k"]): r for r in table.get("cpu", [])}
-        for key, s in best.items():
-            rows[key] = {"precision": s.precision, "m": s.m, "n": s.n, "k": s.k, "mr": s.mr, "nr": s.nr,
-                         "distance": s.distance, "seconds": measured2[s.name][0],
-                         "gflops": round(measured2[s.name][1], 3), "batch": batch, "device": device}
-        table["cpu"] = [rows[k] for k in sorted(rows)]
-        table["isa"] = isa
-        table["command"] = "gemmgen tune cpu"
-        path = save_table(name, table)
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {write_tuning_table(best, measured2, isa, device, batch)}")
     return 0

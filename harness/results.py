@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 
+class Stopped(Exception):
+    """A tuner's budget (gemmgen tune --budget) is spent: it stops between two timings; the results so
+    far are in its file, and a run again goes on from there."""
+
+
 def load_results(path: Path) -> list[dict]:
     if not path.exists():
         return []

@@ -8,7 +8,7 @@ else the count with the present table where the earlier stage writes the table t
 from (the new table may give another), or None: unknown until that stage ran."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from generator import cpu, small, tsm2, wmma
 from generator.arch import DEFAULT_ARCHS
@@ -18,6 +18,11 @@ from generator.precision import PRECISION_ORDER
 from . import cpu_tune, tune_small, tune_tallskinny, wmma_tune
 
 FAMILIES = ("small", "wmma", "tallskinny", "cpu")
+GPU_FAMILIES = ("small", "wmma", "tallskinny")
+# Each family's append-only results file: under docs/perf for the subcommands, in the results folder of
+# `gemmgen tune` (harness.tune_run).
+RESULTS = {"small": "tune_small_results.jsonl", "wmma": "tune_wmma_results.jsonl",
+           "tallskinny": "tune_tallskinny_results.jsonl", "cpu": "tune_cpu_results.jsonl"}
 SMALL_SIZES = tuple(range(1, small.MAX_SIZE + 1))   # `tune small` and `tune cpu` default to these
 CPU_ISA = "avx2"                                     # `tune cpu`'s default ISA
 
@@ -32,6 +37,8 @@ class Stage:
     writes: str
     bound: bool = False      # variants is an upper bound
     note: str = ""
+    # what the stage tunes (its precisions, sizes, shapes): the command's, for `gemmgen tune` to run it
+    selection: Selection | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -63,7 +70,7 @@ def _rank_shapes(selection: Selection) -> tuple:
 
 
 def _small(selection: Selection, arch: str) -> list[Stage]:
-    results = "docs/perf/tune_small_results.jsonl"
+    results = f"docs/perf/{RESULTS['small']}"
     sizes = _flag("--sizes", selection.sizes, SMALL_SIZES)
     verify = (f"each shape's winner is then compiled with every transpose for {', '.join(DEFAULT_ARCHS)} "
               "(nvcc); one with local memory is refused and the next taken")
@@ -72,7 +79,8 @@ def _small(selection: Selection, arch: str) -> list[Stage]:
     if squares:
         stages.append(Stage("small", "squares", _command("small", _flag("--precisions", selection.precisions,
                                                                           PRECISION_ORDER), sizes),
-                            len(squares), None, f"{results}; {_table(arch, 'small')}", note=verify))
+                            len(squares), None, f"{results}; {_table(arch, 'small')}", note=verify,
+                            selection=selection))
     halves = tuple(p for p in selection.precisions if p in wmma.PRECISIONS_WMMA)
     ranks = _rank_shapes(selection) if halves else ()
     if ranks:
@@ -82,7 +90,8 @@ def _small(selection: Selection, arch: str) -> list[Stage]:
                                                                   "--sizes ''", shapes),
                             len(tune_small.sweep(sel, arch, False)), None,
                             f"{results}; {_table(arch, 'small')}",
-                            note=f"the small kernels of h and hc rank-16 updates, which tune wmma weighs; {verify}"))
+                            note=f"the small kernels of h and hc rank-16 updates, which tune wmma weighs; {verify}",
+                            selection=sel))
     if stages:
         sel = replace(selection, shapes=ranks)
         arrays = len(tune_small.sweep(sel, arch, False, arrays=True)) or None
@@ -91,7 +100,8 @@ def _small(selection: Selection, arch: str) -> list[Stage]:
             "--shapes " + ",".join(f"{m}x{n}x{k}" for m, n, k in ranks) if ranks else ""),
             arrays, stages[-1].key, f"{results} (interface \"array\"); {_table(arch, 'small')} (array_stages)",
             note="the table's tuples through the pointer-array interface, with and without a ring for "
-                 "pointer arrays alone, and the neighbourhood of its ring tuples through both interfaces"))
+                 "pointer arrays alone, and the neighbourhood of its ring tuples through both interfaces",
+            selection=sel))
     return stages
 
 
@@ -99,7 +109,8 @@ def _wmma(selection: Selection, arch: str, after: str | None) -> list[Stage]:
     precs = tuple(p for p in selection.precisions if p in wmma.PRECISIONS_WMMA)
     if not precs:
         return []
-    results = "docs/perf/tune_wmma_results.jsonl"
+    results = f"docs/perf/{RESULTS['wmma']}"
+    sel = replace(selection, precisions=precs)
     precisions = _flag("--precisions", precs, wmma.PRECISIONS_WMMA)
     arch_flag = f"--arch {arch}" if arch != "sm_90" else ""
     cands = wmma_tune.sweep_candidates(precs, arch)
@@ -112,15 +123,16 @@ def _wmma(selection: Selection, arch: str, after: str | None) -> list[Stage]:
                    f"(the small table's), {len(cands.warps)} warp and {len(cands.blocks)} block kernels; stage 1 "
                    f"times the tuples on a coarse grid, stage 2 the best {wmma_tune.STAGE2_TOP} of the two "
                    "nearest coarse points and the other kernels at every size 1-64 and every 8th to 256 "
-                   "(squares and rank-16 updates: its own sizes, not --sizes)"),
+                   "(squares and rank-16 updates: its own sizes, not --sizes)", selection=sel),
         Stage("wmma", "final", _command("wmma", "--final-only", precisions), 2 * warp_points, "wmma sweep",
               f"{results} (stage \"final\")", bound=True,
               note=f"a warp kernel and the rest's choice at each point where the table weighs them, "
-                   f"{wmma_tune.FINAL_MEGABYTES} MB of data, beta = 0 and 1"),
+                   f"{wmma_tune.FINAL_MEGABYTES} MB of data, beta = 0 and 1", selection=sel),
         Stage("wmma", "table", _command("wmma", "--table-only", arch_flag), None, "wmma final",
               _table(arch, "wmma"),
               note=f"the table's kernels compiled with every transpose for {', '.join(DEFAULT_ARCHS)} and "
-                   f"for {arch} alone (nvcc, no GPU); one with local memory is refused and the table chosen again"),
+                   f"for {arch} alone (nvcc, no GPU); one with local memory is refused and the table chosen again",
+              selection=sel),
     ]
 
 
@@ -139,12 +151,13 @@ def _tallskinny(selection: Selection, arch: str) -> list[Stage]:
     variants = tune_tallskinny.sweep(precs, ns, ism2_ns)
     return [Stage("tallskinny", "sweep", _command("tsm2", _flag("--precisions", precs, tsm2.PRECISIONS_TS)),
                   len(variants), None,
-                  f"docs/perf/tune_tallskinny_results.jsonl; {_table(arch, 'tallskinny')}; "
+                  f"docs/perf/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "
                   f"docs/perf/tune_tallskinny_{arch}.md",
                   note=f"TSM2 at n = {','.join(map(str, ns))}, ISM2 at n = k = {','.join(map(str, ism2_ns))} "
                        f"(each at {len(tsm2.ISM2_SWEEP_TCF)} tcf), built with the tall-skinny set of those n; "
                        f"then the TSM2/ISM2 cut-off in k: each ISM2 n's best two at k = "
-                       f"{','.join(map(str, tune_tallskinny.CUTOFF_KS))} (its own n, not --sizes)")]
+                       f"{','.join(map(str, tune_tallskinny.CUTOFF_KS))} (its own n, not --sizes)",
+                  selection=replace(selection, precisions=precs))]
 
 
 def _cpu(selection: Selection) -> list[Stage]:
@@ -161,15 +174,16 @@ def _cpu(selection: Selection) -> list[Stage]:
         per_shape.setdefault((spec.precision, spec.m, spec.n, spec.k), []).append(
             len(cpu.distance_candidates(spec)))
     distances = sum(sum(sorted(counts, reverse=True)[:cpu_tune.STAGE2_BLOCKINGS]) for counts in per_shape.values())
-    results = "docs/perf/tune_cpu_results.jsonl"
+    results = f"docs/perf/{RESULTS['cpu']}"
+    sel = replace(selection, precisions=precs)
     return [
         Stage("cpu", "blocking", command, len(blockings), None, results,
               note=f"this machine's CPU, no GPU; ISA {CPU_ISA} (--isa for another), "
-                   f"{cpu_tune.TILE_STAGE_KILOBYTES} kB of data per shape"),
+                   f"{cpu_tune.TILE_STAGE_KILOBYTES} kB of data per shape", selection=sel),
         Stage("cpu", "prefetch distance", command, distances, "cpu blocking",
               f"{results}; generator/tuning/{cpu.table_name(CPU_ISA)}.json", bound=True,
               note=f"each shape's {cpu_tune.STAGE2_BLOCKINGS} fastest blockings at every prefetch distance, "
-                   "on the benchmark's batch"),
+                   "on the benchmark's batch", selection=sel),
     ]
 
 

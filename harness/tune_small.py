@@ -7,6 +7,7 @@ refused by the spec, did not compile, used local memory, gave a wrong answer, fa
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from generator.emit import kernel_source, kernel_source_path, support_files
 from generator.arch import DEFAULT_ARCHS
 from generator.manifest import Selection
 from generator.precision import PRECISIONS
-from generator.tuning import load_table, save_table
+from generator.tuning import load_table, save_table, writable_table
 
 from . import reference as ref
 from .api import variant_function
@@ -72,6 +73,9 @@ def sweep(selection: Selection, arch: str, around_table: bool, arrays: bool = Fa
             if (p, *shape) in rows for spec in small.neighbourhood(rows[(p, *shape)], arch)]
 
 
+MEGABYTES = 256   # data moved per launch (A, B and C), far above L2
+
+
 def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabytes: int,
              write_table: bool, jobs: int, around_table: bool = False, arrays: bool = False) -> int:
     """arrays: time the pointer-array interface (results marked "interface": "array") of the
@@ -81,12 +85,64 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
         click.echo("error: no GPU present; gemmgen tune measures on the GPU it runs on", err=True)
         return 2
     arch, device = device_arch()
-    previous = {(r["name"], r["device"]) for r in load_results(results_path)}
-    candidates = sweep(selection, arch, around_table, arrays)
     # A full sweep skips what this device measured before (it resumes); a neighbourhood or arrays
     # run measures its few candidates again so that they are compared within one run.
-    todo = candidates if around_table or arrays else [s for s in candidates if (s.name, device) not in previous]
+    measure_sweep(selection, arch, device, results_path, build_dir, megabytes, jobs, around_table, arrays,
+                  resume=not (around_table or arrays))
+    if write_table:
+        verify_and_write_table(results_path, arch, device, build_dir, jobs, "gemmgen tune small")
+    return 0
+
+
+def measured_names(rows: list[dict], device: str, arrays: bool = False) -> set[str]:
+    """The variants a sweep finds done in its results: any result of the name on this device (a
+    timing or a refusal); for an `arrays` run only the rows of an arrays run ("sweep": "arrays"),
+    as the squares' timings of the same tuples are no pointer-array timings."""
+    return {r["name"] for r in rows if r.get("device") == device and "name" in r
+            and (not arrays or r.get("sweep") == "arrays")}
+
+
+def _chunks(specs: list[small.SmallSpec], size: int) -> list[list[small.SmallSpec]]:
+    """The variants in shape order, cut into pieces of whole shapes of about `size` variants (0: one
+    piece): each piece is compiled, then timed, so a budget stops after a piece's compile, not all."""
+    by_shape = defaultdict(list)
+    for spec in specs:
+        by_shape[(spec.precision, spec.shape)].append(spec)
+    pieces: list[list[small.SmallSpec]] = [[]]
+    for _, group in sorted(by_shape.items()):
+        if size and pieces[-1] and len(pieces[-1]) + len(group) > size:
+            pieces.append([])
+        pieces[-1].extend(group)
+    return [p for p in pieces if p]
+
+
+def measure_sweep(selection: Selection, arch: str, device: str, results_path: Path, build_dir: Path,
+                  megabytes: int, jobs: int, around_table: bool = False, arrays: bool = False,
+                  resume: bool = True, stop=None, chunk: int = 0, time_chunk=None) -> int:
+    """Compile and time the sweep's candidates (sweep()), appending every result to results_path;
+    resume: leave out those measured_names finds done.  `stop()` (a budget) is asked between
+    variants: once it says so, the rest waits for another run.  Returns the variants left untimed.
+    chunk: compile and time about this many variants at a time (0: all at once); time_chunk: what
+    compiles and times one piece (_time_chunk; tests give a fake)."""
+    candidates = sweep(selection, arch, around_table, arrays)
+    done = measured_names(load_results(results_path), device, arrays) if resume else set()
+    todo = [s for s in candidates if s.name not in done]
     click.echo(f"{device} ({arch}): {len(candidates)} candidates, {len(todo)} not yet measured")
+    stop = stop or (lambda: False)
+    time_chunk = time_chunk or _time_chunk
+    base = {"arch": arch, "device": device, **({"sweep": "arrays"} if arrays else {})}
+    left = len(todo)
+    for piece in _chunks(todo, chunk):
+        if stop():
+            break
+        left -= time_chunk(piece, selection, arch, base, results_path, build_dir, megabytes, jobs, arrays, stop)
+    return left
+
+
+def _time_chunk(todo: list[small.SmallSpec], selection: Selection, arch: str, base: dict, results_path: Path,
+                build_dir: Path, megabytes: int, jobs: int, arrays: bool, stop) -> int:
+    """Compile `todo` (NN launchers, one library) and time each variant on the GPU, appending its result
+    (or its refusal) to results_path; stops early where stop() says so.  Returns the variants done."""
     command = "gemmgen tune small"
     root = build_dir / arch
     for rel, text in support_files(command, (arch,), selection.precisions).items():
@@ -100,33 +156,39 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
         sources.append(path)
-    base = {"arch": arch, "device": device}
-    built = None
-    if sources:
-        with click.progressbar(length=len(sources), label="nvcc sweep", show_pos=True) as bar:
-            built = build_library(root, root / "build", (arch,), jobs or None, sources=sources,
-                                  tolerate_failures=True, library_name="libtune.so",
-                                  progress=lambda d, t: bar.update(d - bar.pos))
-        for rel, message in built.failures.items():
-            name = Path(rel).stem
-            spec = small.SmallSpec.parse(name)
-            append_result(results_path, {**base, **_interface(spec, arrays), **_spec_fields(spec),
-                                         "status": "compile-failed", "reason": message[-500:]})
-    local = {Path(r.source).stem for r in (built.local_memory_kernels if built else [])}
-    lib = ctypes.CDLL(str(built.library)) if built and built.library else None
+    # One library per set of variants: a process that times several pieces (gemmgen tune) must not get
+    # an earlier piece's library back from dlopen, which hands out a loaded library by its path.
+    tag = hashlib.sha1(" ".join(sorted(s.name for s in todo)).encode()).hexdigest()[:12]
+    with click.progressbar(length=len(sources), label="nvcc sweep", show_pos=True) as bar:
+        built = build_library(root, root / "build", (arch,), jobs or None, sources=sources,
+                              tolerate_failures=True, library_name=f"libtune_{tag}.so",
+                              progress=lambda d, t: bar.update(d - bar.pos))
+    done = 0
+    for rel, message in built.failures.items():
+        spec = small.SmallSpec.parse(Path(rel).stem)
+        append_result(results_path, {**base, **_interface(spec, arrays), **_spec_fields(spec),
+                                     "status": "compile-failed", "reason": message[-500:]})
+        done += 1
+    local = {Path(r.source).stem for r in built.local_memory_kernels}
+    lib = ctypes.CDLL(str(built.library)) if built.library else None
     bandwidth = copy_bandwidth()
     click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    failed_names = {Path(rel).stem for rel in (built.failures if built else {})}
+    failed_names = {Path(rel).stem for rel in built.failures}
     by_shape = defaultdict(list)
     for spec in todo:
         if spec.name not in failed_names:
             by_shape[(spec.precision, spec.shape)].append(spec)
     with click.progressbar(sorted(by_shape.items()), label="measure", show_pos=True) as bar:
         for (prec, (m, n, k)), specs in bar:
+            if stop():
+                break
             batch = batch_for_megabytes(prec, m, n, k, megabytes)
             work = Workload(prec, m, n, k, batch)
             floor_ms = bytes_moved(prec, m, n, k, batch, False) / bandwidth * 1e3
             for spec in specs:
+                if stop():
+                    break
+                done += 1
                 if spec.name in local:
                     append_result(results_path, {**base, **_interface(spec, arrays), **_spec_fields(spec),
                                                  "batch": batch, "status": "local-memory",
@@ -149,9 +211,7 @@ def run_tune(selection: Selection, results_path: Path, build_dir: Path, megabyte
                     append_result(results_path, {**row, "status": "ok", "time_us": ms * 1e3,
                                                  "floor_fraction": floor_ms / ms})
             work.release()
-    if write_table:
-        verify_and_write_table(results_path, arch, device, build_dir, jobs, command)
-    return 0
+    return done
 
 
 def _interface(spec: small.SmallSpec, arrays: bool) -> dict:
@@ -353,7 +413,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     for r in load_results(results_path):
         if r.get("device") == device and r.get("arch") == arch:
             counts[(r["precision"], r["m"], r["n"], r["k"])] += 1
-    table = load_table(arch)
+    table = writable_table(arch)
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
     table["small"] = [

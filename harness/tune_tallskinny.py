@@ -15,10 +15,10 @@ import click
 import numpy as np
 
 from generator import tsm2
-from generator.tuning import load_table, save_table
+from generator.tuning import save_table, writable_table
 
 from .check_tallskinny import TsCase, run_ts_case
-from .results import append_result, load_results
+from .results import Stopped, append_result, load_results
 from .workload_tallskinny import TsWorkload, bytes_moved
 
 TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
@@ -43,12 +43,45 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
     return r.passed, f"rc {r.rc} err {r.max_error:.3g} bound {r.bound:.3g} untouched {r.untouched_ok}"
 
 
+def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, write_table: bool, jobs: int,
+         note_dir: Path, stop=None, resume: bool = False) -> dict:
+    """`gemmgen tune tsm2` on the GPU present: build the tall-skinny set of the swept n with every
+    candidate (nvcc), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md."""
+    from .api import TallSkinnyLibrary
+    from .run_check import device_arch
+    from .tallskinny_build import build_tallskinny
+    from .timing import copy_bandwidth
+
+    arch, device = device_arch()
+    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,
+                                tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch, sweep(precisions, tsm2_ns, ism2_ns),
+                                jobs or None)
+    return run_tune(TallSkinnyLibrary(build.library), device, arch, results_path, precisions, tsm2_ns, ism2_ns,
+                    copy_bandwidth(), write_table, note_dir / f"tune_tallskinny_{arch}.md", stop, resume)
+
+
+def _point(row: dict) -> tuple:
+    """What one timing measured: the variant, the stage and the problem (and ISM2's split)."""
+    return row["name"], row.get("stage"), row.get("m"), row.get("k"), row.get("split")
+
+
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
              tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
-             write_table: bool = True, note_path: Path | None = None) -> dict:
+             write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False) -> dict:
+    """resume: leave out the timings the results file has of this device, and the variants it refused
+    (gemmgen tune, going on after its budget stopped it); stop(): asked before each timing, raises
+    results.Stopped once it says so (the results so far kept, no table written)."""
     rng = np.random.default_rng(99)
     base = {"arch": arch, "device": device}
     ok: dict[str, bool] = {}
+    done: set[tuple] = set()
+    if resume:
+        for r in load_results(results_path):
+            if r.get("device") == device and "name" in r:
+                if r.get("status") in ("not-built", "wrong-answer"):
+                    ok[r["name"]] = False
+                else:
+                    done.add(_point(r))
 
     def usable(spec) -> bool:
         if spec.name not in ok:
@@ -65,7 +98,14 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
                 append_result(results_path, {**base, "name": spec.name, "status": "wrong-answer", "reason": why})
         return ok[spec.name]
 
-    def measure(work, spec, split, extra) -> dict:
+    def pending(spec, m, k, split, stage) -> bool:
+        return (spec.name, stage, m, k, split) not in done
+
+    def measure(work, spec, split, extra) -> dict | None:
+        if not pending(spec, work.m, work.k, split, extra["stage"]):
+            return None
+        if stop and stop():
+            raise Stopped
         row = {**base, **extra, "name": spec.name, "family": spec.family, "precision": spec.precision,
                "n": spec.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
                "m": work.m, "k": work.k}
@@ -90,6 +130,8 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
         for n in tsm2_ns:
             cands = [s for s in tsm2.tsm2_sweep(prec, n) if usable(s)]
             for size in TSM2_SHAPES:
+                if not any(pending(spec, size, size, 0, "tsm2") for spec in cands):
+                    continue   # (a workload of these sizes takes seconds to fill)
                 work = TsWorkload(prec, size, n, size)
                 for spec in cands:
                     measure(work, spec, 0, {"stage": "tsm2"})
@@ -99,6 +141,8 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
         for n in ism2_ns:
             cands = [s for s in tsm2.ism2_sweep(prec, n) if usable(s)]
             for m in ISM2_MS:
+                if not any(pending(spec, m, n, tcf, "ism2") for spec in cands for tcf in tsm2.ISM2_SWEEP_TCF):
+                    continue
                 work = TsWorkload(prec, m, n, n)
                 for spec in cands:
                     for tcf in tsm2.ISM2_SWEEP_TCF:
@@ -118,6 +162,9 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
                                     best_t.get("stages", 0))
             is_spec = tsm2.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
             for k in CUTOFF_KS:
+                if not (pending(ts_spec, CUTOFF_M, k, 0, "cutoff")
+                        or pending(is_spec, CUTOFF_M, k, best_i["split"], "cutoff")):
+                    continue
                 work = TsWorkload(prec, CUTOFF_M, n, k)
                 measure(work, ts_spec, 0, {"stage": "cutoff"})
                 measure(work, is_spec, best_i["split"], {"stage": "cutoff"})
@@ -125,7 +172,8 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
     table_rows = make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device)
     if write_table:
-        table = load_table(arch)
+        table = writable_table(arch)
+        table.update({"arch": arch, "device": device})
         table.setdefault("commands", {})["tallskinny"] = f"gemmgen tune tsm2 (results: {results_path})"
         old = {(r["precision"], r["n"]): r for r in table.get("tallskinny", [])}
         old.update({(r["precision"], r["n"]): r for r in table_rows})

@@ -39,7 +39,7 @@ import numpy as np
 from generator import small, wmma
 from generator.emit import kernel_source, kernel_source_path, support_files
 from generator.precision import PRECISIONS
-from generator.tuning import load_table, save_table
+from generator.tuning import load_table, save_table, writable_table
 
 from .api import variant_function
 from .build import build_library, code_path_tokens
@@ -261,13 +261,15 @@ def sweep_candidates(precisions, arch: str, async_only: bool = False, small_only
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
              max_tuples: int | None, async_only: bool = False, small_only: bool = False,
-             warp_only: bool = False, block_only: bool = False) -> int:
+             warp_only: bool = False, block_only: bool = False, stop=None) -> int:
     """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
     family's present table kernels at the square sizes up to 32 and the rank-16 updates it was
     tuned for (after a re-tune of that family),
     so the cut-off between the families is measured again; warp_only: only the warp kernels
     (WmmaWarpSpec, h) at every stage-2 shape they cover; block_only: only the block kernels
-    (WmmaBlockSpec).  Either way stage 2 compares with the results already in the file for the rest."""
+    (WmmaBlockSpec).  Either way stage 2 compares with the results already in the file for the rest.
+    stop(): asked before each timing besides budget_s (gemmgen tune's budget); either ends the run
+    with 3, the results so far kept (a run again resumes)."""
     from .run_check import device_arch
     from .timing import copy_bandwidth
     from .toolchain import gpu_available
@@ -368,7 +370,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
         key = (spec.name, kind, size, stage)
         if key in done:
             return None
-        if time.time() - start > budget_s:
+        if time.time() - start > budget_s or (stop and stop()):
             raise TimeoutError
         if not correct(spec):
             return None
@@ -423,18 +425,20 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             for spec, kind, size in bar:
                 measure(spec, kind, size, "fine", 5)
     except TimeoutError:
-        click.echo(f"budget of {budget_s:.0f} s reached; results so far are in {results_path} "
-                   "(run again to resume)")
+        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
         return 3
     click.echo(f"sweep complete in {time.time() - start:.0f} s")
     return 0
 
 
-def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tuples: int = MAX_TUPLES) -> int:
+def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tuples: int = MAX_TUPLES,
+              stop=None, resume: bool = False) -> int:
     """--final-only: at each point where the table weighs a warp kernel against the rest (_contenders,
     from the stage-2 results in the file), time both with FINAL_MEGABYTES of data, beta = 0 and 1, in
     this run (rows with stage "final", `beta` and this run's `run`); write_tuning_table then decides
-    between them on each one's worse fraction of the floor (_final_times)."""
+    between them on each one's worse fraction of the floor (_final_times).  resume: leave out the points
+    where both kernels have both betas timed already (gemmgen tune, going on after its budget stopped
+    it); stop(): asked between points, ends the run with 3."""
     from .run_check import device_arch
     from .timing import copy_bandwidth, median_time_ms
     from .toolchain import gpu_available
@@ -444,9 +448,15 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     start = time.time()
     arch, device = device_arch()
     base = {"arch": arch, "device": device, "stage": "final", "run": int(start)}
+    rows = load_results(results_path)
+    timed = _final_times(rows, device) if resume else {}
     points = [(prec, kind, size, (warp, rest)) for prec, kind, size, _, _, rest, warp, _, _
-              in _contenders(_best_by_point(load_results(results_path), device, "fine"), max_tuples)
-              if warp and prec in precisions]
+              in _contenders(_best_by_point(rows, device, "fine"), max_tuples)
+              if warp and prec in precisions
+              and not all((prec, kind, size, r["name"]) in timed for r in (warp, rest))]
+    if not points:
+        click.echo(f"{device} ({arch}): no point where the table weighs a warp kernel against the rest left to time")
+        return 0
     names = sorted({r["name"] for *_, pair in points for r in pair})
     specs = [small.SmallSpec.parse(n) if n.startswith("small_") else wmma.parse_name(n) for n in names]
     by_name = dict(zip(names, specs))
@@ -458,6 +468,9 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     bandwidth = copy_bandwidth()
     with click.progressbar(points, label="final (far past L2)", show_pos=True) as bar:
         for prec, kind, size, pair in bar:
+            if stop and stop():
+                click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
+                return 3
             m, n, k = shape_of(kind, size)
             batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
             work = Workload(prec, m, n, k, batch)
@@ -611,7 +624,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, max_tuples: i
     results = load_results(results_path)
     rows = _best_by_point(results, device, "fine")
     final = _final_times(results, device)
-    table = load_table(arch)
+    table = writable_table(arch)
     out_rows = []
     for prec, kind, size, w, block, rest, warp, best, tried in _contenders(rows, max_tuples):
         block_fields = {"block": block["name"], "block_time_us": round(block["time_us"], 3)} if block else {}

@@ -71,9 +71,11 @@ def test_a_bad_value_is_one_line_and_a_non_zero_exit(args):
 
 
 def test_plan_options_without_plan_or_with_a_subcommand_are_refused():
-    assert CliRunner().invoke(main, ["tune", "--families", "small"]).exit_code == 2
+    # (`gemmgen tune` without --plan is the run itself: tests/test_tune_run.py)
+    assert CliRunner().invoke(main, ["tune", "--arch", "sm_80"]).exit_code == 2
     assert CliRunner().invoke(main, ["tune", "--plan", "small"]).exit_code == 2
-    assert CliRunner().invoke(main, ["tune"]).exit_code == 2   # help, as without --plan
+    assert CliRunner().invoke(main, ["tune", "--families", "small", "small"]).exit_code == 2
+    assert CliRunner().invoke(main, ["tune", "--plan", "--budget", "1h"]).exit_code == 2
 
 
 @pytest.mark.parametrize("sub", ["small", "wmma", "tsm2", "cpu"])
