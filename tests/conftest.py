@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.toolchain import gpu_available
+from gemmgen.harness.toolchain import gpu_available
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def compiled_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
     run of 2026-11-27 took 29.5 of its 30 minutes with all three.  The README's main job (`gemmgen
     check` on a machine without a GPU) still compiles every architecture of the manifest and fails
     on local memory in any of them."""
-    from generator.arch import ARCHS
+    from gemmgen.generator.arch import ARCHS
 
     ordered = sorted(archs, key=lambda a: ARCHS[a].cc)
     return tuple(dict.fromkeys((ordered[0], ordered[-1])))
@@ -44,7 +44,7 @@ def default_set_build():
     (compiled_archs; cached by content under build/, so a second session only relinks)."""
     import json
 
-    from harness.build import UNITY_SOURCES, build_library
+    from gemmgen.harness.build import UNITY_SOURCES, build_library
 
     archs = compiled_archs(tuple(json.loads((ROOT / "generated" / "manifest.json").read_text())["archs"]))
     # Host code at -O0: it only serves the argument-check tests, and it is 5 % of CI's longest step.

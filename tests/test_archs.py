@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from generator import manifest as manifest_module
-from generator import small, wmma
-from generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse_archs
-from generator.cli import main
-from generator.small import SmallSpec
-from harness.build import compile_object, gencode_flags, parse_ptxas_report
-from harness.toolchain import find_nvcc
+from gemmgen.generator import manifest as manifest_module
+from gemmgen.generator import small, wmma
+from gemmgen.generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse_archs
+from gemmgen.cli import main
+from gemmgen.generator.small import SmallSpec
+from gemmgen.harness.build import compile_object, gencode_flags, parse_ptxas_report
+from gemmgen.harness.toolchain import find_nvcc
 
 ALL_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
              "sm_120", "sm_121")
@@ -43,7 +43,7 @@ def test_limits(arch, smem_per_sm_kb):
 def test_tallskinny_shared_memory_fits_every_architecture():
     """TSM2's specs are the same on every architecture: a ring group's opt-in shared memory must fit the
     smallest opt-in maximum (sm_75's 64 KB; from sm_80 on, a block may take all but 1 KB of the SM's)."""
-    from generator import tsm2
+    from gemmgen.generator import tsm2
 
     optin = [a.smem_per_sm - (1024 if a.cc >= 80 else 0) for a in ARCHS.values()]
     assert tsm2.RING_SMEM_LIMIT <= min(optin) and tsm2.SMEM_LIMIT <= min(a.static_smem_per_block for a in ARCHS.values())
@@ -98,10 +98,10 @@ def test_refused_rows_fall_back_with_a_note():
 
 
 def test_variants_with_local_memory_are_refused_where_ptxas_gave_it():
-    """generator/tuning/local_memory.json names real variants and architectures; validation refuses a
+    """gemmgen/generator/tuning/local_memory.json names real variants and architectures; validation refuses a
     variant there alone, and the manifest falls back to the heuristic with a note."""
-    from generator.spec import SpecError
-    from generator.tuning import local_memory_archs
+    from gemmgen.generator.spec import SpecError
+    from gemmgen.generator.tuning import local_memory_archs
 
     table = local_memory_archs()
     assert table
@@ -119,7 +119,7 @@ def test_variants_with_local_memory_are_refused_where_ptxas_gave_it():
     assert [(e.cc, e.kernel.name, e.source.split(" (")[0]) for e in m.dispatch] == [
         (100, d23, "tuned on NVIDIA H100 80GB HBM3"), (103, small.heuristic("d", 23, 23, 23).name, "heuristic")]
     assert m.notes == [f"sm_103 table row for d 23x23x23 refused: local memory: ptxas gave {d23} local memory on "
-                       "sm_103 (generator/tuning/local_memory.json); the heuristic serves"]
+                       "sm_103 (gemmgen/generator/tuning/local_memory.json); the heuristic serves"]
 
 
 def test_arch_specific_code_is_sm_90a_alone():

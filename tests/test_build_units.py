@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
-from generator.small import SmallSpec
-from generator.tsm2 import Tsm2Spec
-from generator.wmma import WmmaBlockSpec, WmmaSpec
-from harness.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
-from harness.unity import unity_units
+from gemmgen.generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
+from gemmgen.generator.small import SmallSpec
+from gemmgen.generator.tsm2 import Tsm2Spec
+from gemmgen.generator.wmma import WmmaBlockSpec, WmmaSpec
+from gemmgen.harness.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
+from gemmgen.harness.unity import unity_units
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,12 +55,12 @@ def test_templates_branch_only_where_sources_say_so():
     the whole-GEMM path or a cp.async ring (its beta = 0 kernel's register bound is below sm_90's), the h block kernels with the wgmma path and the hc wgmma source the second (the
     latter two as `90a`: sm_90a code), so their sm_80/sm_90 SASS is built from PTX of that level; the whole-GEMM
     path's sources also name where it ends (sm_120: its kernel is empty from there on)."""
-    thresholds = {int(x) for t in (ROOT / "templates").rglob("*.j2")
+    thresholds = {int(x) for t in (ROOT / "gemmgen" / "templates").rglob("*.j2")
                   for x in re.findall(r"__CUDA_ARCH__\s*>=\s*(\d+)", t.read_text())}
     assert thresholds == {CP_ASYNC_MIN_CC * 10, TENSOR_COPY_MIN_CC * 10}
     # the upper ends: the whole-GEMM path stops before sm_120 (its sources name 120 as a code path), and the h
     # cp.async ring's beta = 0 kernel takes a register bound below sm_90 (its sources name 90 as a code path)
-    ends = {int(x) for t in (ROOT / "templates").rglob("*.j2") for x in re.findall(r"__CUDA_ARCH__\s*<\s*(\d+)", t.read_text())}
+    ends = {int(x) for t in (ROOT / "gemmgen" / "templates").rglob("*.j2") for x in re.findall(r"__CUDA_ARCH__\s*<\s*(\d+)", t.read_text())}
     assert ends == {TENSOR_COPY_MIN_CC * 10, TENSOR_COPY_END_CC * 10}
     sources = sorted((ROOT / "generated" / "src").rglob("*.cu"))
     assert sources
@@ -109,7 +109,7 @@ def test_unity_units_group_chunk_and_keep_loners(tmp_path):
 def test_object_cache_key_follows_content_not_location(tmp_path):
     """A build folder carried to another checkout (or to the GPU machine) is reused when nothing
     but the paths differ; a header, a member or the toolkit changing rebuilds."""
-    from harness.build import object_key
+    from gemmgen.harness.build import object_key
 
     def checkout(root: Path, header: str = "// h\n") -> tuple[Path, list[Path], tuple[Path, ...]]:
         (root / "include").mkdir(parents=True)

@@ -4,8 +4,8 @@ interleaved storage included)."""
 import numpy as np
 import pytest
 
-from harness import check_small
-from harness import reference as ref
+from gemmgen.harness import check_small
+from gemmgen.harness import reference as ref
 
 
 def emulate(pr: check_small.Prepared) -> np.ndarray:

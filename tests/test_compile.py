@@ -4,8 +4,8 @@ why not sm_80 here, whose check is the README's main job), and the C API's argum
 (they return before any CUDA call, so they run here without a GPU)."""
 import pytest
 
-from generator.precision import PRECISION_ORDER
-from harness.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
+from gemmgen.generator.precision import PRECISION_ORDER
+from gemmgen.harness.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
 
 pytestmark = pytest.mark.slow
 

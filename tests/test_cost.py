@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from generator.cli import main
-from generator.cost import build_cost, source_kernels
-from generator.emit import plan, write
-from generator.manifest import Selection, build_manifest
+from gemmgen.cli import main
+from gemmgen.generator.cost import build_cost, source_kernels
+from gemmgen.generator.emit import plan, write
+from gemmgen.generator.manifest import Selection, build_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,9 +60,9 @@ def test_the_sources_counted_are_the_ones_generate_writes(selection):
 def test_complex_variants_cost_a_kernel_per_stored_layout():
     """Complex small, warp, general and block variants compile one kernel per stored layout pair (4) and
     launch path, the tiny kernel one per transpose pair (9)."""
-    from generator.cost import variant_kernels
-    from generator.small import SmallSpec
-    from generator.wmma import WmmaSpec, WmmaTinySpec, WmmaWarpSpec
+    from gemmgen.generator.cost import variant_kernels
+    from gemmgen.generator.small import SmallSpec
+    from gemmgen.generator.wmma import WmmaSpec, WmmaTinySpec, WmmaWarpSpec
 
     assert len(variant_kernels(SmallSpec.parse("small_z_m10n10k10_dim5x5_tba2_hoist"))) == 4
     assert len(variant_kernels(WmmaSpec.parse("wmma_hc_tc16x16x16_blk32x32x16_dim16x8_w4_f32"))) == 4
@@ -82,7 +82,7 @@ def test_the_default_set_counts_every_source(root):
 @pytest.mark.slow
 def test_the_small_selection_compiles_the_kernel_builds_estimated():
     """nvcc and ptxas on the small selection: one "Compiling entry function" per estimated kernel build."""
-    from harness.build import build_library
+    from gemmgen.harness.build import build_library
 
     gen = ROOT / "build" / "test_cost" / "generated"
     write(small_manifest(), gen)

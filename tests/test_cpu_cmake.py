@@ -13,7 +13,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from generator.cli import main
+from gemmgen.cli import main
 
 CONSUMER_CMAKE = """\
 cmake_minimum_required(VERSION 3.18)

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from generator.cli import main
-from generator.emit import plan
-from generator.manifest import Selection, build_manifest, parse_shapes, parse_sizes
+from gemmgen.cli import main
+from gemmgen.generator.emit import plan
+from gemmgen.generator.manifest import Selection, build_manifest, parse_shapes, parse_sizes
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -109,9 +109,9 @@ def test_complex_small_and_wmma_variants_have_one_kernel_per_layout_pair():
     variant, not nine."""
     import re
 
-    from generator.emit import kernel_source
-    from generator.small import SmallSpec
-    from generator.wmma import WmmaSpec
+    from gemmgen.generator.emit import kernel_source
+    from gemmgen.generator.small import SmallSpec
+    from gemmgen.generator.wmma import WmmaSpec
 
     for spec in (SmallSpec.parse("small_c_m10n10k10_dim5x5_tba4_hoist"),
                  SmallSpec.parse("small_d_m10n10k10_dim5x5_tba2_hoist"),
@@ -147,8 +147,8 @@ def test_sizes_bound_every_precision():
 
 @pytest.mark.parametrize("size", [40, 52, 64])
 def test_sizes_above_32_take_the_warp_kernel_only_where_the_table_chose_it(size):
-    from generator import wmma
-    from generator.manifest import _tuned_section
+    from gemmgen.generator import wmma
+    from gemmgen.generator.manifest import _tuned_section
 
     for precision in ("h", "hc"):
         rows = wmma.table_rows(_tuned_section("sm_90", "wmma")[1], precision)
@@ -166,8 +166,8 @@ def test_sizes_above_32_take_the_warp_kernel_only_where_the_table_chose_it(size)
 def test_the_default_sizes_keep_the_default_set():
     """The default sizes (1-64) give every fixed-shape kernel of the tuned table, as before sizes bounded
     them; without h and hc they stop at 32, so the canonical command of such a set regenerates it."""
-    from generator import wmma
-    from generator.manifest import _tuned_section
+    from gemmgen.generator import wmma
+    from gemmgen.generator.manifest import _tuned_section
 
     manifest = build_manifest(Selection())
     for precision in ("h", "hc"):

@@ -7,16 +7,16 @@ import sys
 import numpy as np
 import pytest
 
-from harness import check_small
-from harness.api import GemmgenLibrary
+from gemmgen.harness import check_small
+from gemmgen.harness.api import GemmgenLibrary
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def lib(root, tmp_path_factory):
-    from harness.build import build_library
-    from harness.run_check import device_arch
+    from gemmgen.harness.build import build_library
+    from gemmgen.harness.run_check import device_arch
 
     arch, _ = device_arch()
     build = build_library(root / "generated", root / "build" / arch, (arch,))
@@ -51,7 +51,7 @@ def test_worker_processes_give_the_serial_results(lib):
 def test_exact_buffers_and_the_beta_one_quick_return(lib, monkeypatch):
     # Each operand in an allocation that ends at its last element (what `check --sanitize` runs), C with
     # Inf and beta = 1 where alpha or k is 0: results right, C untouched bit for bit.
-    from harness import sanitize
+    from gemmgen.harness import sanitize
 
     monkeypatch.setenv(check_small.EXACT_BUFFERS_ENV, "1")
     failed = [r for r in check_small.run_cases(lib, sanitize.regression_cases()) if not r.passed]
@@ -61,8 +61,8 @@ def test_exact_buffers_and_the_beta_one_quick_return(lib, monkeypatch):
 def test_memcheck_and_racecheck_clean_on_the_regression_cases(lib, root, tmp_path):
     # The over-read that compute-sanitizer found (16-byte cp.async chunks past a pointer array's last
     # matrix) and any shared-memory hazard on the same kernels, under the real sanitizer.
-    from harness import sanitize
-    from harness.toolchain import ToolchainError, find_compute_sanitizer
+    from gemmgen.harness import sanitize
+    from gemmgen.harness.toolchain import ToolchainError, find_compute_sanitizer
 
     try:
         tool = find_compute_sanitizer()
@@ -71,7 +71,7 @@ def test_memcheck_and_racecheck_clean_on_the_regression_cases(lib, root, tmp_pat
     for name in ("memcheck", "racecheck"):
         log = tmp_path / f"{name}.log"
         proc = subprocess.run([str(tool), "--tool", name, *sanitize.TOOL_FLAGS[name], "--error-exitcode", "86",
-                               "--log-file", str(log), sys.executable, "-m", "harness.sanitize", "--regression",
+                               "--log-file", str(log), sys.executable, "-m", "gemmgen.harness.sanitize", "--regression",
                                "--library", str(lib.path), "--generated", str(root / "generated"),
                                "--counts", str(tmp_path / "counts.json")],
                               cwd=root, env=dict(os.environ, **{check_small.EXACT_BUFFERS_ENV: "1"}))

@@ -6,9 +6,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from generator.cli import main
-from harness import check_small, sanitize
-from harness.toolchain import gpu_available
+from gemmgen.cli import main
+from gemmgen.harness import check_small, sanitize
+from gemmgen.harness.toolchain import gpu_available
 
 
 def test_tools_are_parsed_and_bad_ones_refused():

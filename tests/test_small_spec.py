@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from generator.precision import PRECISION_ORDER
-from generator.small import (MMA_BLOCKINGS, MMA_MIN_SIZE, RING_STAGES, SmallSpec, heuristic, neighbourhood,
+from gemmgen.generator.precision import PRECISION_ORDER
+from gemmgen.generator.small import (MMA_BLOCKINGS, MMA_MIN_SIZE, RING_STAGES, SmallSpec, heuristic, neighbourhood,
                              sweep_candidates)
-from generator.spec import SpecError
+from gemmgen.generator.spec import SpecError
 
 
 @pytest.mark.parametrize("precision", PRECISION_ORDER)

@@ -3,10 +3,10 @@ functions (no GPU, nothing compiled)."""
 import pytest
 from click.testing import CliRunner
 
-from generator.cli import main
-from generator.manifest import Selection
-from harness import tune_small
-from harness.tune_plan import FAMILIES, plan
+from gemmgen.cli import main
+from gemmgen.generator.manifest import Selection
+from gemmgen.harness import tune_small
+from gemmgen.harness.tune_plan import FAMILIES, plan
 
 
 def _plan(precisions="h,d", sizes="1-4", families=FAMILIES, arch="sm_90"):

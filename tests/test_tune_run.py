@@ -8,12 +8,12 @@ import zlib
 import pytest
 from click.testing import CliRunner
 
-from generator import small
-from generator.cli import main
-from generator.manifest import Selection, build_manifest
-from generator.tuning import TABLE_DIR, TableError, load_table, tables_from, usable_tables
-from harness import cpu_tune, tune_plan, tune_run, tune_small
-from harness.results import append_result, load_results
+from gemmgen.generator import small
+from gemmgen.cli import main
+from gemmgen.generator.manifest import Selection, build_manifest
+from gemmgen.generator.tuning import TABLE_DIR, TableError, load_table, tables_from, usable_tables
+from gemmgen.harness import cpu_tune, tune_plan, tune_run, tune_small
+from gemmgen.harness.results import append_result, load_results
 
 DEVICE = "NVIDIA Fake GPU 80GB"
 RUN = ["tune", "--families", "small,cpu", "--precisions", "d", "--sizes", "2-3"]
@@ -194,7 +194,7 @@ def test_a_folder_of_another_device_is_refused(fake):
 def test_bad_input_is_one_line_and_a_non_zero_exit(args, message, tmp_path, monkeypatch):
     from pathlib import Path
 
-    import generator
+    import gemmgen.generator as generator
 
     monkeypatch.chdir(tmp_path)
     args = [a.replace("PACKAGE", str(Path(generator.__file__).parent)) for a in args]
@@ -215,7 +215,7 @@ def test_a_results_folder_that_cannot_be_made_is_refused(fake):
 
 def test_without_a_gpu_the_run_says_so_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("harness.toolchain.gpu_available", lambda: False)
+    monkeypatch.setattr("gemmgen.harness.toolchain.gpu_available", lambda: False)
     result = CliRunner().invoke(main, ["tune", "--families", "small"])
     assert result.exit_code == 1
     assert result.output == "Error: no CUDA GPU found; `gemmgen tune --plan` works without one\n"
@@ -234,7 +234,7 @@ def test_bad_budget_strings(text):
 
 
 def _table(folder, device, arch="sm_90", **sections):
-    from generator.tuning import device_table_name
+    from gemmgen.generator.tuning import device_table_name
 
     path = folder / f"{device_table_name(device)}.json"
     path.write_text(json.dumps({"arch": arch, "device": device, **sections}))

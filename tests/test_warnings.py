@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from generator.arch import code_path_tokens
-from generator.cli import main
-from harness.toolchain import find_nvcc, nvcc_environment
+from gemmgen.generator.arch import code_path_tokens
+from gemmgen.cli import main
+from gemmgen.harness.toolchain import find_nvcc, nvcc_environment
 
 pytestmark = pytest.mark.slow
 

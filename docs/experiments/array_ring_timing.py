@@ -18,12 +18,12 @@ import json
 import sys
 from pathlib import Path
 
-from generator.precision import PRECISIONS
-from generator.small import SmallSpec
-from harness.api import variant_function as launcher
-from harness.run_check import device_arch
-from harness.timing import copy_bandwidth, median_time_ms
-from harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.generator.precision import PRECISIONS
+from gemmgen.generator.small import SmallSpec
+from gemmgen.harness.api import variant_function as launcher
+from gemmgen.harness.run_check import device_arch
+from gemmgen.harness.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 PAIRS = ("NN", "NT", "TN", "TT")
 
@@ -38,7 +38,7 @@ def bit_exact(lib, name: str) -> bool:
     shapes: every pair reads the same packed buffers with ld = N)."""
     import cupy as cp
 
-    from harness.api import scalar
+    from gemmgen.harness.api import scalar
 
     prec, m, n, k = shape_of(name)
     work = Workload(prec, m, n, k, 3001)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import cupy as cp
 
-from harness.api import GemmgenLibrary
-from harness.workload import Workload, batch_for_megabytes
+from gemmgen.harness.api import GemmgenLibrary
+from gemmgen.harness.workload import Workload, batch_for_megabytes
 
 
 def main() -> None:

@@ -326,7 +326,7 @@ int launch_wmma(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n, int 
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
-// ---- sm_80+: the cp.async ring and a persistent grid (h only; generator/wmma.py says why) -------
+// ---- sm_80+: the cp.async ring and a persistent grid (h only; gemmgen/generator/wmma.py says why) -------
 // A slice of a stored matrix in shared memory, laid out as stored: LINES stored columns of ALONG
 // halves (CHUNKS_PER_LINE 16-byte chunks), each line padded by PAD halves.
 template <int ALONG_, int LINES_, int PAD = SKEW>
@@ -1332,7 +1332,7 @@ __device__ __forceinline__ S warp_op_b(const S* s, int k, int c)
 // The k that lane t reads in its k slot q (h: q = 4·kt + 2j + h for register half h of the fragment's
 // pair j in k-step kt; hc: complex k, q = 2·kt + j).  The PTX fragment order is KS = 2 (h) or 1 (hc);
 // any KS dividing the lane's slot count permutes 0 .. KP − 1 (K padded to whole k-steps), and A and B
-// take the same order, so the product is the same.  generator/wmma.py (warp_k_stride) picks KS per
+// take the same order, so the product is the same.  gemmgen/generator/wmma.py (warp_k_stride) picks KS per
 // shape and stored layout pair so that the lanes of a read spread over the banks (the stages hold A
 // and B as stored, unpadded: with 'N' A, M = 63 and the PTX order, 4-way conflicts).  q is a
 // compile-time constant (unrolled loops), so k stays affine in t: one base register, constant offsets.

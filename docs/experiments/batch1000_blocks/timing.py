@@ -13,14 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from generator import wmma
-from generator.tuning import load_table
-from harness.bench_wmma import MAX_SETS, _sets
-from harness.build import build_library
-from harness.run_check import device_arch
-from harness.timing import median_time_ms
-from harness.wmma_tune import BUNDLE, _spills, _write_sources, block_fits, spec_launcher
-from harness.workload import Workload
+from gemmgen.generator import wmma
+from gemmgen.generator.tuning import load_table
+from gemmgen.harness.bench_wmma import MAX_SETS, _sets
+from gemmgen.harness.build import build_library
+from gemmgen.harness.run_check import device_arch
+from gemmgen.harness.timing import median_time_ms
+from gemmgen.harness.wmma_tune import BUNDLE, _spills, _write_sources, block_fits, spec_launcher
+from gemmgen.harness.workload import Workload
 
 SIZES = (64, 72, 80, 88, 96, 104, 112, 120, 128)
 BATCH = 1000

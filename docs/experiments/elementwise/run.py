@@ -13,13 +13,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from generator.precision import PRECISIONS
-from harness.api import scalar
-from harness.bench_wmma import Planar
-from harness.reference import error_bound
-from harness.timing import copy_bandwidth, median_time_ms
-from harness.api import variant_function
-from harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.generator.precision import PRECISIONS
+from gemmgen.harness.api import scalar
+from gemmgen.harness.bench_wmma import Planar
+from gemmgen.harness.reference import error_bound
+from gemmgen.harness.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.api import variant_function
+from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 4
 

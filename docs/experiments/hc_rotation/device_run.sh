@@ -18,12 +18,12 @@ if [ "$1" = sanitize ]; then
 fi
 if [ "$1" = bench ]; then
     SECONDS=0
-    timeout 330 python3 -m generator.cli bench wmma --precisions hc --generated build/gen_hc \
+    timeout 330 python3 -m gemmgen bench wmma --precisions hc --generated build/gen_hc \
         --build-dir build/gen_hc_build -j 16 --out "$OUT/perf" > "$OUT/bench.log" 2>&1
     echo "bench rc $? in $SECONDS s"; tail -12 "$OUT/bench.log"
 fi
 SECONDS=0
-timeout 200 python3 -m generator.cli check --generated build/gen_hc --build-dir build/gen_hc_build -j 16 --no-cpu \
+timeout 200 python3 -m gemmgen check --generated build/gen_hc --build-dir build/gen_hc_build -j 16 --no-cpu \
     --report "$OUT/check_hc_sm_90.json" > "$OUT/check.log" 2>&1
 echo "check rc $? in $SECONDS s"; tail -4 "$OUT/check.log"
 lib=$(find build/gen_hc_build -name 'libgemmgen*.so' | head -1)

@@ -13,8 +13,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from generator import emit  # noqa: E402
-from harness.toolchain import find_nvcc  # noqa: E402
+from gemmgen.generator import emit  # noqa: E402
+from gemmgen.harness.toolchain import find_nvcc  # noqa: E402
 
 # (precision, BM, BN, BK, WM, WN, stages, acc)
 CONFIGS = [
@@ -41,7 +41,7 @@ SHAPES = ([("h", "square", s) for s in (63, 64, 72, 80, 88, 96, 104, 112, 120, 1
 
 def baseline_kernels() -> dict:
     """(precision, kind, size) -> the committed sm_90 table's general kernel there."""
-    rows = json.loads((ROOT / "generator/tuning/sm_90.json").read_text())["wmma"]
+    rows = json.loads((ROOT / "gemmgen/generator/tuning/sm_90.json").read_text())["wmma"]
     return {(r["precision"], r["kind"], r["size"]): r["wmma"] for r in rows
             if (r["precision"], r["kind"], r["size"]) in set(SHAPES)}
 

@@ -15,9 +15,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from harness import check_small, check_wmma  # noqa: E402
-from harness.api import GemmgenLibrary  # noqa: E402
-from harness.run_check import build_set, device_arch  # noqa: E402
+from gemmgen.harness import check_small, check_wmma  # noqa: E402
+from gemmgen.harness.api import GemmgenLibrary  # noqa: E402
+from gemmgen.harness.run_check import build_set, device_arch  # noqa: E402
 
 
 def main(out: Path, only_block: bool) -> int:

@@ -6,11 +6,11 @@ set -uo pipefail
 OUT_DIR=$1; O=$OUT_DIR/work; mkdir -p "$O"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 G=build/rm_gen; B=build/rm_build
-python3 -m generator.cli generate --out $G --arch sm_90 --precisions h,s,z --sizes 1-32 --tallskinny-n 2 \
+python3 -m gemmgen generate --out $G --arch sm_90 --precisions h,s,z --sizes 1-32 --tallskinny-n 2 \
     --cpu-isa generic > /dev/null || exit 1
 python3 - <<PY || exit 1
 from pathlib import Path
-from harness.run_check import build_set
+from gemmgen.harness.run_check import build_set
 print(build_set(Path("$G"), Path("$B"), ("sm_90",), 16).library)
 PY
 LIB=$(ls $B/sm_90/libgemmgen.so)
@@ -23,24 +23,24 @@ bash docs/experiments/profile.sh $LIB $O \
   "ours square 112 --batch 1000" "cublas square 112 --batch 1000" \
   "ours rank 72" "cublas rank 72" 2>&1 | tee $O/profile.txt
 # z 27: the table's mma tuple against the FMA tuple before it, two rounds in alternation
-cp generator/tuning/sm_90.json /tmp/sm_90.json.orig
+cp gemmgen/generator/tuning/sm_90.json /tmp/sm_90.json.orig
 python3 - <<'PY'
 import json
-p = "generator/tuning/sm_90.json"
+p = "gemmgen/generator/tuning/sm_90.json"
 t = json.load(open(p))
 for r in t["small"]:
     if r["precision"] == "z" and (r["m"], r["n"], r["k"]) == (27, 27, 27):
         r.update(dim_m=7, dim_n=9, tba=1, hoist=True, mma=False, stages=0)
 json.dump(t, open(p, "w"), indent=1)
 PY
-python3 -m generator.cli generate --out build/rm_z_fma --arch sm_90 --precisions z --sizes 1-32 --tallskinny-n 2 \
+python3 -m gemmgen generate --out build/rm_z_fma --arch sm_90 --precisions z --sizes 1-32 --tallskinny-n 2 \
     --cpu-isa generic > /dev/null
-cp /tmp/sm_90.json.orig generator/tuning/sm_90.json
-python3 -m generator.cli generate --out build/rm_z_mma --arch sm_90 --precisions z --sizes 1-32 --tallskinny-n 2 \
+cp /tmp/sm_90.json.orig gemmgen/generator/tuning/sm_90.json
+python3 -m gemmgen generate --out build/rm_z_mma --arch sm_90 --precisions z --sizes 1-32 --tallskinny-n 2 \
     --cpu-isa generic > /dev/null
 for round in 1 2; do
   for v in mma fma; do
-    python3 -m generator.cli bench small --precisions z --sizes 26-28 --batches 10000 --generated build/rm_z_$v \
+    python3 -m gemmgen bench small --precisions z --sizes 26-28 --batches 10000 --generated build/rm_z_$v \
         --build-dir build/rm_zb_$v --out $O/z27_${v}_$round > $O/z27_${v}_$round.log 2>&1
     grep -E "^\| z \| 2[678] \| [0-9]+ \| ≫L2" $O/z27_${v}_$round/bench_small_sm_90.md \
         | sed "s/^/$v round $round: /" | tee -a $OUT_DIR/z27.txt

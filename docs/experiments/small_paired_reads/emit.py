@@ -5,8 +5,8 @@ Usage (repository root): python docs/experiments/small_paired_reads/emit.py DIR 
 import sys
 from pathlib import Path
 
-from generator.emit import kernel_source
-from generator.small import SmallSpec
+from gemmgen.generator.emit import kernel_source
+from gemmgen.generator.small import SmallSpec
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)

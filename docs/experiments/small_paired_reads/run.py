@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from generator.precision import PRECISIONS
-from harness import reference as ref
-from harness.api import scalar, variant_function
-from harness.timing import copy_bandwidth, median_time_ms
-from harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.generator.precision import PRECISIONS
+from gemmgen.harness import reference as ref
+from gemmgen.harness.api import scalar, variant_function
+from gemmgen.harness.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 3
 PATHS = False   # --paths: also pointer arrays and small strided batches (other_paths)

@@ -21,11 +21,11 @@ import json
 import sys
 from pathlib import Path
 
-from generator.precision import PRECISIONS
-from harness.bench_wmma import MAX_SETS, TINY_BATCH, Planar, _sets
-from harness.timing import median_time_ms
-from harness.api import variant_function
-from harness.workload import Workload, bytes_moved
+from gemmgen.generator.precision import PRECISIONS
+from gemmgen.harness.bench_wmma import MAX_SETS, TINY_BATCH, Planar, _sets
+from gemmgen.harness.timing import median_time_ms
+from gemmgen.harness.api import variant_function
+from gemmgen.harness.workload import Workload, bytes_moved
 
 STREAM = r"""
 extern "C" __global__ void stream_abc(const int4* __restrict__ a, long long na, const int4* __restrict__ b,

@@ -1,4 +1,4 @@
-"""A/B of the warp kernels' k order (generator/wmma.py, warp_k_stride): the same warp tuples emitted
+"""A/B of the warp kernels' k order (gemmgen/generator/wmma.py, warp_k_stride): the same warp tuples emitted
 by two generators, the one before the k order (fragments in PTX order) and the one with it, built into
 two libraries, checked against float64 CuPy, and timed in alternation in one process on the same
 buffers: ≫ L2 (512 MB, as `gemmgen bench`) with beta = 0 and 1 (N/N) and beta = 0 T/N, and batch
@@ -23,8 +23,8 @@ ROUNDS = 3
 
 
 def render(root: Path) -> None:
-    from generator.emit import kernel_source, kernel_source_path, support_files
-    from generator.wmma import WmmaWarpSpec
+    from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
+    from gemmgen.generator.wmma import WmmaWarpSpec
 
     for rel, text in support_files("warp_k_order ab", ("sm_90",), ("h", "hc")).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -37,13 +37,13 @@ def render(root: Path) -> None:
 
 
 def time_both(before: Path, after: Path, out: Path) -> None:
-    from generator.wmma import WmmaWarpSpec
-    from harness.build import build_library
-    from harness.run_check import device_arch
-    from harness.timing import copy_bandwidth, median_time_ms
-    from harness.api import variant_function
-    from harness.wmma_tune import gpu_check
-    from harness.workload import Workload, batch_for_megabytes, bytes_moved
+    from gemmgen.generator.wmma import WmmaWarpSpec
+    from gemmgen.harness.build import build_library
+    from gemmgen.harness.run_check import device_arch
+    from gemmgen.harness.timing import copy_bandwidth, median_time_ms
+    from gemmgen.harness.api import variant_function
+    from gemmgen.harness.wmma_tune import gpu_check
+    from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
 
     arch, device = device_arch()
     libs = {}

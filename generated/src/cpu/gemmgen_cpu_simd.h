@@ -95,7 +95,7 @@
 
 // How tile() is compiled: inlined into the product, one copy per tile (the SIMD ISAs), or, for
 // the portable fallback, out of line and shared by every tile of one shape (CpuIsa.shared_tiles
-// in generator/cpu.py: its compile time matters more than a call per tile).
+// in gemmgen/generator/cpu.py: its compile time matters more than a call per tile).
 #if defined(GEMMGEN_CPU_ISA_GENERIC) && (defined(__GNUC__) || defined(__clang__))
 #define GEMMGEN_TILE __attribute__((noinline)) inline
 #elif defined(GEMMGEN_CPU_ISA_GENERIC) && defined(_MSC_VER)
@@ -671,7 +671,7 @@ struct RowBlock {
 //   b: op(B) at the tile's first column, op(B)(l, j) at b[l·b_l + j·b_j] (N: 1, ldb; T/C: ldb, 1);
 //   c: C at the tile's corner.
 // LAST: rows held by the last vector (lanes when full).  LAST_BITS: that vector's width, narrower
-// than BITS where its rows fit a narrower register (generator/cpu.py, Tile.last_bits): d m = 9 on
+// than BITS where its rows fit a narrower register (gemmgen/generator/cpu.py, Tile.last_bits): d m = 9 on
 // AVX-512 holds row 9 in 128 bits instead of a masked 512-bit vector, so its loads and FMAs move a
 // quarter of the bits.  The transposes are run-time strides, not template parameters: one
 // instantiation per kernel keeps the emitted set quick to compile.

@@ -1,0 +1,866 @@
+"""The wmma family: batched HGEMM (h) and interleaved half-complex HCGEMM (hc) on Tensor Cores
+through the WMMA API (Abdelfattah et al.), for any M, N, K.
+
+Design, with the paper's sections:
+- §4.1 grid: a thread block computes one BLK_M×BLK_N block of C of one GEMM; the blocks of all
+  GEMMs of the batch are numbered along one grid dimension (so batches past 65,535 work).
+- §5.2 double-sided recursive blocking: blocks of A, B and C move between global memory and the
+  block as DIM_X×DIM_Y thread tiles; the Tensor Cores see them as TC_M×TC_N×TC_K pieces.
+- §5.3 two-stage loads: the next BLK_K slice of A and B is read into registers (zero-padded past
+  the matrix edge) while the Tensor Cores work on the current one in shared memory.
+- §5.4/§5.5 multi-warp round robin: the (BLK_M/TC_M)·(BLK_N/TC_N) Tensor Core tiles of C are dealt
+  to the warps in turn; a warp keeps ⌈tiles/warps⌉ accumulator fragments, and the last round is
+  guarded (the clean-up step).  hc splits real and imaginary parts into separate shared-memory
+  buffers when storing them (the interleaved data is never copied to a planar layout in global
+  memory) and does the four real products of a complex product.
+- §5.6 post-processing: accumulators go to shared memory, then each thread applies alpha and (only
+  when beta ≠ 0) beta·C while writing its DIM_X×DIM_Y tile of C.
+- §5.8 tuning parameters and rules: `WmmaSpec.validate` (each refusal names its rule).
+- sm_80+ (h only), `stages` > 0: the blocks of A and B go global -> shared memory through a ring of
+  `stages` BLK_K slices filled by 16-byte cp.async copies, with no registers in between, and each
+  thread block stays resident and works through several blocks of C (a persistent grid), so the
+  copies of its next block are in flight during the Tensor Core work and the epilogue of the
+  current one.  With beta != 0 and C aligned too, the old C block rides the ring with its item's
+  last slice (a kernel of its own): read from global memory in the epilogue, each old value cost a
+  full memory round trip, since the compiler cannot move a load of C above a store to C (h N = 64:
+  0.66 of the floor with beta = 1 against 0.87 with beta = 0; with C in the ring 0.93).
+  Register-staged loads (§5.3) keep too few bytes in flight to reach the memory bandwidth on an
+  H100 (measured: 0.4-0.7 of the copy-bandwidth floor for N = 48..256, where cuBLAS's deep
+  shared-memory pipeline reaches 0.86-1.0).  Shared memory mirrors the stored layout
+  (a 16-byte chunk is 8 consecutive stored elements), so op(A) is row- or column-major in shared
+  memory as A is transposed or not, and the fragments follow.  A launch whose operands are not
+  16-byte aligned (leading dimensions or strides not multiples of 8, pointer arrays) or that runs
+  below sm_80 takes the same tuple's register-staged kernel instead.
+- sm_80+, `WmmaBlockSpec` (h and hc): a BLK_M×BLK_N block of C per thread block with warps_m×warps_n
+  warps, each a fixed tile of it on raw mma.sync.m16n8k16 (fragments reused across the tile, ldmatrix
+  from slices kept as stored, a cp.async ring, each warp writing its own tile of C in 16-byte chunks);
+  hc is multiplied as the real product it embeds (interleaved A as M×2K real, B expanded to 2×2 real
+  blocks in registers), so no planes anywhere.  The tuned table names one per size where it is
+  clearly faster than the general tuple (`block`), and the dispatch takes it from sm_80 on where the
+  operands' columns start on 16 bytes (elsewhere it would copy element by element).
+- §8.1 tiny sizes: `WmmaTinySpec` packs ⌊16/M⌋ GEMMs into one 16×16×16 Tensor Core operation
+  (A's stacked down the rows, B's across the columns; the diagonal blocks of the product are the
+  wanted GEMMs), fully unrolled for its shape like the small family.
+
+Shared-memory layout (why): op(A) is kept as BLK_M rows of BLK_K (k contiguous) and op(B) as BLK_N
+columns of BLK_K, each row padded by SKEW = 8 halves.  BLK_K + 8 is an odd multiple of 8, so every
+fragment pointer is 32-byte aligned (a WMMA requirement) whatever TC_M and TC_N are, and the rows
+of one ldmatrix fall in different banks.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arch import ARCHS, DEFAULT_ARCHS
+from .precision import PRECISIONS
+from .spec import Spec, SpecError, ceil_div, require, require_no_local_memory
+
+PRECISIONS_WMMA = ("h", "hc")
+TC_SHAPES = ((16, 16, 16), (32, 8, 16), (8, 32, 16))   # the WMMA fp16 shapes (§3)
+ACCUMULATORS = ("f32", "f16")
+SKEW = 8            # halves of padding per shared-memory row (see the module docstring)
+MAX_THREADS = 512
+REGISTER_BUDGET = 168   # estimated 32-bit registers per thread above which ptxas starts to spill
+TINY_TC = 16        # the tiny variant uses the 16x16x16 shape
+
+_NAME = re.compile(r"^wmma_(hc|h)_tc(\d+)x(\d+)x(\d+)_blk(\d+)x(\d+)x(\d+)_dim(\d+)x(\d+)_w(\d+)_(f32|f16)"
+                   r"(?:_s(\d+))?$")
+MAX_STAGES = 8
+ASYNC_TC = (16, 16, 16)   # fragment pointers along a contiguous M or N must stay 32-byte aligned
+_TINY = re.compile(r"^wmmatiny_(hc|h)_m(\d+)n(\d+)k(\d+)_w(\d+)$")
+_WARP = re.compile(r"^wmmawarp_(h|hc)_m(\d+)n(\d+)k(\d+)_w(\d+)_s(\d+)_(f32|f16)$")
+WARP_MAX_SIZE = 64          # one warp per GEMM: M, N, K up to this
+WARP_MAX_ACC_REGISTERS = 128   # and its C's accumulators at most this many registers per thread
+_BLOCK = re.compile(r"^wmmablock_(hc|h)_blk(\d+)x(\d+)x(\d+)_w(\d+)x(\d+)_s(\d+)_(f32|f16)_b(\d+)$")
+BLOCK_MAX_ACC_REGISTERS = 128   # a warp's accumulators per thread, 32-bit registers
+
+
+@dataclass(frozen=True, order=True)
+class WmmaSpec(Spec):
+    precision: str
+    tc_m: int
+    tc_n: int
+    tc_k: int
+    blk_m: int
+    blk_n: int
+    blk_k: int
+    dim_x: int
+    dim_y: int
+    warps: int
+    acc: str = "f32"
+    stages: int = 0     # > 0: the sm_80+ cp.async ring of that many BLK_K slices (module docstring)
+
+    family = "wmma"
+
+    @property
+    def name(self) -> str:
+        return (f"wmma_{self.precision}_tc{self.tc_m}x{self.tc_n}x{self.tc_k}"
+                f"_blk{self.blk_m}x{self.blk_n}x{self.blk_k}_dim{self.dim_x}x{self.dim_y}"
+                f"_w{self.warps}_{self.acc}" + (f"_s{self.stages}" if self.stages else ""))
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaSpec":
+        match = _NAME.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a wmma kernel name "
+                                    "(wmma_<h|hc>_tc<M>x<N>x<K>_blk<M>x<N>x<K>_dim<X>x<Y>_w<W>_<f32|f16>)")
+        prec, *numbers, acc, stages = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers), acc, int(stages or 0))
+        spec.validate()
+        return spec
+
+    # ---- derived quantities ------------------------------------------------------------------
+    @property
+    def parts(self) -> int:
+        """Real buffers per operand: 2 for hc (real and imaginary split, §5.3)."""
+        return 2 if self.precision == "hc" else 1
+
+    @property
+    def threads(self) -> int:
+        return self.dim_x * self.dim_y
+
+    @property
+    def tc_tiles(self) -> int:
+        """TC_BLOCKS of §5.5: Tensor Core tiles of C per thread block."""
+        return (self.blk_m // self.tc_m) * (self.blk_n // self.tc_n)
+
+    @property
+    def fragments(self) -> int:
+        """NFRAG of §5.5: accumulator fragments each warp keeps."""
+        return ceil_div(self.tc_tiles, self.warps)
+
+    @property
+    def smem_ld(self) -> int:
+        return self.blk_k + SKEW
+
+    @property
+    def input_smem_bytes(self) -> int:
+        return (self.blk_m + self.blk_n) * self.smem_ld * 2 * self.parts
+
+    @property
+    def acc_bytes(self) -> int:
+        return 4 if self.acc == "f32" else 2
+
+    @property
+    def output_smem_bytes(self) -> int:
+        """Post-processing staging of C: one TC_M×TC_N tile after another (tile-major), so every
+        store_matrix_sync pointer is aligned."""
+        return self.blk_m * self.blk_n * self.acc_bytes * self.parts
+
+    @property
+    def smem_bytes(self) -> int:
+        # The staging of C reuses the input buffers once the main loop is over.
+        return max(self.input_smem_bytes, self.output_smem_bytes)
+
+    @property
+    def async_stage_bytes(self) -> int:
+        """One slice of the ring: op(A) and op(B) blocks, each laid out as stored (rows of the
+        stored-contiguous dimension padded by SKEW; the larger of the two layouts, since the
+        transposes are chosen at run time)."""
+        def block(outer: int) -> int:
+            return max(outer * (self.blk_k + SKEW), self.blk_k * (outer + SKEW)) * 2
+        return block(self.blk_m) + block(self.blk_n)
+
+    @property
+    def async_smem_bytes(self) -> int:
+        """The ring plus its own staging of C (the next block's copies land while C is written)."""
+        return self.stages * self.async_stage_bytes + self.output_smem_bytes
+
+    @property
+    def async_old_c_bytes(self) -> int:
+        """With beta != 0 and C aligned, each slice of the ring also carries the old C block of the
+        item whose last slice it is (BLK_M stored rows padded by SKEW, BLK_N columns)."""
+        return self.stages * self.blk_n * (self.blk_m + SKEW) * 2
+
+    @property
+    def whole_path(self) -> bool:
+        """Whether the tuple's source also holds the sm_90 whole-GEMM kernel (h with fp16
+        accumulators): for rank-k updates (k ≤ 16, m, n ≤ 128, m·n ≥ 64·64, multiples of 8) with
+        beta = 0 and aligned columns, a launch takes whole GEMMs through the tensor copy engine instead
+        of the tuple's own kernels (the template's `wmma_whole_kernel` says why and what it measured).
+        It has its own 8 warps, not the tuple's blocking."""
+        return self.precision == "h" and self.acc == "f16"
+
+    @property
+    def register_estimate(self) -> int:
+        """32-bit registers per thread: the prefetch buffers of A and B (one register per element;
+        a __half2 is one), the accumulators, one A and one B fragment, and ~40 for addresses."""
+        prefetch = (self.blk_m + self.blk_n) * self.blk_k // self.threads
+        acc = self.fragments * self.tc_m * self.tc_n // 32 * self.acc_bytes // 4 * self.parts
+        frags = (self.tc_m + self.tc_n) * self.tc_k // 32 // 2 * (2 if self.parts == 2 else 1)
+        return prefetch + max(acc, 1) + frags + 40
+
+    # ---- rules (§5.8 and the architecture) ----------------------------------------------------
+    def validate(self, arch: str | None = None) -> "WmmaSpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the wmma family covers h and hc, not {self.precision!r}")
+        tc = (self.tc_m, self.tc_n, self.tc_k)
+        require(tc in TC_SHAPES, "tensor core shape",
+                f"TC {tc[0]}x{tc[1]}x{tc[2]} is not a WMMA fp16 shape "
+                f"({', '.join('x'.join(map(str, s)) for s in TC_SHAPES)})")
+        require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
+        for dim, blk, t in (("M", self.blk_m, self.tc_m), ("N", self.blk_n, self.tc_n),
+                            ("K", self.blk_k, self.tc_k)):
+            require(blk > 0 and blk % t == 0, "TC divides BLK",
+                    f"TC_{dim}={t} must divide BLK_{dim}={blk}")
+        for name, d in (("DIM_X", self.dim_x), ("DIM_Y", self.dim_y)):
+            for dim, blk in (("M", self.blk_m), ("N", self.blk_n), ("K", self.blk_k)):
+                require(d > 0 and blk % d == 0, "DIM divides BLK",
+                        f"{name}={d} must divide BLK_{dim}={blk} (blocks are read and written in "
+                        "DIM_X×DIM_Y tiles)")
+        require(self.threads % 32 == 0, "full warps",
+                f"DIM_X·DIM_Y = {self.threads} is not a multiple of 32")
+        require(self.warps * 32 == self.threads, "warps match threads",
+                f"{self.warps} warps need DIM_X·DIM_Y = {self.warps * 32}, not {self.threads}")
+        require(self.threads <= MAX_THREADS, "threads per block",
+                f"{self.threads} threads exceed {MAX_THREADS}")
+        require(self.warps <= self.tc_tiles, "no idle warps",
+                f"{self.warps} warps for {self.tc_tiles} Tensor Core tiles of C leave "
+                f"{self.warps - self.tc_tiles} warps without work (§5.4)")
+        require(self.register_estimate <= REGISTER_BUDGET, "registers",
+                f"about {self.register_estimate} registers per thread (prefetch of "
+                f"{(self.blk_m + self.blk_n) * self.blk_k // self.threads} elements, "
+                f"{self.fragments} accumulator fragments) exceed {REGISTER_BUDGET}")
+        for a in ([arch] if arch else list(ARCHS)):
+            limit = ARCHS[a].static_smem_per_block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        if self.stages:
+            self._validate_async(arch)
+        require_no_local_memory(self.name, arch)
+        return self
+
+    def _validate_async(self, arch: str | None) -> None:
+        require(2 <= self.stages <= MAX_STAGES, "stages",
+                f"stages={self.stages} must be 0 (register-staged loads) or 2..{MAX_STAGES}")
+        require(self.precision == "h", "async precision",
+                "the cp.async ring copies elements as stored; hc is split into real and imaginary "
+                "planes on the way to shared memory, which needs registers (stages must be 0)")
+        require((self.tc_m, self.tc_n, self.tc_k) == ASYNC_TC, "async tensor core shape",
+                f"the cp.async ring keeps op(A) column-major and op(B) row-major for some transposes, "
+                f"where a fragment at a multiple of TC_M or TC_N must be 32-byte aligned: TC must be "
+                f"{'x'.join(map(str, ASYNC_TC))}, not {self.tc_m}x{self.tc_n}x{self.tc_k}")
+        # Without an arch: the default ones (the ring's shared memory differs by architecture; a
+        # table row that does not fit another one is refused there when its dispatch is built).
+        for a in ([arch] if arch else DEFAULT_ARCHS):
+            if ARCHS[a].cc < 80:
+                continue   # the register-staged kernel runs there
+            limit = ARCHS[a].smem_per_sm - 1024   # the opt-in maximum per block
+            require(self.async_smem_bytes <= limit, "async shared memory",
+                    f"{self.stages} stages of {self.async_stage_bytes} bytes and {self.output_smem_bytes} "
+                    f"bytes of C staging exceed {limit} on {a}")
+
+
+@dataclass(frozen=True, order=True)
+class WmmaTinySpec(Spec):
+    """§8.1: several GEMMs of one shape (M, N, K ≤ 16) per 16×16×16 Tensor Core operation."""
+    precision: str
+    m: int
+    n: int
+    k: int
+    warps: int
+
+    family = "wmmatiny"
+
+    @property
+    def name(self) -> str:
+        return f"wmmatiny_{self.precision}_m{self.m}n{self.n}k{self.k}_w{self.warps}"
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaTinySpec":
+        match = _TINY.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a tiny wmma kernel name "
+                                    "(wmmatiny_<h|hc>_m<M>n<N>k<K>_w<W>)")
+        prec, *numbers = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers))
+        spec.validate()
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def parts(self) -> int:
+        return 2 if self.precision == "hc" else 1
+
+    @property
+    def per_op(self) -> int:
+        """GEMMs packed into one Tensor Core operation (Fig. 16)."""
+        return min(TINY_TC // self.m, TINY_TC // self.n)
+
+    @property
+    def gemms_per_block(self) -> int:
+        return self.per_op * self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def tc_utilization(self) -> float:
+        """Fig. 17: the fraction of a 16×16×16 operation's multiply-adds that are wanted."""
+        return self.per_op * self.m * self.n * self.k / TINY_TC ** 3
+
+    @property
+    def smem_bytes(self) -> int:
+        # Per warp: the A and B tiles (their zero padding must survive, so the fp32 staging of
+        # the product does not reuse them).
+        inputs = 2 * TINY_TC * (TINY_TC + SKEW) * 2 * self.parts
+        staging = TINY_TC * TINY_TC * 4 * self.parts
+        return self.warps * (inputs + staging)
+
+    def validate(self, arch: str | None = None) -> "WmmaTinySpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the wmma family covers h and hc, not {self.precision!r}")
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= TINY_TC, "size",
+                    f"{dim}={value} is outside 1..{TINY_TC} (one 16x16x16 Tensor Core operation)")
+        require(1 <= self.warps <= 16, "warps", f"warps={self.warps} must be in 1..16")
+        for a in ([arch] if arch else list(ARCHS)):
+            limit = ARCHS[a].static_smem_per_block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.smem_bytes} bytes of shared memory exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
+        return self
+
+
+@dataclass(frozen=True, order=True)
+class WmmaWarpSpec(Spec):
+    """One warp per GEMM of a fixed shape (M, N, K ≤ 64) on raw mma.sync.m16n8k16, each warp with its
+    own ring of `stages` stages that hold a GEMM's A, B and C as stored (gemmgen_wmma.cuh,
+    wmma_warp_kernel, says why); `warps` warps per block, fp32 or fp16 sums.  h and hc: hc is
+    multiplied as the real product it embeds (M × 2K times 2K × 2N), interleaved throughout.  sm_80+
+    only (cp.async, m16n8k16): before it the kernel compiles empty and the dispatch takes the table
+    row's other choice (manifest._shape_choice)."""
+    precision: str
+    m: int
+    n: int
+    k: int
+    warps: int
+    stages: int
+    acc: str
+
+    family = "wmmawarp"
+
+    @property
+    def name(self) -> str:
+        return f"wmmawarp_{self.precision}_m{self.m}n{self.n}k{self.k}_w{self.warps}_s{self.stages}_{self.acc}"
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaWarpSpec":
+        match = _WARP.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a warp wmma kernel name "
+                                    "(wmmawarp_<h|hc>_m<M>n<N>k<K>_w<W>_s<S>_<f32|f16>)")
+        prec, m, n, k, w, st, acc = match.groups()
+        spec = cls(prec, int(m), int(n), int(k), int(w), int(st), acc)
+        spec.validate()
+        return spec
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @staticmethod
+    def _cover_halves(halves: int) -> int:
+        return 8 * ((halves + 14) // 8)   # whole 16-byte chunks, room for any start within a chunk
+
+    @property
+    def parts(self) -> int:
+        """Halves per element: 1 (h), 2 (hc, interleaved)."""
+        return parts_of(self.precision)
+
+    @property
+    def stage_bytes(self) -> int:
+        m, n, k, parts = self.m, self.n, self.k, self.parts
+        return 2 * sum(self._cover_halves(parts * e) for e in (m * k, k * n, m * n))
+
+    @property
+    def accumulator_registers(self) -> int:
+        """Per lane: one m16n8 tile of the real product (hc: M × 2N) takes 4 fp32 or 2 fp16x2 registers."""
+        tiles = -(-self.m // 16) * -(-self.parts * self.n // 8)
+        return tiles * (4 if self.acc == "f32" else 2)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.warps * self.stages * self.stage_bytes
+
+    def validate(self, arch: str | None = None) -> "WmmaWarpSpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the warp kernel covers {', '.join(PRECISIONS_WMMA)}, not {self.precision!r}")
+        for dim, value in (("m", self.m), ("n", self.n), ("k", self.k)):
+            require(1 <= value <= WARP_MAX_SIZE, "size",
+                    f"{dim}={value} is outside 1..{WARP_MAX_SIZE} (one warp per GEMM)")
+        # The accumulators of an h 64×64 C take 128 registers per thread with fp32 sums; an hc C of the
+        # same size, twice as many real columns, would take 256.
+        require(self.accumulator_registers <= WARP_MAX_ACC_REGISTERS, "accumulator registers",
+                f"{self.m}×{self.n} {self.precision} with {self.acc} sums takes {self.accumulator_registers} "
+                f"accumulator registers per thread, over {WARP_MAX_ACC_REGISTERS}")
+        require(1 <= self.warps <= 8, "warps", f"warps={self.warps} must be in 1..8 (blocks of up to 256 threads)")
+        require(2 <= self.stages <= 4, "stages", f"stages={self.stages} must be in 2..4")
+        require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
+        # One warp's stages must fit a block's opt-in shared memory (the launcher runs fewer warps per
+        # block where all of them do not).
+        for a in ([arch] if arch else DEFAULT_ARCHS):
+            limit = ARCHS[a].smem_per_sm - 1024
+            require(self.stages * self.stage_bytes <= limit, "shared memory",
+                    f"{self.stages} stages of {self.stage_bytes} bytes exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
+        return self
+
+    def k_stride(self, ta: str, tb: str) -> int:
+        """The order of k in the kernel's fragments for A and B stored as ta, tb (warp_k_stride)."""
+        return warp_k_stride(self.precision, self.m, self.n, self.k, ta, tb)
+
+
+# The warp kernel reads its fragments element by element from stages that hold A and B as stored (no
+# padding: a contiguous matrix is one cp.async range).  In the m16n8k16 fragments the four lanes t of a
+# row group read k = 2t + const (hc: complex k = t + const), so with 'N' A they read halves 2·M apart:
+# M = 63 puts them on one bank (4-way conflicts; 0.53 of the floor in the tuner's 64 MB runs against
+# 0.79 at M = 60).  Σ_k A(r, k)·B(k, c) does not care in which order k runs, so each lane's k slots
+# q = 0, 1, ... (h: q = 4·kt + 2j + h for the register halves h of k-step kt; hc: q = 2·kt + j) read
+#     k = q mod s + s·t + 4s·⌊q / s⌋,
+# a permutation of 0 .. KP − 1 (K padded to whole k-steps) for every stride s dividing the lane's slot
+# count, taken by A and B alike.  s = 2 (h) or 1 (hc) is the order of the PTX fragments; k stays affine
+# in t, so every read is still one base register plus a constant.  warp_k_stride picks s per shape and
+# stored layout pair by a model of the kernel's reads (every lane's address, both starts of a matrix
+# within a word): the cheapest reads (_read_cost), the PTX order where nothing is cheaper.
+# A read that some lanes of a warp skip (their k is past K) costs a predicate and a zeroing move on top
+# of its wavefronts (a read no lane makes is not emitted at all): counted as half a wavefront.  (h 55:
+# stride 16 against the PTX order saved 16 wavefronts for 120 more such reads, and fell from 0.84 to 0.80
+# of the floor at batch 1000, docs/experiments/warp_k_order/.)
+PARTIAL_READ_COST = 0.5
+
+
+def _read_cost(addresses: np.ndarray, valid: np.ndarray) -> float:
+    """The cost of warp-wide shared-memory reads: addresses (bytes) and valid are (..., 32), one row per
+    read.  A read takes, over the 32 banks, the most distinct 4-byte words asked of one bank
+    (wavefronts), plus PARTIAL_READ_COST where only some lanes read."""
+    valid = valid.reshape(-1, 32)
+    words = np.where(valid, addresses.reshape(-1, 32) // 4, -1)
+    words.sort(axis=1)
+    first = (words >= 0) & np.concatenate([np.ones((len(words), 1), bool), words[:, 1:] != words[:, :-1]], axis=1)
+    per_bank = ((words[:, :, None] % 32 == np.arange(32)) & first[:, :, None]).sum(axis=1)
+    partial = valid.any(axis=1) & ~valid.all(axis=1)
+    return float(per_bank.max(axis=1).sum() + PARTIAL_READ_COST * partial.sum())
+
+
+def parts_of(precision: str) -> int:
+    """Halves per element: 1 (h), 2 (hc, interleaved)."""
+    return PRECISIONS[precision].element_bytes // 2
+
+
+def warp_k_slots(precision: str, k: int) -> int:
+    """The k slots of one lane in the warp kernel: a quarter of K padded to whole k-steps."""
+    parts = parts_of(precision)
+    return -(-parts * k // 16) * 16 // parts // 4
+
+
+def warp_k(q, t, stride: int):
+    """k of lane t's slot q in the warp kernel's fragments (the template's warp_k)."""
+    return q % stride + stride * t + 4 * stride * (q // stride)
+
+
+@functools.lru_cache(maxsize=None)
+def warp_k_stride(precision: str, m: int, n: int, k: int, ta: str, tb: str) -> int:
+    """The stride s of the warp kernel's k order for A and B stored as ta, tb ('C' is stored as 'T'):
+    the one whose fragment reads cost least (_read_cost; see above)."""
+    parts = parts_of(precision)
+    element = 2 * parts                              # bytes
+    slots = warp_k_slots(precision, k)
+    g = np.arange(8)[:, None]                        # lane = 4·g + t: arrays below are (..., 8, 4)
+    t = np.arange(4)[None, :]
+    rows = np.stack([16 * rt + g + 8 * i + 0 * t for rt in range(-(-m // 16)) for i in (0, 1)])   # A fragments
+    cols = np.stack([8 // parts * ct + g // parts + 0 * t for ct in range(-(-parts * n // 8))])  # B fragments
+    starts = np.arange(0, 4, element)[:, None, None, None, None]   # the matrix's start within a word
+    r, c = rows[None, None], cols[None, None]                        # (1, 1, groups, 8, 4)
+
+    def cost(stride: int) -> float:
+        kk = np.stack([warp_k(q, t, stride) + 0 * g for q in range(slots)])[None, :, None]   # (1, slots, 1, 8, 4)
+        a = (r + kk * m if ta == "N" else kk + r * k) * element + starts
+        b = (kk + c * k if tb == "N" else c + kk * n) * element + starts
+        return (_read_cost(a, np.broadcast_to((r < m) & (kk < k), a.shape))
+                + _read_cost(b, np.broadcast_to((c < n) & (kk < k), b.shape)))
+
+    in_order = 2 // parts
+    # h: even strides only, so that a register's two halves stay k and k + 1 as in PTX order (stride 1
+    # took h 13×13×13 from 80 to 86 registers, two blocks per SM instead of three: 0.80 → 0.71 of the
+    # floor in the tuner, and 37, 38 the same way).
+    costs = {s: cost(s) for s in range(in_order, slots + 1, in_order) if slots % s == 0}
+    return min(costs, key=lambda s: (costs[s], s != in_order, s))
+
+
+@dataclass(frozen=True, order=True)
+class WmmaBlockSpec(Spec):
+    """A BLK_M×BLK_N block of C (elements) per thread block with warps_m×warps_n warps, each a fixed
+    tile of it on raw mma.sync.m16n8k16, BLK_K slices of A and B through a ring of `stages` slices
+    kept as stored, any M, N, K (gemmgen_wmma.cuh, wmma_block_kernel, says why).  h and hc: hc is
+    multiplied as the real product it embeds, interleaved all the way to the registers.  sm_80+ only
+    (cp.async, m16n8k16): older devices take the table row's general tuple.  min_blocks: thread blocks
+    ptxas must fit on an SM at once (1 or 2; 2 caps 256 threads at 128 registers, which some tuples pay
+    for in spills)."""
+    precision: str
+    blk_m: int
+    blk_n: int
+    blk_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    acc: str
+    min_blocks: int = 1
+
+    family = "wmmablock"
+
+    @property
+    def name(self) -> str:
+        return (f"wmmablock_{self.precision}_blk{self.blk_m}x{self.blk_n}x{self.blk_k}_w{self.warps_m}x{self.warps_n}"
+                f"_s{self.stages}_{self.acc}_b{self.min_blocks}")
+
+    @classmethod
+    def parse(cls, name: str) -> "WmmaBlockSpec":
+        match = _BLOCK.match(name)
+        if not match:
+            raise SpecError("name", f"{name!r} is not a block wmma kernel name "
+                                    "(wmmablock_<h|hc>_blk<M>x<N>x<K>_w<WM>x<WN>_s<S>_<f32|f16>_b<B>)")
+        prec, *numbers, acc, min_blocks = match.groups()
+        spec = cls(prec, *(int(x) for x in numbers), acc, int(min_blocks))
+        spec.validate()
+        return spec
+
+    @property
+    def parts(self) -> int:
+        """Halves per element: 2 for hc."""
+        return 2 if self.precision == "hc" else 1
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        """A warp's tile of C in elements (rows, columns)."""
+        return self.blk_m // self.warps_m, self.blk_n // self.warps_n
+
+    @property
+    def acc_registers(self) -> int:
+        """32-bit accumulator registers per thread: 4 (fp32) or 2 (fp16) per m16n8 tile of the warp."""
+        rows, cols = self.warp_tile
+        return (rows // 16) * (cols * self.parts // 8) * (4 if self.acc == "f32" else 2)
+
+    def _slice_halves(self, outer: int) -> int:
+        """One slice of op(X) as stored, the larger of its two layouts (the transposes are chosen at run
+        time): lines of the stored-contiguous dimension, padded as BlockGeometry pads them."""
+        p = self.parts
+
+        def lines(along: int, count: int, words: bool) -> int:
+            pad = min((16 - along) % 64, (48 - along) % 64) if words else 8
+            return count * (along + pad)
+        return max(lines(self.blk_k * p, outer, False), lines(outer * p, self.blk_k, p == 2))
+
+    @property
+    def stage_bytes(self) -> int:
+        return 2 * (self._slice_halves(self.blk_m) + self._slice_halves(self.blk_n))
+
+    @property
+    def staging_bytes(self) -> int:
+        """Each warp's staging of its tile of C (columns of rows·parts + 8 halves)."""
+        rows, cols = self.warp_tile
+        return 2 * self.warps * cols * (rows * self.parts + 8)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * self.stage_bytes + self.staging_bytes
+
+    @property
+    def wgmma_path(self) -> bool:
+        """Whether the kernel also carries the sm_90a path (gemmgen_wmma.cuh, wgmma_block_kernel): h blocks
+        of at most 128 rows whose columns are a whole number of wgmma n16 steps up to 128.  Where a GEMM
+        fits one such block, the launch takes it on sm_90 devices, built from compute_90a."""
+        return self.precision == "h" and self.blk_m <= 128 and self.blk_n % 16 == 0 and self.blk_n <= 128
+
+    def validate(self, arch: str | None = None) -> "WmmaBlockSpec":
+        require(self.precision in PRECISIONS_WMMA, "precision",
+                f"the wmma family covers h and hc, not {self.precision!r}")
+        require(self.acc in ACCUMULATORS, "accumulator", f"acc must be f32 or f16, not {self.acc!r}")
+        require(self.warps_m >= 1 and self.warps_n >= 1 and self.threads <= MAX_THREADS, "warps",
+                f"{self.warps_m}x{self.warps_n} warps: at least one each way, at most {MAX_THREADS // 32} in all")
+        require(self.blk_m > 0 and self.blk_m % (16 * self.warps_m) == 0, "warp tile rows",
+                f"BLK_M={self.blk_m} must split into {self.warps_m} warp tiles of a multiple of 16 rows (m16 tiles)")
+        require(self.blk_n > 0 and self.blk_n * self.parts % (16 * self.warps_n) == 0, "warp tile columns",
+                f"BLK_N={self.blk_n} must split into {self.warps_n} warp tiles of a multiple of {16 // self.parts} "
+                "columns (16 real columns: two n8 tiles per ldmatrix)")
+        require(self.blk_k > 0 and self.blk_k * self.parts % 16 == 0, "k steps",
+                f"BLK_K={self.blk_k} must be a multiple of {16 // self.parts} (k16 steps of real k)")
+        require(2 <= self.stages <= MAX_STAGES, "stages", f"stages={self.stages} must be in 2..{MAX_STAGES}")
+        require(self.acc_registers <= BLOCK_MAX_ACC_REGISTERS, "registers",
+                f"a {self.warp_tile[0]}x{self.warp_tile[1]} warp tile takes {self.acc_registers} accumulator "
+                f"registers per thread, more than {BLOCK_MAX_ACC_REGISTERS}")
+        require(self.min_blocks in (1, 2), "min blocks", f"min_blocks={self.min_blocks} must be 1 or 2")
+        if self.min_blocks == 2:
+            # 65,536 registers per SM: two blocks of up to 256 threads at 128 registers each
+            require(self.threads <= 256 and self.acc_registers <= 48, "min blocks",
+                    f"two blocks of {self.threads} threads with {self.acc_registers} accumulator registers each "
+                    "do not fit an SM's registers without spilling (at most 256 threads and 48 accumulator registers)")
+        if arch is not None:
+            require(ARCHS[arch].cc >= 80, "architecture",
+                    f"{arch} has no cp.async or mma.sync.m16n8k16 (sm_80 and later); the general tuple serves it")
+        for a in ([arch] if arch else DEFAULT_ARCHS):
+            if ARCHS[a].cc < 80:
+                continue
+            limit = ARCHS[a].smem_per_sm - 1024   # the opt-in maximum per block
+            require(self.smem_bytes <= limit, "shared memory",
+                    f"{self.stages} stages of {self.stage_bytes} bytes and {self.staging_bytes} bytes of C staging "
+                    f"exceed {limit} on {a}")
+        require_no_local_memory(self.name, arch)
+        return self
+
+
+# The block kernels the sweep times (precision, BLK_M, BLK_N, BLK_K, warps_m, warps_n, stages, acc): blocks
+# that tile the sizes 64-256 with little waste, picked from docs/experiments/mma_block/ (H100).
+SWEEP_BLOCK = (
+    ("h", 64, 64, 32, 2, 2, 4, "f32"), ("h", 64, 64, 32, 2, 2, 4, "f16"), ("h", 64, 64, 64, 2, 2, 3, "f32"),
+    ("h", 96, 96, 32, 2, 2, 3, "f32"), ("h", 96, 96, 32, 2, 2, 3, "f16"), ("h", 96, 96, 32, 3, 2, 3, "f32"),
+    ("h", 128, 64, 32, 2, 2, 4, "f32"), ("h", 128, 128, 32, 2, 4, 3, "f16"), ("h", 128, 128, 32, 2, 4, 3, "f32"),
+    ("h", 128, 128, 64, 2, 4, 3, "f16"),
+    # One k16 step per slice, for the rank-16 updates (K = 16: a 32-deep slice is half zeros), and blocks
+    # of 80 and 112, which tile N = 65-80 and 97-112 with less padding than 96 and 128 (2026-11-26).
+    ("h", 64, 64, 16, 2, 2, 4, "f32"), ("h", 80, 80, 16, 5, 1, 4, "f16"), ("h", 80, 80, 16, 5, 1, 4, "f32"),
+    ("h", 80, 80, 16, 1, 5, 4, "f16"), ("h", 80, 80, 32, 5, 1, 3, "f16"), ("h", 96, 96, 16, 2, 2, 4, "f16"),
+    ("h", 96, 96, 16, 3, 2, 4, "f32"), ("h", 112, 112, 16, 7, 1, 4, "f16"), ("h", 112, 112, 32, 7, 1, 3, "f16"),
+    ("h", 128, 128, 16, 2, 4, 4, "f16"),
+    ("hc", 32, 32, 32, 2, 2, 4, "f32"), ("hc", 48, 48, 32, 3, 2, 4, "f32"), ("hc", 48, 48, 32, 3, 2, 4, "f16"),
+    ("hc", 64, 32, 32, 2, 2, 4, "f32"), ("hc", 64, 64, 32, 2, 4, 3, "f32"), ("hc", 64, 64, 32, 2, 4, 3, "f16"),
+    ("hc", 64, 128, 16, 2, 4, 4, "f16"), ("hc", 128, 64, 32, 4, 2, 3, "f16"), ("hc", 80, 80, 32, 5, 2, 3, "f16"),
+    ("hc", 96, 96, 32, 2, 4, 3, "f16"), ("hc", 96, 96, 32, 3, 2, 3, "f16"), ("hc", 128, 128, 32, 4, 4, 3, "f16"),
+)
+BLOCK_MIN_SIZE = 32   # below it the warp kernel (h) or the general tuples' small blocks serve
+# hc GEMMs from this size (m, n and k) run sm_90a's wgmma kernel where it applies, before the table's
+# choice (gemmgen/templates/wmma/wgmma_hc.cu.j2).  Since its producer warp it is ahead of the tuned block kernels
+# from 72 up (72: 34.9 against 45.1 us, 104: 52.3 against 95.6 us at batch 1000, H100) and ties them at 64
+# (20.4 against 21.3 us) (docs/experiments/wgmma_hc_tiles/).
+WGMMA_HC_MIN_SIZE = 64
+# With beta ≠ 0 it runs too (old C brought in by the copy engine), with k from WGMMA_HC_MIN_K: squares with
+# beta = 1 1.1-2.8x as fast as the table's kernels at batch 1000 on the H100, rank-16 updates 1.0-1.9x
+# (0.93-0.96x at 128 and 256); rank-16 updates with beta = 0 stay with the table's kernels, which were as fast
+# or faster at 96-128 and 232-256 past L2 (docs/experiments/wgmma_hc_beta/).
+WGMMA_HC_MIN_K = 16
+WGMMA_HC_SOURCE = "src/wmmahopper/gemmgen_wgmma_hc.cu"
+
+
+def block_candidates(precision: str, arch: str = "sm_90") -> list[WmmaBlockSpec]:
+    """The block kernels the sweep times for a precision, each with one and with two blocks per SM where
+    two are allowed (valid on `arch` and every default sm_80+ one)."""
+    return [s for p, *rest in SWEEP_BLOCK if p == precision for b in (1, 2)
+            if (s := WmmaBlockSpec(p, *rest, b)).is_valid(arch) and s.is_valid()]
+
+
+SWEEP_WARP = tuple((w, s, acc) for w in (4, 8) for s in (2, 3) for acc in ACCUMULATORS)
+# hc: fp16 sums only (its real product is twice as wide, so fp32 sums would take twice the registers
+# and stop at 32×32; the hc tables chose fp16 sums at every size from 13 anyway), and from size 13:
+# below it the small family reaches 0.89–1.05 of the floor (docs/perf/bench_small_sm_90.md).
+WARP_ACC_HC = ("f16",)
+WARP_MIN_SIZE_HC = 13
+
+
+def warp_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[WmmaWarpSpec]:
+    """The warp kernels the sweep times at a shape (valid on `arch` and every default architecture)."""
+    if precision == "hc" and max(m, n, k) < WARP_MIN_SIZE_HC:
+        return []
+    return [s for w, st, acc in SWEEP_WARP
+            if precision == "h" or acc in WARP_ACC_HC
+            if (s := WmmaWarpSpec(precision, m, n, k, w, st, acc)).is_valid(arch) and s.is_valid()]
+
+
+def parse_name(name: str):
+    if name.startswith("wmmawarp_"):
+        return WmmaWarpSpec.parse(name)
+    if name.startswith("wmmablock_"):
+        return WmmaBlockSpec.parse(name)
+    return (WmmaTinySpec if name.startswith("wmmatiny_") else WmmaSpec).parse(name)
+
+
+# ---- the sweep space as data ------------------------------------------------------------------------
+SWEEP_BLK_MN = (16, 32, 48, 64, 96, 128)
+SWEEP_BLK_K = (16, 32, 64)
+SWEEP_THREADS = (32, 64, 128, 256)
+# DIM_X below 8 reads fewer than 16 bytes of a column per warp row: never faster, so not swept
+# (the spec still accepts it).
+SWEEP_DIM_X = (8, 16, 32, 64, 128, 256)
+SWEEP_TINY_WARPS = (1, 2, 4, 8)
+# The cp.async ring (stages > 0): 16×16×16 only (a rule), square blocks plus 128×64 and 64×128,
+# DIM_X = 16 (DIM only shapes the epilogue's writes there), fp16 accumulation (the register-staged
+# sweep chose it at nearly every size).  80 is a block size here: N = 65..80 otherwise pays for a
+# 96- or 128-wide block.
+SWEEP_ASYNC_BLK_MN = ((32, 32), (48, 48), (64, 64), (80, 80), (96, 96), (128, 128), (128, 64), (64, 128))
+SWEEP_ASYNC_THREADS = (64, 128, 256)
+SWEEP_ASYNC_STAGES = (3, 4, 6)
+
+
+def sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
+    """Every eligible tuple: the three Tensor Core shapes, BLK_M/BLK_N from SWEEP_BLK_MN, BLK_K
+    from SWEEP_BLK_K, 1..8 warps in every DIM_X×DIM_Y regrouping with DIM_X ≥ 8, fp32 and fp16
+    accumulators, filtered by the rules of WmmaSpec.validate; then the cp.async ring's tuples."""
+    out = []
+    for tc_m, tc_n, tc_k in TC_SHAPES:
+        for blk_m in SWEEP_BLK_MN:
+            for blk_n in SWEEP_BLK_MN:
+                for blk_k in SWEEP_BLK_K:
+                    for threads in SWEEP_THREADS:
+                        for dim_x in SWEEP_DIM_X:
+                            if threads % dim_x:
+                                continue
+                            for acc in ACCUMULATORS:
+                                spec = WmmaSpec(precision, tc_m, tc_n, tc_k, blk_m, blk_n, blk_k,
+                                                dim_x, threads // dim_x, threads // 32, acc)
+                                if spec.is_valid(arch):
+                                    out.append(spec)
+    return sorted(out) + async_sweep_space(precision, arch)
+
+
+def async_sweep_space(precision: str, arch: str = "sm_90") -> list[WmmaSpec]:
+    """The tuples with a cp.async ring (SWEEP_ASYNC_*), filtered by the rules; none for hc or below sm_80."""
+    if precision != "h" or ARCHS[arch].cc < 80:
+        return []
+    out = []
+    for blk_m, blk_n in SWEEP_ASYNC_BLK_MN:
+        for blk_k in SWEEP_BLK_K:
+            for threads in SWEEP_ASYNC_THREADS:
+                for stages in SWEEP_ASYNC_STAGES:
+                    spec = WmmaSpec(precision, *ASYNC_TC, blk_m, blk_n, blk_k, 16, threads // 16, threads // 32,
+                                    "f16", stages)
+                    # valid on `arch` and on every default one, so a tuned row serves them all
+                    if spec.is_valid(arch) and spec.is_valid():
+                        out.append(spec)
+    return sorted(out)
+
+
+def tiny_candidates(precision: str, m: int, n: int, k: int, arch: str = "sm_90") -> list[WmmaTinySpec]:
+    return [s for w in SWEEP_TINY_WARPS
+            if (s := WmmaTinySpec(precision, m, n, k, w)).is_valid(arch)]
+
+
+def heuristic(precision: str, size: int) -> WmmaSpec:
+    """The untuned choice for problems of about `size` (used where no table exists): the paper's
+    Fig. 7 setting scaled down for small sizes, fp32 accumulation."""
+    if size <= 16:
+        spec = WmmaSpec(precision, 16, 16, 16, 16, 16, 16, 8, 4, 1)
+    elif size <= 32:
+        spec = WmmaSpec(precision, 16, 16, 16, 32, 32, 32, 16, 8, 4)
+    else:
+        spec = WmmaSpec(precision, 16, 16, 16, 64, 64, 32, 16, 8, 4)
+    return spec.validate()
+
+
+# ---- dispatch: which tuple serves which problems -------------------------------------------------
+KINDS = ("square", "rank")   # tuned on M = N = K, and on M = N with K = 16 (rank-16 updates)
+RANK_K_MAX = 16              # k at or below this uses the rank-update rows
+
+
+@dataclass(frozen=True, order=True)
+class WmmaRange:
+    """From compute capability `cc` up, `kernel` serves problems of this kind whose size (max(m, n)
+    for rank updates, max(m, n, k) otherwise) is in lo..hi (hi = 0: no upper end)."""
+    precision: str
+    kind: str
+    lo: int
+    hi: int
+    cc: int
+    kernel: "WmmaSpec | WmmaBlockSpec"
+    source: str
+
+
+def size_key(kind: str, m: int, n: int, k: int) -> int:
+    return max(m, n) if kind == "rank" else max(m, n, k)
+
+
+def ranges_from_rows(precision: str, kind: str, cc: int, rows: dict[int, WmmaSpec], source: str,
+                     sources: dict[int, str] | None = None) -> list[WmmaRange]:
+    """Compress size -> tuple rows (tuned at some sizes) into contiguous ranges: a size between
+    two tuned sizes takes the tuple of the next tuned size up; past the last, the last tuple.
+    `sources`: sizes whose tuple comes from elsewhere than `source` (the heuristic's, where a tuned
+    row was refused)."""
+    out: list[WmmaRange] = []
+    sizes = sorted(rows)
+    label = {size: (sources or {}).get(size, source) for size in sizes}
+    lo = 1
+    for i, size in enumerate(sizes):
+        last = i + 1 == len(sizes)
+        if last or (rows[sizes[i + 1]], label[sizes[i + 1]]) != (rows[size], label[size]):
+            out.append(WmmaRange(precision, kind, lo, 0 if last else size, cc, rows[size], label[size]))
+            lo = size + 1
+    return out
+
+
+def table_rows(table_rows_: list[dict], precision: str) -> dict[tuple[str, int], dict]:
+    """(kind, size) -> row of the wmma section of a tuning table, for one precision."""
+    return {(r["kind"], r["size"]): r for r in table_rows_ if r["precision"] == precision}
+
+
+def build_ranges(precision: str, arch: str, rows: dict[tuple[str, int], dict] | None, source: str,
+                 notes: list) -> list[WmmaRange]:
+    """The general kernel's ranges for one precision and architecture: from the tuned rows (each
+    row's best wmma tuple, or from sm_80 on its block kernel where it has one, validated for `arch`;
+    where `arch`'s limits refuse the block kernel the row's wmma tuple, and where they refuse that too
+    the heuristic's tuple for the row's size, each with a note), else the heuristic at 16, 32 and beyond."""
+    cc = ARCHS[arch].cc
+    out: list[WmmaRange] = []
+    for kind in KINDS:
+        chosen: dict[int, WmmaSpec] = {}
+        untuned: dict[int, str] = {}
+        for (k, size), row in sorted((rows or {}).items()):
+            if k != kind:
+                continue
+            # sm_80+: the row's block kernel where the sweep found one clearly faster
+            tried = ([(row["block"], WmmaBlockSpec)] if "block" in row and cc >= 80 else []) + [(row["wmma"], WmmaSpec)]
+            for name, cls in tried:
+                try:
+                    chosen[size] = cls.parse(name).validate(arch)
+                    break
+                except SpecError as err:
+                    fallback = "its wmma tuple serves" if cls is WmmaBlockSpec else "the heuristic serves"
+                    notes.append(f"{arch} wmma row {precision} {kind} {size} refused: {err}; {fallback}")
+            else:
+                chosen[size], untuned[size] = heuristic(precision, size), "heuristic"
+        label = source
+        if not chosen:
+            chosen = {16: heuristic(precision, 16), 32: heuristic(precision, 32), 64: heuristic(precision, 64)}
+            label = "heuristic"
+        out += ranges_from_rows(precision, kind, cc, chosen, label, untuned)
+    return out
+
+
+def fixed_shapes(rows: dict[tuple[str, int], dict] | None) -> set[tuple[int, int, int]]:
+    """Shapes where the tuned table chose a fixed-shape kernel (the tiny or the warp one, or the small
+    family at a rank-16 update): they join the exact-shape table next to the requested square sizes."""
+    out = set()
+    for (kind, size), row in (rows or {}).items():
+        if row["choice"] in ("wmmatiny", "wmmawarp") or (row["choice"] == "small" and kind == "rank"):
+            out.add((size, size, size) if kind == "square" else (size, size, RANK_K_MAX))
+    return out
+
+
+def shape_choice(rows: dict[tuple[str, int], dict] | None, m: int, n: int, k: int) -> dict | None:
+    """The tuned row deciding between the small family, the tiny kernel and the general kernel
+    for an exact shape (square sizes and rank-16 updates were tuned; other shapes: None)."""
+    if not rows:
+        return None
+    if m == n == k:
+        return rows.get(("square", m))
+    if m == n and k == RANK_K_MAX:
+        return rows.get(("rank", m))
+    return None

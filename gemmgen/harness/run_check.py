@@ -1,0 +1,224 @@
+"""`gemmgen check`: build an emitted set, refuse local memory, and run every NumPy check on the GPU
+present (or say that nothing ran)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from gemmgen.generator import small
+from gemmgen.generator.arch import parse_archs
+
+from .build import UNITY_SOURCES, BuildError, build_library
+from .toolchain import ToolchainError, gpu_available
+
+# Processes running the GPU checks (each its own CUDA context; more add contexts, not speed: the
+# cases' NumPy side is what they share out).
+CHECK_WORKERS = 8
+
+
+def device_arch() -> tuple[str, str]:
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"sm_{props['major']}{props['minor']}", name
+
+
+def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int):
+    """The set compiled by harness.build.build_library, with a progress bar on a terminal and, in a
+    log (no terminal), a line at every tenth of the units with the time so far and an estimate of
+    the rest (units go largest first, so the estimate errs long)."""
+    label = ",".join(archs)
+    start, shown = time.monotonic(), [0]
+    on_terminal = click.get_text_stream("stdout").isatty()   # the bar shows itself there
+
+    def log_line(done: int, total: int) -> None:
+        if done * 10 // total > shown[0] or done == total:
+            shown[0] = done * 10 // total
+            spent = time.monotonic() - start
+            left = spent * (total - done) / done
+            click.echo(f"nvcc {label}: {done}/{total} translation units in {spent:.0f} s"
+                       + (f", about {left:.0f} s left" if done < total else ""))
+    with click.progressbar(length=1, label=f"nvcc {label}", show_pos=True) as bar:
+        def progress(done, total):
+            bar.length = total
+            bar.update(done - bar.pos)
+            if not on_terminal and done:
+                log_line(done, total)
+        result = build_library(gen_dir, build_dir / "_".join(archs), archs, jobs or None,
+                               progress=progress, unity=UNITY_SOURCES)
+    return result
+
+
+@dataclass
+class BuiltSet:
+    manifest: dict
+    archs: tuple[str, ...]
+    result: object          # harness.build.BuildResult
+    has_gpu: bool
+    device_name: str | None
+
+
+def build_for_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int) -> BuiltSet | int:
+    """Build an emitted set for the checks (the GPU's architecture when one is present) and report
+    kernels with local memory; an exit status where that fails."""
+    manifest_path = gen_dir / "manifest.json"
+    if not manifest_path.exists():
+        click.echo(f"error: {manifest_path} not found; run gemmgen generate first", err=True)
+        return 2
+    manifest = json.loads(manifest_path.read_text())
+    has_gpu = gpu_available()
+    device_name = None
+    try:
+        if arch:
+            archs = parse_archs(arch)
+        elif has_gpu:
+            gpu_arch, device_name = device_arch()
+            archs = (gpu_arch,)
+        else:
+            archs = tuple(manifest["archs"])
+    except ValueError as err:
+        click.echo(f"error: {err}", err=True)
+        return 2
+    try:
+        result = build_set(gen_dir, build_dir, archs, jobs)
+    except (BuildError, ToolchainError) as err:
+        click.echo(f"error: {err}", err=True)
+        return 1
+    local = result.local_memory_kernels
+    sources = sum(len(m) for m in result.units.values()) + len(result.objects) - len(result.units)
+    click.echo(f"compiled {sources} sources ({len(result.objects)} translation units) for {','.join(archs)}: "
+               f"{len(result.resources)} kernel builds, {len(local)} with local memory or spills")
+    for r in local[:20]:
+        click.echo(f"  local memory: {r.source} {r.function} {r.arch} stack {r.stack_bytes} B, spills "
+                   f"{r.spill_stores}/{r.spill_loads} B")
+    return BuiltSet(manifest, archs, result, has_gpu, device_name)
+
+
+def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path | None,
+              quick: bool, precisions: tuple[str, ...] = ()) -> int:
+    built = build_for_check(gen_dir, build_dir, arch, jobs)
+    if isinstance(built, int):
+        return built
+    manifest, archs, result, device_name = built.manifest, built.archs, built.result, built.device_name
+    local = result.local_memory_kernels
+    if not built.has_gpu:
+        click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")
+        return 1 if local else 0
+
+    results = gpu_checks(result.library, manifest, quick, jobs, precisions)
+    summarize(results)
+    failed = [r for r in results if not r.passed]
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({
+            "device": device_name or device_arch()[1],
+            "arch": archs[0],
+            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else "")
+                       + (f" --precisions {','.join(precisions)}" if precisions else ""),
+            "generated_with": manifest["command"],
+            "host": platform.node(),
+            "passed": len(results) - len(failed),
+            "failed": len(failed),
+            "local_memory_kernels": len(local),
+            "results": [r.to_json() for r in results],
+        }, indent=1) + "\n")
+        click.echo(f"wrote {report}")
+    click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed or local else 0
+
+
+def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
+    """The (m, n, k) of every dispatch entry, per precision, in manifest order."""
+    shapes: dict[str, list] = {}
+    for e in manifest["dispatch"]:
+        shape = (e["m"], e["n"], e["k"])
+        if shape not in shapes.setdefault(e["precision"], []):
+            shapes[e["precision"]].append(shape)
+    return shapes
+
+
+def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions: tuple[str, ...] = (),
+               progress_lines: bool = False, part: tuple[int, int] = (0, 1)) -> list:
+    """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
+    `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
+    and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny.
+    precisions: only these (all when empty).  progress_lines: a line every 2% of the cases with the
+    time so far (for logs, where the progress bar shows nothing).  part (i, n): the i-th of n parts
+    of the cases, drawn in a fixed random order (cases come in groups of a shape's variants, which a
+    plain stride would split unevenly), and the large-stride and tall-skinny checks in part 0 only
+    (to split one check over processes)."""
+    import numpy as np
+
+    from . import check_small
+    from .api import GemmgenLibrary
+
+    lib = GemmgenLibrary(library)
+    if precisions:
+        manifest = dict(manifest, dispatch=[e for e in manifest["dispatch"] if e["precision"] in precisions])
+        if "tallskinny" in manifest:
+            manifest["tallskinny"] = dict(manifest["tallskinny"], dispatch=[
+                e for e in manifest["tallskinny"].get("dispatch", []) if e["precision"] in precisions])
+    shapes = manifest_shapes(manifest)
+    rng = np.random.default_rng(20261122)
+    # Shapes whose kernel copies contiguous matrices through a cp.async ring: a small kernel with
+    # `stages` or `array_stages`, or a warp wmma kernel (each warp its own ring).
+    ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
+                            if e["kernel"].startswith("wmmawarp_") or (
+                                e["kernel"].startswith("small_")
+                                and (lambda spec: spec.stages or spec.array_stages)(small.SmallSpec.parse(e["kernel"]))))
+    cases = list(check_small.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
+    cases += list(check_small.edge_cases(list(shapes)))
+    if manifest.get("wmma", {}).get("kernels"):
+        from . import check_wmma
+
+        cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
+    if precisions:
+        cases = [c for c in cases if c.precision in precisions]
+    index, parts = part
+    if parts > 1:
+        order = np.random.default_rng(parts).permutation(len(cases))
+        cases = [cases[j] for j in sorted(order[index::parts])]
+    start, every = time.monotonic(), max(1, len(cases) // 50)
+
+    def line(done: int, total: int) -> None:
+        if done % every == 0 or done == total:
+            click.echo(f"checks {done}/{total} in {time.monotonic() - start:.0f} s")
+    with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
+        results = check_small.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
+                                        workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
+    if index:
+        return results
+    for prec in ("h", "s") if not precisions else [p for p in ("h", "s") if p in precisions]:
+        # 4×4×4, or the largest square under it that the set covers (a set of sizes 1-3 has no 4)
+        n = max((size for size in range(1, 5) if lib.is_generated(prec, size, size, size)), default=0)
+        if prec in shapes and n:
+            results.append(check_small.check_large_stride(lib, prec, n))
+    if manifest.get("tallskinny", {}).get("dispatch"):
+        from . import check_tallskinny
+
+        click.echo("tall-skinny checks (TSM2, ISM2)")
+        results += check_tallskinny.run_manifest_checks(lib, manifest, quick)
+    return results
+
+
+def summarize(results: list) -> None:
+    """Per precision: passed, failed, the largest error over its bound; the first failures."""
+    failed = [r for r in results if not r.passed]
+    by_prec = Counter((r.precision, r.passed) for r in results)
+    for prec in sorted({r.precision for r in results}):
+        worst = max((r.max_error / r.bound for r in results if r.precision == prec and r.bound > 0
+                     and r.max_error == r.max_error), default=0.0)
+        click.echo(f"{prec:>2}: {by_prec[(prec, True)]} passed, {by_prec[(prec, False)]} failed; "
+                   f"largest error/bound {worst:.3g}")
+    for r in failed[:30]:
+        click.echo(f"FAIL {r.precision} {r.m}x{r.n}x{r.k} {r.transa}{r.transb} {r.interface} "
+                   f"{r.kind} batch {r.batch}: rc {r.rc}, err {r.max_error:.3g} (bound {r.bound:.3g}), "
+                   f"untouched {r.untouched_ok}, exact {r.exact_ok}")

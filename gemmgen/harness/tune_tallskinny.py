@@ -1,0 +1,332 @@
+"""`gemmgen tune tsm2`: sweep t1, t2, t3 of TSM2 and t1, t3, opt and tcf of ISM2 on the GPU
+present, measure the TSM2/ISM2 cut-off in k, write the "tallskinny" section of the
+architecture's table and a note comparing the performance model's choice (Algorithm 5, t1 = 128,
+and the paper's procedure: the model's t2, t3 with the best measured t1) with the measured best.
+
+Kernel Tuner's habits as in tune_small: candidates are data (generator.tsm2.*_sweep), results go
+to an append-only JSON-lines file as they come, a skipped variant keeps its reason."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import click
+import numpy as np
+
+from gemmgen.generator import tsm2
+from gemmgen.generator.tuning import save_table, writable_table
+
+from .check_tallskinny import TsCase, run_ts_case
+from .results import Stopped, append_result, load_results
+from .workload_tallskinny import TsWorkload, bytes_moved
+
+TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
+ISM2_MS = (10**4, 10**5, 10**6, 10**7)
+CUTOFF_KS = (8, 16, 32, 64, 128, 256)
+CUTOFF_M = 10**6
+CUTOFF_TOLERANCE = 0.03       # differences below 3 % are run-to-run noise at these sizes
+
+
+def sweep(precisions, tsm2_ns, ism2_ns) -> list:
+    """The variants a run compiles and times: TSM2's sweep at each TSM2 n, then ISM2's at each ISM2 n."""
+    return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
+            + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
+
+
+def _correct(lib, spec, rng) -> tuple[bool, str]:
+    if spec.family == "tsm2":
+        case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
+    else:
+        case = TsCase(spec.precision, 5001, spec.n, spec.n + 3, "N", "N", "random", 0.9, 0.7, spec.name, 3)
+    r = run_ts_case(lib, case, rng)
+    return r.passed, f"rc {r.rc} err {r.max_error:.3g} bound {r.bound:.3g} untouched {r.untouched_ok}"
+
+
+def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, write_table: bool, jobs: int,
+         note_dir: Path, stop=None, resume: bool = False) -> dict:
+    """`gemmgen tune tsm2` on the GPU present: build the tall-skinny set of the swept n with every
+    candidate (nvcc), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md."""
+    from .api import TallSkinnyLibrary
+    from .run_check import device_arch
+    from .tallskinny_build import build_tallskinny
+    from .timing import copy_bandwidth
+
+    arch, device = device_arch()
+    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,
+                                tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch, sweep(precisions, tsm2_ns, ism2_ns),
+                                jobs or None)
+    return run_tune(TallSkinnyLibrary(build.library), device, arch, results_path, precisions, tsm2_ns, ism2_ns,
+                    copy_bandwidth(), write_table, note_dir / f"tune_tallskinny_{arch}.md", stop, resume)
+
+
+def _point(row: dict) -> tuple:
+    """What one timing measured: the variant, the stage and the problem (and ISM2's split)."""
+    return row["name"], row.get("stage"), row.get("m"), row.get("k"), row.get("split")
+
+
+def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
+             tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
+             write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False) -> dict:
+    """resume: leave out the timings the results file has of this device, and the variants it refused
+    (gemmgen tune, going on after its budget stopped it); stop(): asked before each timing, raises
+    results.Stopped once it says so (the results so far kept, no table written)."""
+    rng = np.random.default_rng(99)
+    base = {"arch": arch, "device": device}
+    ok: dict[str, bool] = {}
+    done: set[tuple] = set()
+    if resume:
+        for r in load_results(results_path):
+            if r.get("device") == device and "name" in r:
+                if r.get("status") in ("not-built", "wrong-answer"):
+                    ok[r["name"]] = False
+                else:
+                    done.add(_point(r))
+
+    def usable(spec) -> bool:
+        if spec.name not in ok:
+            try:
+                lib.variant(spec.name)
+            except AttributeError:
+                append_result(results_path, {**base, "name": spec.name, "status": "not-built",
+                                             "reason": "variant missing from the library (did not compile)"})
+                ok[spec.name] = False
+                return False
+            passed, why = _correct(lib, spec, rng)
+            ok[spec.name] = passed
+            if not passed:
+                append_result(results_path, {**base, "name": spec.name, "status": "wrong-answer", "reason": why})
+        return ok[spec.name]
+
+    def pending(spec, m, k, split, stage) -> bool:
+        return (spec.name, stage, m, k, split) not in done
+
+    def measure(work, spec, split, extra) -> dict | None:
+        if not pending(spec, work.m, work.k, split, extra["stage"]):
+            return None
+        if stop and stop():
+            raise Stopped
+        row = {**base, **extra, "name": spec.name, "family": spec.family, "precision": spec.precision,
+               "n": spec.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
+               "m": work.m, "k": work.k}
+        if spec.family == "ism2":
+            row["opt"] = spec.opt
+        else:
+            row["rows"] = spec.rows
+            row["stages"] = spec.stages
+        try:
+            ms = work.time_ms(work.variant(lib.variant(spec.name), split))
+        except Exception as err:
+            row.update(status="launch-failed", reason=str(err)[:300])
+        else:
+            floor = bytes_moved(spec.precision, work.m, work.n, work.k) / bandwidth * 1e3
+            row.update(status="ok", time_us=ms * 1e3, floor_fraction=floor / ms)
+        append_result(results_path, row)
+        return row
+
+    import cupy as cp
+
+    for prec in precisions:
+        for n in tsm2_ns:
+            cands = [s for s in tsm2.tsm2_sweep(prec, n) if usable(s)]
+            for size in TSM2_SHAPES:
+                if not any(pending(spec, size, size, 0, "tsm2") for spec in cands):
+                    continue   # (a workload of these sizes takes seconds to fill)
+                work = TsWorkload(prec, size, n, size)
+                for spec in cands:
+                    measure(work, spec, 0, {"stage": "tsm2"})
+                work.release()
+                cp.get_default_memory_pool().free_all_blocks()
+            click.echo(f"tuned tsm2 {prec} n={n}: {len(cands)} candidates")
+        for n in ism2_ns:
+            cands = [s for s in tsm2.ism2_sweep(prec, n) if usable(s)]
+            for m in ISM2_MS:
+                if not any(pending(spec, m, n, tcf, "ism2") for spec in cands for tcf in tsm2.ISM2_SWEEP_TCF):
+                    continue
+                work = TsWorkload(prec, m, n, n)
+                for spec in cands:
+                    for tcf in tsm2.ISM2_SWEEP_TCF:
+                        measure(work, spec, tcf, {"stage": "ism2"})
+                work.release()
+                cp.get_default_memory_pool().free_all_blocks()
+            click.echo(f"tuned ism2 {prec} n={n}: {len(cands)} candidates x {len(tsm2.ISM2_SWEEP_TCF)} tcf")
+    # The TSM2/ISM2 cut-off in k, with each family's best variant so far.
+    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
+    for prec in precisions:
+        for n in ism2_ns:
+            best_t = _best_tsm2(rows, prec, n)
+            best_i = _best_ism2(rows, prec, n, CUTOFF_M)
+            if not best_t or not best_i:
+                continue
+            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1),
+                                    best_t.get("stages", 0))
+            is_spec = tsm2.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
+            for k in CUTOFF_KS:
+                if not (pending(ts_spec, CUTOFF_M, k, 0, "cutoff")
+                        or pending(is_spec, CUTOFF_M, k, best_i["split"], "cutoff")):
+                    continue
+                work = TsWorkload(prec, CUTOFF_M, n, k)
+                measure(work, ts_spec, 0, {"stage": "cutoff"})
+                measure(work, is_spec, best_i["split"], {"stage": "cutoff"})
+                work.release()
+    rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
+    table_rows = make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device)
+    if write_table:
+        table = writable_table(arch)
+        table.update({"arch": arch, "device": device})
+        table.setdefault("commands", {})["tallskinny"] = f"gemmgen tune tsm2 (results: {results_path})"
+        old = {(r["precision"], r["n"]): r for r in table.get("tallskinny", [])}
+        old.update({(r["precision"], r["n"]): r for r in table_rows})
+        table["tallskinny"] = [old[key] for key in sorted(old, key=lambda t: ("hsd".index(t[0]), t[1]))]
+        save_table(arch, table)
+    report = model_report(rows, precisions, tsm2_ns)
+    if note_path:
+        note_path.parent.mkdir(parents=True, exist_ok=True)
+        note_path.write_text(report_markdown(report, table_rows, device, arch))
+    return {"table": table_rows, "model": report}
+
+
+def _tsm2_score(rows, prec, n):
+    """Per TSM2 variant: mean fraction of the floor over the tuning shapes (all present)."""
+    by = defaultdict(dict)
+    for r in rows:
+        if r.get("stage") == "tsm2" and r["precision"] == prec and r["n"] == n:
+            by[r["name"]][r["m"]] = r
+    out = {}
+    for name, shapes in by.items():
+        if len(shapes) == len(TSM2_SHAPES):
+            out[name] = (float(np.mean([s["floor_fraction"] for s in shapes.values()])), next(iter(shapes.values())))
+    return out
+
+
+def _best_tsm2(rows, prec, n):
+    scores = _tsm2_score(rows, prec, n)
+    if not scores:
+        return None
+    name = max(scores, key=lambda k: scores[k][0])
+    return scores[name][1]
+
+
+def _best_ism2(rows, prec, n, m, opt=None):
+    cands = [r for r in rows if r.get("stage") == "ism2" and r["precision"] == prec and r["n"] == n
+             and r["m"] == m and (opt is None or r["opt"] == opt)]
+    return min(cands, key=lambda r: r["time_us"]) if cands else None
+
+
+def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
+    out = []
+    for prec in precisions:
+        for n in sorted(set(tsm2_ns) | set(ism2_ns)):
+            row = {"precision": prec, "n": n, "device": device}
+            bt = _best_tsm2(rows, prec, n)
+            if bt:
+                score = _tsm2_score(rows, prec, n)[bt["name"]][0]
+                row["tsm2"] = {"t1": bt["t1"], "t2": bt["t2"], "t3": bt["t3"], "rows": bt.get("rows", 1),
+                               "stages": bt.get("stages", 0), "mean_floor_fraction": round(score, 4)}
+            if n in ism2_ns:
+                per_opt = {}
+                for opt in (1, 2):
+                    # the variant with the best summed time over the m's, each at its best tcf
+                    names = {r["name"] for r in rows if r.get("stage") == "ism2" and r["precision"] == prec
+                             and r["n"] == n and r["opt"] == opt}
+                    best_name, best_total = None, None
+                    for name in names:
+                        total = 0.0
+                        for m in ISM2_MS:
+                            rs = [r["time_us"] for r in rows if r.get("stage") == "ism2" and r["name"] == name
+                                  and r["m"] == m]
+                            total += min(rs) / m if rs else float("inf")
+                        if best_total is None or total < best_total:
+                            best_name, best_total = name, total
+                    if best_name:
+                        spec = tsm2.Ism2Spec.parse(best_name)
+                        per_opt[opt] = spec
+                        row[f"ism2_opt{opt}"] = {"t1": spec.t1, "t2": spec.t2, "t3": spec.t3}
+                # tcf per m (of the opt-1 winner) and where opt 2 starts to win
+                if 1 in per_opt:
+                    cuts = []
+                    for m in ISM2_MS:
+                        rs = [r for r in rows if r.get("stage") == "ism2" and r["name"] == per_opt[1].name
+                              and r["m"] == m]
+                        if rs:
+                            cuts.append([m, min(rs, key=lambda r: r["time_us"])["split"]])
+                    row["tcf"] = cuts[:tsm2.MAX_TCF_CUTS]
+                if 1 in per_opt and 2 in per_opt:
+                    wins = []
+                    for m in ISM2_MS:
+                        t = {}
+                        for opt in (1, 2):
+                            rs = [r["time_us"] for r in rows if r.get("stage") == "ism2"
+                                  and r["name"] == per_opt[opt].name and r["m"] == m]
+                            t[opt] = min(rs) if rs else float("inf")
+                        wins.append((m, t[2] < t[1]))
+                    start = None
+                    for m, w in reversed(wins):
+                        if not w:
+                            break
+                        start = m
+                    row["opt2_min_m"] = start
+                cut = [r for r in rows if r.get("stage") == "cutoff" and r["precision"] == prec and r["n"] == n]
+                if cut:
+                    # ISM2 up to the largest k before it is clearly slower (by more than the
+                    # timing noise) than TSM2; ties within CUTOFF_TOLERANCE go to ISM2.
+                    max_k = 0
+                    for k in CUTOFF_KS:
+                        t = {f: [r["time_us"] for r in cut if r["k"] == k and r["family"] == f] for f in ("tsm2", "ism2")}
+                        if t["tsm2"] and t["ism2"] and min(t["ism2"]) <= min(t["tsm2"]) * (1 + CUTOFF_TOLERANCE):
+                            max_k = k
+                        else:
+                            break
+                    row["ism2_max_k"] = max_k
+            out.append(row)
+    return out
+
+
+def model_report(rows, precisions, tsm2_ns) -> list[dict]:
+    """For every tuned (precision, n, shape): the model's choice (t1 = 128), the paper's procedure
+    (model t2, t3, best measured t1) and the measured best, as times and ratios."""
+    out = []
+    for prec in precisions:
+        for n in tsm2_ns:
+            model = tsm2.model_tsm2(prec, n)
+            choice = tsm2.algorithm5(tsm2.H100_SXM, prec, tsm2.MODEL_SHAPE[0], n, tsm2.MODEL_SHAPE[1])
+            for size in TSM2_SHAPES:
+                rs = [r for r in rows if r.get("stage") == "tsm2" and r["precision"] == prec and r["n"] == n
+                      and r["m"] == size]
+                if not rs:
+                    continue
+                best = min(rs, key=lambda r: r["time_us"])
+                exact = [r for r in rs if r["name"] == model.name]
+                same_t23 = [r for r in rs if r["t2"] == model.t2 and r["t3"] == model.t3
+                            and r.get("rows", 1) == 1 and not r.get("stages", 0)]
+                proc = min(same_t23, key=lambda r: r["time_us"]) if same_t23 else None
+                out.append({
+                    "precision": prec, "n": n, "m": size, "k": size, "bound": choice.bound,
+                    "t2_threshold": round(choice.t2_threshold, 1),
+                    "model": model.name, "model_us": exact[0]["time_us"] if exact else None,
+                    "procedure": proc["name"] if proc else None,
+                    "procedure_us": proc["time_us"] if proc else None,
+                    "best": best["name"], "best_us": best["time_us"],
+                    "best_floor": best["floor_fraction"],
+                    "model_ratio": (best["time_us"] / exact[0]["time_us"]) if exact else None,
+                    "procedure_ratio": (best["time_us"] / proc["time_us"]) if proc else None,
+                })
+    return out
+
+
+def report_markdown(report, table_rows, device, arch) -> str:
+    lines = [f"# TSM2 / ISM2 tuning on {device} ({arch})", "",
+             "The performance model (§3.6.2, Algorithm 5; gemmgen/generator/tsm2.py) against the sweep. "
+             "'model' is Algorithm 5's t2, t3 with the paper's t1 = 128; 'procedure' is the paper's "
+             "full procedure (the model's t2, t3, then the best measured t1); ratio = best time / "
+             "that choice's time (1.00 = the model found the best).", "",
+             "| prec | n | m = k | bound | t2 thr. | model | ratio | procedure | ratio | best | best floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    for r in report:
+        lines.append(f"| {r['precision']} | {r['n']} | {r['m']} | {r['bound']} | {r['t2_threshold']} "
+                     f"| {r['model']} | {f(r['model_ratio'])} | {r['procedure']} | {f(r['procedure_ratio'])} "
+                     f"| {r['best']} | {r['best_floor']:.3f} |")
+    lines += ["", "## Table rows written (gemmgen/generator/tuning/" + arch + ".json, section tallskinny)", "",
+              "```json", json.dumps(table_rows, indent=1), "```", ""]
+    return "\n".join(lines)
