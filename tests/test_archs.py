@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from gemmgen.generator import manifest as manifest_module
 from gemmgen.generator import small, wmma
 from gemmgen.generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse_archs
+from gemmgen.generator.families import parse_kernel
 from gemmgen.cli import main
 from gemmgen.generator.small import SmallSpec
 from gemmgen.harness.build import compile_object, gencode_flags, parse_ptxas_report
@@ -106,7 +107,7 @@ def test_variants_with_local_memory_are_refused_where_ptxas_gave_it():
     table = local_memory_archs()
     assert table
     for name, archs in table.items():
-        spec = SmallSpec.parse(name) if name.startswith("small_") else wmma.parse_name(name)
+        spec = parse_kernel(name)
         assert archs <= set(ARCHS) and spec.is_valid()
         for arch in ARCHS:
             if arch in archs:

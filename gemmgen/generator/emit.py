@@ -10,6 +10,7 @@ from . import __version__, cpu
 from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC, code_path_tokens
 from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
+from .families import BUILD_GROUPS, GROUP_OF_FOLDER, family_of
 from .render import banner, render
 from . import tsm2, wmma
 from .small import MAX_SIZE
@@ -59,11 +60,8 @@ def _cuts(entry, index: int) -> str:
     return ", ".join(values)
 
 
-# The kernel families a CMake build of the CUDA library chooses from (GEMMGEN_FAMILIES), and the source
-# folder of each kernel family (src/FOLDER/PRECISION/...).
-BUILD_FAMILIES = ("small", "wmma", "tallskinny")
-_BUILD_FAMILY_OF_FOLDER = {"small": "small", "wmma": "wmma", "wmmawarp": "wmma", "wmmablock": "wmma",
-                           "wmmahopper": "wmma", "tsm2": "tallskinny", "ism2": "tallskinny"}
+# The kernel families a CMake build of the CUDA library chooses from (GEMMGEN_FAMILIES).
+BUILD_FAMILIES = BUILD_GROUPS
 
 
 # The macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2); gemmgen_device.cuh
@@ -85,7 +83,7 @@ def build_groups(paths: list[str]) -> list[tuple[str, str, list[str]]]:
     for path in paths:
         parts = path.split("/")
         precision = "hc" if path == wmma.WGMMA_HC_SOURCE else parts[2]
-        groups.setdefault((_BUILD_FAMILY_OF_FOLDER[parts[1]], precision), []).append(path)
+        groups.setdefault((GROUP_OF_FOLDER[parts[1]], precision), []).append(path)
     order = {name: i for i, name in enumerate(BUILD_FAMILIES)}
     return [(f, p, sorted(g)) for (f, p), g in sorted(
         groups.items(), key=lambda kv: (order[kv[0][0]], PRECISION_ORDER.index(kv[0][1])))]
@@ -95,40 +93,33 @@ TALLSKINNY_TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
 
 def tallskinny_source(spec, command: str, trans_pairs=None) -> str:
-    return render("tsm2/tallskinny_variant.cu.j2", spec=spec, p=PRECISIONS[spec.precision],
+    return render(family_of(spec).template, spec=spec, p=PRECISIONS[spec.precision],
                   cp_async_min_cc=CP_ASYNC_MIN_CC,
                   trans_pairs=TALLSKINNY_TRANS if trans_pairs is None else trans_pairs,
                   banner=banner(command), version=__version__)
-
-
-# The small, the general (and block) and the warp wmma kernels conjugate at run time: one kernel per stored layout
-# pair serves 'T' and 'C' (a complex variant compiles 4 transpose kernels instead of 9).  The tiny Tensor Core
-# kernel keeps one per transpose pair.
-CONJUGATE_AT_RUN_TIME = ("small", "wmma", "wmmablock", "wmmawarp")
 
 
 def launch_pairs(spec, trans_pairs=None) -> tuple[tuple[str, str], ...]:
     """The (TA, TB) pairs a variant's source launches a kernel for: every transpose pair of its precision
     (or `trans_pairs`), or their stored layouts where the kernel conjugates at run time; tall-skinny: NN,
     NT, TN, TT."""
-    if spec.family in ("tsm2", "ism2"):
+    family = family_of(spec)
+    if family.tallskinny:
         return TALLSKINNY_TRANS if trans_pairs is None else tuple(trans_pairs)
     pairs = PRECISIONS[spec.precision].trans_pairs if trans_pairs is None else trans_pairs
-    return layout_pairs(pairs) if spec.family in CONJUGATE_AT_RUN_TIME else tuple(pairs)
+    return layout_pairs(pairs) if family.conjugate_at_run_time else tuple(pairs)
 
 
 def kernel_source(spec, command: str, trans_pairs=None) -> str:
     """One variant's source with launchers for every transpose pair (or only `trans_pairs`: the
     tuner times NN and need not compile the other eight)."""
-    if spec.family in ("tsm2", "ism2"):
+    family = family_of(spec)
+    if family.tallskinny:
         return tallskinny_source(spec, command, trans_pairs)
-    p = PRECISIONS[spec.precision]
-    template = {"small": "small/small_variant.cu.j2", "wmma": "wmma/wmma_variant.cu.j2",
-                "wmmablock": "wmma/wmma_variant.cu.j2", "wmmatiny": "wmma/wmma_tiny_variant.cu.j2", "wmmawarp": "wmma/wmma_warp_variant.cu.j2"}[spec.family]
-    return render(template, spec=spec, p=p, cp_async_min_cc=CP_ASYNC_MIN_CC, tensor_copy_min_cc=TENSOR_COPY_MIN_CC,
-                  tensor_copy_end_cc=TENSOR_COPY_END_CC,
+    return render(family.template, spec=spec, p=PRECISIONS[spec.precision], cp_async_min_cc=CP_ASYNC_MIN_CC,
+                  tensor_copy_min_cc=TENSOR_COPY_MIN_CC, tensor_copy_end_cc=TENSOR_COPY_END_CC,
                   trans_pairs=launch_pairs(spec, trans_pairs),
-                  conjugate_at_run_time=spec.family in CONJUGATE_AT_RUN_TIME, banner=banner(command),
+                  conjugate_at_run_time=family.conjugate_at_run_time, banner=banner(command),
                   version=__version__)
 
 

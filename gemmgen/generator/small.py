@@ -89,6 +89,10 @@ class SmallSpec(Spec):
 
     family = "small"
 
+    @property
+    def copies_through_ring(self) -> bool:
+        return bool(self.stages or self.array_stages)
+
     # ---- identity -------------------------------------------------------------------------
     @property
     def name(self) -> str:

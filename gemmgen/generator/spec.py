@@ -17,6 +17,10 @@ class Spec:
     def validate(self, arch: str | None = None):
         raise NotImplementedError
 
+    # Whether the kernel copies contiguous matrices through a cp.async ring of 16-byte chunks: the check
+    # adds cases at the chunks' edges for such kernels.
+    copies_through_ring = False
+
     def is_valid(self, arch: str | None = None) -> bool:
         try:
             self.validate(arch)

@@ -348,6 +348,7 @@ class WmmaWarpSpec(Spec):
     acc: str
 
     family = "wmmawarp"
+    copies_through_ring = True   # each warp its own ring
 
     @property
     def name(self) -> str:

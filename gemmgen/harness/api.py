@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from gemmgen.generator.families import family_of
 from gemmgen.generator.precision import PRECISION_ORDER, PRECISIONS
 
 NOT_GENERATED = 1
@@ -32,8 +33,6 @@ def scalar(prec: str, value: complex | float):
 
 
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-# Kernels of any shape (the general and the block wmma kernels): their launchers take m, n, k.
-ANY_SHAPE_PREFIXES = ("wmma_", "wmmablock_")
 
 
 def bind_tallskinny(lib) -> None:
@@ -94,7 +93,7 @@ def variant_function(lib, name: str, interface: str):
     s = _SCALAR[PRECISIONS[prec].scalar]
     f = getattr(lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
     f.restype = _i
-    shape = [_i, _i, _i] if name.startswith(ANY_SHAPE_PREFIXES) else []
+    shape = [_i, _i, _i] if family_of(name).any_shape else []
     if interface == "strided":
         f.argtypes = [_c, _c, *shape, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
     else:
@@ -171,7 +170,7 @@ class GemmgenLibrary(TallSkinnyLibrary):
         m, n, k: the ones given must be the kernel's shape and are dropped."""
         prec = name.split("_")[1]
         f = variant_function(self.lib, name, interface)
-        takes_shape = name.startswith(ANY_SHAPE_PREFIXES)
+        takes_shape = family_of(name).any_shape
 
         beta_slot = 6 if interface == "strided" else 4   # after alpha: A, lda, [sA,] B, ldb, [sB,] beta
 

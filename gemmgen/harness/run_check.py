@@ -14,6 +14,7 @@ import click
 
 from gemmgen.generator import small
 from gemmgen.generator.arch import parse_archs
+from gemmgen.generator.families import parse_kernel
 
 from .build import UNITY_SOURCES, BuildError, build_library
 from .toolchain import ToolchainError, gpu_available
@@ -171,9 +172,7 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     # Shapes whose kernel copies contiguous matrices through a cp.async ring: a small kernel with
     # `stages` or `array_stages`, or a warp wmma kernel (each warp its own ring).
     ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
-                            if e["kernel"].startswith("wmmawarp_") or (
-                                e["kernel"].startswith("small_")
-                                and (lambda spec: spec.stages or spec.array_stages)(small.SmallSpec.parse(e["kernel"]))))
+                            if parse_kernel(e["kernel"]).copies_through_ring)
     cases = list(check_small.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
     cases += list(check_small.edge_cases(list(shapes)))
     if manifest.get("wmma", {}).get("kernels"):

@@ -38,6 +38,7 @@ import numpy as np
 
 from gemmgen.generator import small, wmma
 from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
+from gemmgen.generator.families import family_of, parse_kernel
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.tuning import load_table, save_table, writable_table
 
@@ -88,7 +89,7 @@ def block_fits(spec: wmma.WmmaBlockSpec, kind: str, size: int) -> bool:
 
 def spec_launcher(lib, spec):
     """(launcher, takes_shape) of a variant built into lib: general and block kernels take m, n, k."""
-    takes_shape = spec.family in ("wmma", "wmmablock")
+    takes_shape = family_of(spec).any_shape
     return variant_function(lib, spec.name, "strided"), takes_shape
 
 
@@ -458,7 +459,7 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
         click.echo(f"{device} ({arch}): no point where the table weighs a warp kernel against the rest left to time")
         return 0
     names = sorted({r["name"] for *_, pair in points for r in pair})
-    specs = [small.SmallSpec.parse(n) if n.startswith("small_") else wmma.parse_name(n) for n in names]
+    specs = [parse_kernel(n) for n in names]
     by_name = dict(zip(names, specs))
     click.echo(f"{device} ({arch}): {len(points)} points, {len(specs)} kernels, {FINAL_MEGABYTES} MB, beta 0 and 1")
     root = build_dir / arch
