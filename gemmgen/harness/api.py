@@ -35,6 +35,23 @@ def scalar(prec: str, value: complex | float):
 _c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
 
+# The argument types of the batched C API, declared once for every binding: the public entry points
+# (gemmgen_?gemm_batched_strided, gemmgen_?gemm_batched), a kernel's own launchers (without m, n, k
+# where the kernel has one shape) and the CPU library's (no stream).
+def strided_argtypes(prec: str, shape: bool = True, stream: bool = True) -> list:
+    """(transa, transb, [m, n, k,] alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch
+    [, stream])"""
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    return [_c, _c, *([_i] * 3 if shape else []), s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i] + (
+        [_p] if stream else [])
+
+
+def array_argtypes(prec: str, shape: bool = True, stream: bool = True) -> list:
+    """(transa, transb, [m, n, k,] alpha, A_array, lda, B_array, ldb, beta, C_array, ldc, batch [, stream])"""
+    s = _SCALAR[PRECISIONS[prec].scalar]
+    return [_c, _c, *([_i] * 3 if shape else []), s, _p, _i, _p, _i, s, _p, _i, _i] + ([_p] if stream else [])
+
+
 def bind_tallskinny(lib) -> None:
     """Argument types of gemmgen_?gemm_tallskinny and the tall-skinny queries (when present)."""
     for key in PRECISION_ORDER:
@@ -90,14 +107,9 @@ def variant_function(lib, name: str, interface: str):
     types: the C API's arguments without the precision, and without m, n, k for fixed-shape
     kernels (small, tiny wmma); scalars as harness.api.scalar makes them."""
     prec = name.split("_")[1]
-    s = _SCALAR[PRECISIONS[prec].scalar]
     f = getattr(lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
     f.restype = _i
-    shape = [_i, _i, _i] if family_of(name).any_shape else []
-    if interface == "strided":
-        f.argtypes = [_c, _c, *shape, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
-    else:
-        f.argtypes = [_c, _c, *shape, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+    f.argtypes = (strided_argtypes if interface == "strided" else array_argtypes)(prec, family_of(name).any_shape)
     return f
 
 
@@ -106,9 +118,8 @@ def strided_function(lib, symbol: str, prec: str):
     included; scalars as harness.api.scalar makes them): the entry points themselves, and launchers of that
     signature such as gemmgen_wgmma_hc_strided and the experiments' own."""
     f = getattr(lib, symbol)
-    s = _SCALAR[PRECISIONS[prec].scalar]
     f.restype = _i
-    f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i, _p]
+    f.argtypes = strided_argtypes(prec)
     return f
 
 
@@ -118,11 +129,9 @@ class GemmgenLibrary(TallSkinnyLibrary):
         self.lib = ctypes.CDLL(str(self.path))
         bind_tallskinny(self.lib)
         for key in PRECISION_ORDER:
-            s = _SCALAR[PRECISIONS[key].scalar]
             strided_function(self.lib, f"gemmgen_{key}gemm_batched_strided", key)
             g = getattr(self.lib, f"gemmgen_{key}gemm_batched")
-            g.restype = _i
-            g.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+            g.restype, g.argtypes = _i, array_argtypes(key)
         for query in (self.lib.gemmgen_small_is_generated, self.lib.gemmgen_is_generated):
             query.restype = _i
             query.argtypes = [ctypes.c_char_p, _i, _i, _i]

@@ -25,6 +25,7 @@ from gemmgen.generator.cpu import CPU_PRECISIONS
 from gemmgen.generator.precision import PRECISIONS
 
 from . import reference as ref
+from .api import array_argtypes, scalar, strided_argtypes
 from .check_small import (UNTOUCHED_KIND, Case, CaseResult, Prepared, _scalars, default_cases, edge_cases, prepare,
                           verdict)
 
@@ -33,23 +34,7 @@ NOT_GENERATED = 1
 
 
 # ---- executors -------------------------------------------------------------------------------------
-class _Complex64(ctypes.Structure):
-    _fields_ = [("re", ctypes.c_float), ("im", ctypes.c_float)]
-
-
-class _Complex128(ctypes.Structure):
-    _fields_ = [("re", ctypes.c_double), ("im", ctypes.c_double)]
-
-
-_SCALAR = {"s": ctypes.c_float, "d": ctypes.c_double, "c": _Complex64, "z": _Complex128}
-_c, _i, _ll, _p = ctypes.c_char, ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-
-
-def scalar(prec: str, value) -> object:
-    value = complex(value)
-    if prec in ("c", "z"):
-        return _SCALAR[prec](value.real, value.imag)
-    return _SCALAR[prec](value.real)
+_i, _ll, _p = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
 
 
 class CpuLibrary:
@@ -59,11 +44,10 @@ class CpuLibrary:
     def __init__(self, path: Path):
         self.lib = ctypes.CDLL(str(path))
         for p in CPU_PRECISIONS:
-            s = _SCALAR[p]
             f = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched_strided")
-            f.restype, f.argtypes = _i, [_c, _c, _i, _i, _i, s, _p, _i, _ll, _p, _i, _ll, s, _p, _i, _ll, _i]
+            f.restype, f.argtypes = _i, strided_argtypes(p, stream=False)
             g = getattr(self.lib, f"gemmgen_cpu_{p}gemm_batched")
-            g.restype, g.argtypes = _i, [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i]
+            g.restype, g.argtypes = _i, array_argtypes(p, stream=False)
         for name, res, args in (
                 ("gemmgen_cpu_isa", ctypes.c_char_p, []),
                 ("gemmgen_cpu_set_isa", _i, [ctypes.c_char_p]),
