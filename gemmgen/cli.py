@@ -185,7 +185,7 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
-    from gemmgen.harness.run_check import run_check
+    from gemmgen.harness.check import run_check
 
     precisions = tuple(p.strip() for p in only.split(",") if p.strip())
     unknown = [p for p in precisions if p not in PRECISION_ORDER]
@@ -208,7 +208,7 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
         sys.exit(run_sanitize(gen_dir, build_dir, arch, jobs, tools, report, quick, precisions, parts))
     status = run_check(gen_dir, build_dir, arch, jobs, report, quick, precisions)
     if with_cpu and (gen_dir / "src" / "cpu").is_dir():
-        from gemmgen.harness.cpu_check import run_cpu_check
+        from gemmgen.harness.cpu.check import run_cpu_check
 
         status = max(status, run_cpu_check(gen_dir, build_dir, quick, cpu_report, click.echo))
     sys.exit(status)
@@ -286,7 +286,9 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
     the budget, the results folder, the selection, the GPU."""
     import shlex
 
-    from gemmgen.harness import tune_plan, tune_run
+    from gemmgen.harness import tune_plan
+
+    from gemmgen.harness import tune_run
 
     from .generator.tuning import tables_from
 
@@ -344,7 +346,7 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
 def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
                arrays, table_only, table_arch, jobs):
     """Sweep tba, the N̂ blocking and the staging of the small family."""
-    from gemmgen.harness import tune_small as tuner
+    from gemmgen.harness.small import tune as tuner
 
     if table_only:
         devices = [r["device"] for r in tuner.load_results(results) if r.get("arch") == table_arch]
@@ -397,7 +399,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
     kernels, the block kernels and the small-family cut-off, on square sizes and rank-16 updates up
     to 256."""
     from gemmgen.generator import wmma
-    from gemmgen.harness import wmma_tune
+    from gemmgen.harness.wmma import tune as wmma_tune
 
     precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
     bad = [p for p in precs if p not in wmma.PRECISIONS_WMMA]
@@ -437,8 +439,8 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
     """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
     k, and compare the performance model's choice (Algorithm 5) with the measured best."""
-    from gemmgen.harness.toolchain import gpu_available
-    from gemmgen.harness.tune_tallskinny import tune
+    from gemmgen.harness.core.toolchain import gpu_available
+    from gemmgen.harness.tallskinny.tune import tune
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
@@ -467,7 +469,7 @@ def bench():
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("docs/perf"), show_default=True)
 def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_dir):
     """Small family vs cuBLAS strided batched GEMM: GF/s, fraction of the bandwidth floor, speedup."""
-    from gemmgen.harness.bench_small import run_bench
+    from gemmgen.harness.small.bench import run_bench
 
     selection = _selection(",".join(DEFAULT_ARCHS), precisions, sizes, "", max_size=MAX_SIZE)
     try:
@@ -493,7 +495,7 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_cpu(precisions, sizes, shapes, isa, results, build_dir, batch, reps, write_table, jobs):
     """Sweep the register blocking (mr x nr) of the cpu family on this machine's CPU."""
-    from gemmgen.harness.cpu_tune import run_tune
+    from gemmgen.harness.cpu.tune import run_tune
 
     from .generator import cpu
 
@@ -514,11 +516,11 @@ def bench_wmma(gen_dir, build_dir, precisions, out_dir, jobs):
     """The wmma family (and the h/hc dispatch) against cuBLAS: square sizes and rank-16 updates,
     batch 1000/100/10 and data ≫ L2, tiny sizes with batch 10,000; hc against planar cuBLAS."""
     from gemmgen.generator import wmma
-    from gemmgen.harness.api import GemmgenLibrary
-    from gemmgen.harness.bench_wmma import run_bench
-    from gemmgen.harness.run_check import build_set, device_arch
-    from gemmgen.harness.timing import copy_bandwidth
-    from gemmgen.harness.toolchain import gpu_available
+    from gemmgen.harness.core.api import GemmgenLibrary
+    from gemmgen.harness.wmma.bench import run_bench
+    from gemmgen.harness.check import build_set, device_arch
+    from gemmgen.harness.core.timing import copy_bandwidth
+    from gemmgen.harness.core.toolchain import gpu_available
 
     precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
     if not precs or any(p not in wmma.PRECISIONS_WMMA for p in precs):
@@ -574,15 +576,15 @@ def bench_workload(gen_dir, build_dir, jobs, precisions, families, quick, big_me
     if not points:
         raise click.ClickException(f"no point to time: the families {families} have none in {precisions}")
 
-    from gemmgen.harness.toolchain import gpu_available
+    from gemmgen.harness.core.toolchain import gpu_available
 
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen bench workload needs CuPy and a CUDA device "
                                    "(--from-json renders an existing run without one)")
     if not (gen_dir / "manifest.json").exists():
         raise click.ClickException(f"{gen_dir / 'manifest.json'} not found; run gemmgen generate first")
-    from gemmgen.harness.api import GemmgenLibrary
-    from gemmgen.harness.run_check import build_set, device_arch
+    from gemmgen.harness.core.api import GemmgenLibrary
+    from gemmgen.harness.check import build_set, device_arch
 
     arch, device = device_arch()
     lib = GemmgenLibrary(build_set(gen_dir, build_dir, (arch,), jobs).library)
@@ -608,7 +610,7 @@ def bench_workload(gen_dir, build_dir, jobs, precisions, families, quick, big_me
 def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes, out_dir):
     """CPU kernels vs LIBXSMM, Eigen, OpenBLAS and numpy, single thread and all threads, plus the
     memory bandwidth: JSON, table and plot into docs/perf/."""
-    from gemmgen.harness.cpu_bench import run_bench
+    from gemmgen.harness.cpu.bench import run_bench
 
     from .generator import cpu
 
@@ -629,11 +631,11 @@ def bench_cpu(gen_dir, build_dir, precisions, sizes, batch, isa, reps, megabytes
 def bench_tallskinny(precisions, ns, build_dir, out_dir, jobs):
     """The TSM2 and ISM2 papers' workloads vs cuBLAS (one run, same buffers): fraction of the
     copy-bandwidth floor, speedup; JSON, table and plot into docs/perf/."""
-    from gemmgen.harness.api import TallSkinnyLibrary
-    from gemmgen.harness.bench_tallskinny import TSM2_NS, run_bench
-    from gemmgen.harness.run_check import device_arch
-    from gemmgen.harness.tallskinny_build import build_tallskinny
-    from gemmgen.harness.toolchain import gpu_available
+    from gemmgen.harness.core.api import TallSkinnyLibrary
+    from gemmgen.harness.tallskinny.bench import TSM2_NS, run_bench
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.tallskinny.build import build_tallskinny
+    from gemmgen.harness.core.toolchain import gpu_available
 
     try:
         n_values = tsm2.parse_ns(ns)

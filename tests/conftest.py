@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmgen.harness.toolchain import gpu_available
+from gemmgen.harness.core.toolchain import gpu_available
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def default_set_build():
     (compiled_archs; cached by content under build/, so a second session only relinks)."""
     import json
 
-    from gemmgen.harness.build import UNITY_SOURCES, build_library
+    from gemmgen.harness.core.build import UNITY_SOURCES, build_library
 
     archs = compiled_archs(tuple(json.loads((ROOT / "generated" / "manifest.json").read_text())["archs"]))
     # Host code at -O0: it only serves the argument-check tests, and it is 5 % of CI's longest step.

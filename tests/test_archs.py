@@ -18,8 +18,8 @@ from gemmgen.generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse
 from gemmgen.generator.families import parse_kernel
 from gemmgen.cli import main
 from gemmgen.generator.small import SmallSpec
-from gemmgen.harness.build import compile_object, gencode_flags, parse_ptxas_report
-from gemmgen.harness.toolchain import find_nvcc
+from gemmgen.harness.core.build import compile_object, gencode_flags, parse_ptxas_report
+from gemmgen.harness.core.toolchain import find_nvcc
 
 ALL_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
              "sm_120", "sm_121")

@@ -1,7 +1,7 @@
 """`gemmgen bench small` files without a GPU: a run of some precisions keeps the other precisions' rows,
 and the table names the run of each."""
-from gemmgen.harness.bench_runs import keep_other_precisions
-from gemmgen.harness.bench_small import markdown_table
+from gemmgen.harness.core.bench_runs import keep_other_precisions
+from gemmgen.harness.small.bench import markdown_table
 
 
 def row(prec, n, floor):

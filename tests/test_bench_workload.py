@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from gemmgen.cli import main
 from gemmgen.generator.precision import PRECISION_ORDER
 from gemmgen.harness import bench_workload as bw
-from gemmgen.harness.workload import batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.workload import batch_for_megabytes, bytes_moved
 
 
 def test_full_grid_has_every_small_size_and_the_unaligned_large_ones():
@@ -125,9 +125,9 @@ def test_from_json_renders_tables_without_a_gpu(tmp_path):
 
 
 def test_refuses_without_a_gpu(monkeypatch):
-    import gemmgen.harness.toolchain
+    import gemmgen.harness.core.toolchain
 
-    monkeypatch.setattr(gemmgen.harness.toolchain, "gpu_available", lambda: False)
+    monkeypatch.setattr(gemmgen.harness.core.toolchain, "gpu_available", lambda: False)
     result = CliRunner().invoke(main, ["bench", "workload", "--quick"])
     assert result.exit_code != 0
     message = result.output.strip()

@@ -9,8 +9,8 @@ from gemmgen.generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_C
 from gemmgen.generator.small import SmallSpec
 from gemmgen.generator.tsm2 import Tsm2Spec
 from gemmgen.generator.wmma import WmmaBlockSpec, WmmaSpec
-from gemmgen.harness.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
-from gemmgen.harness.unity import unity_units
+from gemmgen.harness.core.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
+from gemmgen.harness.core.unity import unity_units
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,7 @@ def test_unity_units_group_chunk_and_keep_loners(tmp_path):
 def test_object_cache_key_follows_content_not_location(tmp_path):
     """A build folder carried to another checkout (or to the GPU machine) is reused when nothing
     but the paths differ; a header, a member or the toolkit changing rebuilds."""
-    from gemmgen.harness.build import object_key
+    from gemmgen.harness.core.build import object_key
 
     def checkout(root: Path, header: str = "// h\n") -> tuple[Path, list[Path], tuple[Path, ...]]:
         (root / "include").mkdir(parents=True)

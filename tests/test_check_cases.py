@@ -4,11 +4,11 @@ interleaved storage included)."""
 import numpy as np
 import pytest
 
-from gemmgen.harness import check_small
-from gemmgen.harness import reference as ref
+from gemmgen.harness.core import cases as check_cases
+from gemmgen.harness.core import reference as ref
 
 
-def emulate(pr: check_small.Prepared) -> np.ndarray:
+def emulate(pr: check_cases.Prepared) -> np.ndarray:
     """What a correct library returns: C's blocks replaced by the reference, padding untouched."""
     case = pr.case
     p, m, n, k, batch = case.precision, case.m, case.n, case.k, case.batch
@@ -29,23 +29,23 @@ def emulate(pr: check_small.Prepared) -> np.ndarray:
 def test_verdict_accepts_right_and_rejects_wrong(prec, pad):
     rng = np.random.default_rng(3)
     trans = "C" if ref.is_complex(prec) else "T"
-    case = check_small.Case(prec, 3, 4, 5, trans, "N", "strided", 7, "random", 0.75, -0.5, pad=pad)
-    pr = check_small.prepare(case, rng)
+    case = check_cases.Case(prec, 3, 4, 5, trans, "N", "strided", 7, "random", 0.75, -0.5, pad=pad)
+    pr = check_cases.prepare(case, rng)
     good = emulate(pr)
-    assert check_small.verdict(pr, 0, good).passed
+    assert check_cases.verdict(pr, 0, good).passed
 
-    assert not check_small.verdict(pr, 2, good).passed          # a launch failure never passes
+    assert not check_cases.verdict(pr, 2, good).passed          # a launch failure never passes
 
     wrong = good.copy()
     wrong[0] = wrong[0] + 1      # C(0, 0) of the first matrix (both parts for hc)
-    assert not check_small.verdict(pr, 0, wrong).passed
+    assert not check_cases.verdict(pr, 0, wrong).passed
 
     nan = good.copy()
     nan[0] = np.nan
-    assert not check_small.verdict(pr, 0, nan).passed
+    assert not check_cases.verdict(pr, 0, nan).passed
 
     if pad:
         touched = good.copy()
         touched[pr.ldc - 1] = 0    # the last padding row of column 0
-        result = check_small.verdict(pr, 0, touched)
+        result = check_cases.verdict(pr, 0, touched)
         assert not result.untouched_ok and not result.passed

@@ -5,7 +5,7 @@ why not sm_80 here, whose check is the README's main job), and the C API's argum
 import pytest
 
 from gemmgen.generator.precision import PRECISION_ORDER
-from gemmgen.harness.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
+from gemmgen.harness.core.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
 
 pytestmark = pytest.mark.slow
 

@@ -82,7 +82,7 @@ def test_the_default_set_counts_every_source(root):
 @pytest.mark.slow
 def test_the_small_selection_compiles_the_kernel_builds_estimated():
     """nvcc and ptxas on the small selection: one "Compiling entry function" per estimated kernel build."""
-    from gemmgen.harness.build import build_library
+    from gemmgen.harness.core.build import build_library
 
     gen = ROOT / "build" / "test_cost" / "generated"
     write(small_manifest(), gen)

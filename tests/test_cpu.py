@@ -18,7 +18,8 @@ from gemmgen.generator import cpu
 from gemmgen.generator.emit import write
 from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.generator.spec import SpecError
-from gemmgen.harness import cpu_build, cpu_check
+from gemmgen.harness.cpu import build as cpu_build
+from gemmgen.harness.cpu import check as cpu_check
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "test_cpu"
@@ -300,7 +301,7 @@ def test_aarch64_under_sanitizers(sanitized_set, sanitized_cases):
 
 
 def test_tuner_stage_two_takes_the_fastest_blockings_of_each_shape():
-    from gemmgen.harness.cpu_tune import _best, _fastest
+    from gemmgen.harness.cpu.tune import _best, _fastest
 
     specs = [cpu.CpuSpec("d", 9, 9, 9, "avx512", mr, nr) for mr, nr in ((2, 9), (2, 8), (1, 9), (2, 5))]
     specs.append(cpu.CpuSpec("s", 4, 4, 4, "avx512", 1, 4))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemmgen.harness.cpu_bench import large_row
+from gemmgen.harness.cpu.bench import large_row
 
 
 def _row(library: str, isa: str, each: list[float]) -> dict:

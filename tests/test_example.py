@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmgen.cli import main
-from gemmgen.harness.toolchain import find_nvcc
+from gemmgen.harness.core.toolchain import find_nvcc
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def test_cmake_builds_the_chosen_precisions_and_families(tmp_path):
     """GEMMGEN_PRECISIONS and GEMMGEN_FAMILIES leave kernels out of the CUDA library: nothing of them
     is compiled, the C API still has every function, and their shapes come back as not generated.
     An unknown name stops the configuration with a one-line reason."""
-    from gemmgen.harness.api import GemmgenLibrary
+    from gemmgen.harness.core.api import GemmgenLibrary
 
     gen = tmp_path / "generated"
     result = CliRunner().invoke(main, ["generate", "--out", str(gen), "--arch", "sm_90", "--precisions", "s,d",

@@ -29,7 +29,7 @@ def test_the_wheel_carries_its_data_under_one_top_level_name(wheel):
     templates = {p for p in (ROOT / "gemmgen" / "templates").rglob("*.j2")}
     assert templates and {f"gemmgen/{p.relative_to(ROOT / 'gemmgen').as_posix()}" for p in templates} <= set(names)
     for data in ("gemmgen/generator/tuning/sm_90.json", "gemmgen/generator/tuning/local_memory.json",
-                 "gemmgen/harness/cpu_runner.cpp", "gemmgen/harness/cpu_bench.cpp"):
+                 "gemmgen/harness/cpu/cpu_runner.cpp", "gemmgen/harness/cpu/cpu_bench.cpp"):
         assert data in names
 
 

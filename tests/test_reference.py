@@ -3,7 +3,7 @@ element is caught, and the bound is the one docs/api.md states."""
 import numpy as np
 import pytest
 
-from gemmgen.harness import reference as ref
+from gemmgen.harness.core import reference as ref
 
 
 @pytest.mark.parametrize("prec", ["h", "hc", "s", "d", "c", "z"])

@@ -7,8 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from gemmgen.cli import main
-from gemmgen.harness import check_small, sanitize
-from gemmgen.harness.toolchain import gpu_available
+from gemmgen.harness.core import cases as check_cases
+from gemmgen.harness import sanitize
+from gemmgen.harness.core.toolchain import gpu_available
 
 
 def test_tools_are_parsed_and_bad_ones_refused():
@@ -44,16 +45,16 @@ def test_a_clean_run_needs_every_count_at_zero():
 
 def test_exact_extent_ends_at_the_last_element():
     # 3 matrices of 4 rows x 2 columns, ld 6, stride 20: the last one's last element is 2*20 + 6 + 3
-    assert check_small.extent(4, 2, 6, 20, 3) == 2 * 20 + 6 + 4
-    assert check_small.extent(0, 2, 6, 20, 3) == 0
-    assert check_small.extent(4, 2, 6, 20, 0) == 0
+    assert check_cases.extent(4, 2, 6, 20, 3) == 2 * 20 + 6 + 4
+    assert check_cases.extent(0, 2, 6, 20, 3) == 0
+    assert check_cases.extent(4, 2, 6, 20, 0) == 0
 
 
 def test_regression_cases_cover_the_reported_kernels_and_the_quick_return():
     cases = sanitize.regression_cases()
     assert any(c.precision == "hc" and (c.m, c.n, c.k) == (3, 3, 3) and c.interface == "array" for c in cases)
     assert {c.transa + c.transb for c in cases} >= {"NN", "NT", "TN", "TT"}
-    assert sum(c.kind.endswith(check_small.UNTOUCHED_KIND) for c in cases) == 4
+    assert sum(c.kind.endswith(check_cases.UNTOUCHED_KIND) for c in cases) == 4
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the refusal on a machine without a GPU")

@@ -175,7 +175,7 @@ def test_plan_is_deterministic_and_small_sources_unchanged():
 # ---- compile (cheap: one precision, two n) ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ts_build(tmp_path_factory):
-    from gemmgen.harness.tallskinny_build import build_tallskinny
+    from gemmgen.harness.tallskinny.build import build_tallskinny
 
     root = Path(__file__).resolve().parent.parent / "build" / "test_tallskinny"
     result, entries = build_tallskinny(root / "set", root / "obj", ("s",), (3, 16), "sm_90")
@@ -199,7 +199,7 @@ def test_compiles_for_sm90_without_local_memory(ts_build):
     ({"m": 0, "A": None, "B": None, "C": None}, 0), ({"n": 0, "C": None}, 0),
 ])
 def test_argument_checks(ts_build, change, code):
-    from gemmgen.harness.api import TallSkinnyLibrary
+    from gemmgen.harness.core.api import TallSkinnyLibrary
 
     lib = TallSkinnyLibrary(ts_build[0].library)
     args = {"ta": "N", "tb": "N", "m": 10, "n": 3, "k": 4, "A": 8, "lda": 10, "B": 8, "ldb": 4, "C": 8,
@@ -225,7 +225,7 @@ def test_argument_checks(ts_build, change, code):
     ({"alpha": 0.0, "beta": 1.0, "ldb": 3}, -10),
 ])
 def test_argument_checks_and_quick_return(ts_build, change, code):
-    from gemmgen.harness.api import TallSkinnyLibrary
+    from gemmgen.harness.core.api import TallSkinnyLibrary
 
     lib = TallSkinnyLibrary(ts_build[0].library)
     a = {"ta": "N", "tb": "N", "m": 10, "n": 3, "k": 4, "alpha": 1.0, "A": 8, "lda": 10, "B": 8, "ldb": 4,
@@ -252,8 +252,8 @@ def test_ring_copies_never_read_past_the_element():
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_checks(ts_build):
-    from gemmgen.harness import check_tallskinny as ck
-    from gemmgen.harness.api import TallSkinnyLibrary
+    from gemmgen.harness.tallskinny import check as ck
+    from gemmgen.harness.core.api import TallSkinnyLibrary
 
     result, entries = ts_build
     lib = TallSkinnyLibrary(result.library)
@@ -284,7 +284,7 @@ def test_edge_cases_use_only_the_n_the_set_emitted():
     GEMMGEN_NOT_GENERATED as a failure of the kernels."""
     from types import SimpleNamespace
 
-    from gemmgen.harness import check_tallskinny as ck
+    from gemmgen.harness.tallskinny import check as ck
 
     entries = [SimpleNamespace(precision="h", n=2), SimpleNamespace(precision="s", n=4),
                SimpleNamespace(precision="s", n=16)]
@@ -301,8 +301,8 @@ def test_gpu_exact_extent_buffers(ts_build):
     k = 0 with beta = 1 over Inf and NaN (bit for bit), A = B = NULL with alpha = 0.  Without a
     sanitizer a read past the end only faults where the allocation ends at a page; under
     `compute-sanitizer` (gemmgen check --sanitize) every such read is reported."""
-    from gemmgen.harness import check_tallskinny as ck
-    from gemmgen.harness.api import TallSkinnyLibrary
+    from gemmgen.harness.tallskinny import check as ck
+    from gemmgen.harness.core.api import TallSkinnyLibrary
 
     result, entries = ts_build
     lib = TallSkinnyLibrary(result.library)
@@ -319,7 +319,7 @@ def test_exact_extent_cases_cover_the_corners():
     quick-return and NULL cases, and several k-groups on the TSM2 kernel itself."""
     from types import SimpleNamespace
 
-    from gemmgen.harness import check_tallskinny as ck
+    from gemmgen.harness.tallskinny import check as ck
 
     spec = tsm2.Tsm2Spec("h", 16, 64, 16, 8, 2, 8)
     entries = [SimpleNamespace(precision="h", n=16, tsm2=spec, ism2_reachable=(None, None))]

@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from gemmgen.cli import main
 from gemmgen.generator.manifest import Selection
-from gemmgen.harness import tune_small
+from gemmgen.harness.small import tune as tune_small
 from gemmgen.harness.tune_plan import FAMILIES, plan
 
 

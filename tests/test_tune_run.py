@@ -12,8 +12,11 @@ from gemmgen.generator import small
 from gemmgen.cli import main
 from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.generator.tuning import TABLE_DIR, TableError, load_table, tables_from, usable_tables
-from gemmgen.harness import cpu_tune, tune_plan, tune_run, tune_small
-from gemmgen.harness.results import append_result, load_results
+from gemmgen.harness.cpu import tune as cpu_tune
+from gemmgen.harness import tune_plan
+from gemmgen.harness import tune_run
+from gemmgen.harness.small import tune as tune_small
+from gemmgen.harness.core.results import append_result, load_results
 
 DEVICE = "NVIDIA Fake GPU 80GB"
 RUN = ["tune", "--families", "small,cpu", "--precisions", "d", "--sizes", "2-3"]
@@ -215,7 +218,7 @@ def test_a_results_folder_that_cannot_be_made_is_refused(fake):
 
 def test_without_a_gpu_the_run_says_so_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("gemmgen.harness.toolchain.gpu_available", lambda: False)
+    monkeypatch.setattr("gemmgen.harness.core.toolchain.gpu_available", lambda: False)
     result = CliRunner().invoke(main, ["tune", "--families", "small"])
     assert result.exit_code == 1
     assert result.output == "Error: no CUDA GPU found; `gemmgen tune --plan` works without one\n"

@@ -1,7 +1,7 @@
 """How `gemmgen tune small` picks winners from its append-only results file (no GPU needed)."""
 import json
 
-from gemmgen.harness.tune_small import best_variants
+from gemmgen.harness.small.tune import best_variants
 
 
 def _row(name, status="ok", time_us=None, tba=4, batch=1000):
@@ -76,7 +76,7 @@ def test_other_devices_do_not_count(tmp_path):
 
 
 def test_pointer_array_ring_depth_rides_on_the_strided_winner(tmp_path):
-    from gemmgen.harness.tune_small import table_specs
+    from gemmgen.harness.small.tune import table_specs
 
     base = "small_s_m19n19k19_dim5x7_tba4"
     rows = [
@@ -98,7 +98,7 @@ def test_pointer_array_ring_depth_rides_on_the_strided_winner(tmp_path):
 
 
 def test_a_pointer_array_ring_must_beat_the_staged_path_by_the_minimum_gain(tmp_path):
-    from gemmgen.harness.tune_small import ARRAY_RING_MIN_GAIN, table_specs
+    from gemmgen.harness.small.tune import ARRAY_RING_MIN_GAIN, table_specs
 
     base = "small_s_m19n19k19_dim5x7_tba4"
     staged_us = 10.0
@@ -113,7 +113,7 @@ def test_a_pointer_array_ring_must_beat_the_staged_path_by_the_minimum_gain(tmp_
 
 
 def test_without_array_results_the_table_keeps_the_staged_array_path(tmp_path):
-    from gemmgen.harness.tune_small import table_specs
+    from gemmgen.harness.small.tune import table_specs
 
     path = _write(tmp_path, [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0)])
     _, spec = table_specs(path, "H100", "sm_90")[("s", 19, 19, 19)]
@@ -123,7 +123,7 @@ def test_without_array_results_the_table_keeps_the_staged_array_path(tmp_path):
 def test_no_array_ring_where_the_dispatch_runs_a_tensor_core_kernel(tmp_path, monkeypatch):
     """Where the wmma table gives an h/hc shape to a Tensor Core kernel, the small kernel serves
     calls by name only: its pointer-array ring would only add compile time."""
-    import gemmgen.harness.tune_small as tune
+    import gemmgen.harness.small.tune as tune
 
     monkeypatch.setattr(tune, "load_table", lambda arch: {"wmma": [
         {"precision": "h", "kind": "square", "size": 20, "choice": "small"},
@@ -141,7 +141,7 @@ def test_no_array_ring_where_the_dispatch_runs_a_tensor_core_kernel(tmp_path, mo
 
 
 def test_fp16_accumulation_wins_only_by_the_minimum_gain(tmp_path):
-    from gemmgen.harness.tune_small import ACC16_MIN_GAIN, table_specs
+    from gemmgen.harness.small.tune import ACC16_MIN_GAIN, table_specs
 
     fp32 = {**_row("small_h_m19n19k19_dim5x7_tba4_ring2", time_us=10.0), "precision": "h", "stages": 2}
     twin = {**fp32, "name": fp32["name"] + "_acc16", "acc16": True}
@@ -161,7 +161,7 @@ def _ring(name, time_us, interface=None, acc16=False, tba=4):
 
 
 def test_a_tuple_nearly_as_fast_strided_and_much_faster_on_pointer_arrays_takes_the_row(tmp_path):
-    from gemmgen.harness.tune_small import BALANCE_ARRAY_MIN_GAIN, BALANCE_STRIDED_TOLERANCE
+    from gemmgen.harness.small.tune import BALANCE_ARRAY_MIN_GAIN, BALANCE_STRIDED_TOLERANCE
 
     winner, other = "small_s_m19n19k19_dim5x7_tba4_ring2", "small_s_m19n19k19_dim5x7_tba2_ring2"
     strided_us, array_us = 8.0, 20.0

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from gemmgen.generator.arch import code_path_tokens
 from gemmgen.cli import main
-from gemmgen.harness.toolchain import find_nvcc, nvcc_environment
+from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
 
 pytestmark = pytest.mark.slow
 

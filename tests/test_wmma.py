@@ -75,7 +75,7 @@ def test_async_rules_refuse_bad_tuples_naming_the_rule(change, rule):
 def test_async_names_round_trip_and_sources_carry_the_code_path():
     from gemmgen.generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
     from gemmgen.generator.emit import kernel_source
-    from gemmgen.harness.build import code_paths
+    from gemmgen.harness.core.build import code_paths
 
     assert ASYNC.name.endswith("_f16_s3") and wmma.WmmaSpec.parse(ASYNC.name) == ASYNC
     space = wmma.async_sweep_space("h")
@@ -141,7 +141,7 @@ def test_the_cut_off_sweep_times_the_small_kernels_the_table_names():
     """`tune wmma` (and --small-only) times, next to the wmma tuples, the small-family kernel the
     dispatch runs: the table row's whole tuple, staging and ring included."""
     from gemmgen.generator.tuning import load_table
-    from gemmgen.harness.wmma_tune import _small_specs
+    from gemmgen.harness.wmma.tune import _small_specs
 
     rows = {(r["precision"], r["m"]): r for r in load_table("sm_90")["small"]
             if r["precision"] in ("h", "hc") and r["m"] == r["n"] == r["k"]}
@@ -168,8 +168,8 @@ def test_only_h_tuples_with_fp16_sums_carry_the_whole_gemm_path():
 def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     """Compile one emitted general kernel, one tiny, one warp, two block kernels and the hc wgmma source for
     sm_90 and read the SASS."""
-    from gemmgen.harness.build import arch_specific_paths, code_paths, gencode_flags
-    from gemmgen.harness.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
+    from gemmgen.harness.core.build import arch_specific_paths, code_paths, gencode_flags
+    from gemmgen.harness.core.toolchain import ToolchainError, find_cuobjdump, find_nvcc, nvcc_environment
 
     try:
         nvcc, cuobjdump = find_nvcc(), find_cuobjdump()
@@ -373,8 +373,8 @@ def test_the_dispatch_passes_over_block_kernels_for_operands_off_16_byte_chunks(
 
 
 def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():
-    from gemmgen.harness.bench_runs import keep_other_precisions
-    from gemmgen.harness.bench_wmma import markdown
+    from gemmgen.harness.core.bench_runs import keep_other_precisions
+    from gemmgen.harness.wmma.bench import markdown
 
     def row(prec, size):
         return {"precision": prec, "kind": "square", "m": size, "n": size, "k": size, "batch": 1000,
@@ -396,7 +396,7 @@ def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():
 
 
 def test_a_build_refusal_gives_way_to_a_later_clean_build_but_other_refusals_stand():
-    from gemmgen.harness.wmma_tune import refusals
+    from gemmgen.harness.wmma.tune import refusals
 
     def row(name, status="ok", stage="fine", device="H100"):
         return {"name": name, "status": status, "stage": stage, "device": device}
@@ -443,7 +443,7 @@ def test_warp_k_stride_leaves_the_ptx_order_only_for_cheaper_reads():
 def test_a_kernel_measured_again_counts_with_its_latest_time():
     """--warp-only / --block-only / --small-only time their kernels again after a template change;
     the table then compares each kernel's latest time, faster or slower than the old one."""
-    from gemmgen.harness.wmma_tune import _best_by_point
+    from gemmgen.harness.wmma.tune import _best_by_point
 
     def row(name, time_us):
         return {"name": name, "status": "ok", "stage": "fine", "device": "H100", "precision": "h",
@@ -459,7 +459,7 @@ def test_the_final_stage_far_past_l2_decides_between_a_warp_kernel_and_the_rest(
     WARP_MIN_GAIN: the general tuple stays.  A `--final-only` run timed both with 256 MB and both
     betas; each kernel's worse fraction of the floor decides (the warp kernel: 0.80 against 0.70, though
     the general tuple is faster with beta = 0), and only with both betas of one run for both kernels."""
-    from gemmgen.harness import wmma_tune
+    from gemmgen.harness.wmma import tune as wmma_tune
 
     saved = {}
     monkeypatch.setattr(wmma_tune, "load_table", lambda arch: {})
@@ -505,7 +505,7 @@ def test_cmake_builds_the_sm90a_sources_from_compute_90a(tmp_path):
     from gemmgen.generator.arch import code_path_tokens
     from gemmgen.generator.emit import plan
     from gemmgen.generator.manifest import Selection, build_manifest
-    from gemmgen.harness.toolchain import find_nvcc, nvcc_environment
+    from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
 
     files = plan(build_manifest(Selection.parse("sm_80,sm_90", "h,hc", "2-4", "")))
     for rel, text in files.items():
@@ -533,7 +533,7 @@ def test_the_hc_wgmma_source_comes_with_hc_on_sm_90_only(archs, precisions, emit
     source says `90a` (its sm_90 code from compute_90a) and is in CMake's source list."""
     from gemmgen.generator.emit import plan
     from gemmgen.generator.manifest import Selection, build_manifest
-    from gemmgen.harness.build import arch_specific_paths
+    from gemmgen.harness.core.build import arch_specific_paths
 
     files = plan(build_manifest(Selection.parse(archs, precisions, "2-4", "")))
     dispatch = files["src/gemmgen_dispatch.cu"]

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.small import SmallSpec
-from gemmgen.harness.api import variant_function as launcher
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import variant_function as launcher
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 PAIRS = ("NN", "NT", "TN", "TT")
 
@@ -38,7 +38,7 @@ def bit_exact(lib, name: str) -> bool:
     shapes: every pair reads the same packed buffers with ld = N)."""
     import cupy as cp
 
-    from gemmgen.harness.api import scalar
+    from gemmgen.harness.core.api import scalar
 
     prec, m, n, k = shape_of(name)
     work = Workload(prec, m, n, k, 3001)

@@ -21,12 +21,12 @@ from pathlib import Path
 from gemmgen.generator import small
 from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
 from gemmgen.generator.tuning import load_table
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.build import build_library
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.tune_small import correct
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.small.tune import correct
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SHAPES = (("h", 7), ("h", 10), ("hc", 10), ("hc", 19), ("hc", 21), ("hc", 23), ("s", 28), ("c", 32))
 MEGABYTES = 256

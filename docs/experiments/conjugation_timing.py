@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.run_check import build_set, device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.check import build_set, device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 PAIRS = ("NN", "NT", "TN", "TT", "NC", "CN", "CC", "TC", "CT")
 SIZES = (2, 4, 8, 13, 16, 21, 25, 29, 32)

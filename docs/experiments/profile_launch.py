@@ -11,8 +11,8 @@ from pathlib import Path
 
 import cupy as cp
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.workload import Workload, batch_for_megabytes
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes
 
 
 def main() -> None:

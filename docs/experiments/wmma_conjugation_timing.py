@@ -12,10 +12,10 @@ import json
 import sys
 from pathlib import Path
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 PAIRS = ("NN", "NT", "NC", "TN", "TT", "TC", "CN", "CT", "CC")
 SIZES = (24, 27, 32, 48, 64, 96, 128, 192, 256)

@@ -14,11 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.bench_wmma import MAX_SETS, _sets
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.wmma.bench import MAX_SETS, _sets
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 POINTS = {   # precision: (kind, size), kind "square" (M = N = K) or "rank" (M = N, K = 16)
     "h": [("square", s) for s in (33, 40, 48, 56, 57, 64, 72, 80, 96, 112, 128)]

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from gemmgen.generator import wmma
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.wmma_tune import MEGABYTES, MIN_BATCH, fits, gpu_check, shape_of
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.wmma.tune import MEGABYTES, MIN_BATCH, fits, gpu_check, shape_of
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SIZES = {"square": [s for s in range(25, 64) if s % 8] + [40, 48, 56],
          "rank": [s for s in range(33, 64) if s % 8] + [40, 48, 56]}

@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 
 from gemmgen.generator.wmma import WmmaWarpSpec
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.build import build_library
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SIZES = [("square", s) for s in (13, 14, 15, 17, 18, 19, 21, 23, 25, 27, 29, 31, 33, 41, 49, 57)] \
     + [("rank", s) for s in (19, 23, 27, 33, 41, 49, 57, 63)]

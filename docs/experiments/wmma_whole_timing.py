@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.bench_wmma import MAX_SETS, _sets
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.wmma.bench import MAX_SETS, _sets
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 POINTS = [("square", s) for s in (40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128)] \
     + [("rank", s) for s in (40, 48, 64, 72, 96, 128)]

@@ -29,9 +29,9 @@ import click
 
 from gemmgen.generator.precision import PRECISION_ORDER
 
-from . import workload_tallskinny as ts
-from .timing import copy_kernel_launch, copy_bandwidth, headless_pyplot, timed
-from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+from gemmgen.harness.tallskinny import workload as ts
+from gemmgen.harness.core.timing import copy_kernel_launch, copy_bandwidth, headless_pyplot, timed
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 FAMILIES = ("small", "large", "rect", "tallskinny")
 SMALL_SIZES = tuple(range(1, 33))
@@ -156,7 +156,7 @@ def measure_batched(lib, point: Point, bandwidth: float) -> dict:
     copy kernel, with beta = 0 and 1, all on one allocation."""
     import cupy as cp
 
-    from .bench_wmma import Planar
+    from gemmgen.harness.wmma.bench import Planar
 
     prec, m, n, k, batch = point.prec, point.m, point.n, point.k, point.batch
     sets, launches = rotation(point)

@@ -8,7 +8,7 @@ interfaces, packed and padded operands, β = 0 and ≠ 0, the cp.async rings' lo
 sm_90a paths where the GPU has them, tall-skinny) with every operand in an allocation of exactly
 the bytes the call describes (CuPy's memory pool off): a read or write past the last matrix lands
 outside its allocation and memcheck reports it.  Writes past the end are also caught without a
-sanitizer: the ordinary check puts poison after C and checks it (check_small.C_GUARD).
+sanitizer: the ordinary check puts poison after C and checks it (check_cases.C_GUARD).
 
 A tool passes when the sanitizer reports no error and no hazard and every check passes."""
 from __future__ import annotations
@@ -158,7 +158,7 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
     at once (a racecheck process counting for WEIGHT of them): the sanitizers' cost is on the host (patching and tracking every access), so one GPU keeps
     several busy.  The results of one tool's processes are summed into its ToolRun; each process's own
     output (its progress lines) goes to a .out file beside its log."""
-    from .check_small import EXACT_BUFFERS_ENV
+    from gemmgen.harness.core.cases import EXACT_BUFFERS_ENV
 
     env = dict(os.environ, **{EXACT_BUFFERS_ENV: "1", "PYTHONUNBUFFERED": "1"})
     shards = [(tool, prec, i) for tool in tools for prec in precisions for i in range(PARTS.get(prec, 1))
@@ -223,8 +223,8 @@ def run_tools(sanitizer: Path, tools: tuple[str, ...], library: Path, gen_dir: P
 def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tuple[str, ...],
                  report: Path | None, quick: bool, precisions: tuple[str, ...] = (),
                  parts: frozenset[int] | None = None) -> int:
-    from .run_check import build_for_check
-    from .toolchain import ToolchainError, find_compute_sanitizer, gpu_available
+    from gemmgen.harness.check import build_for_check
+    from gemmgen.harness.core.toolchain import ToolchainError, find_compute_sanitizer, gpu_available
 
     if not gpu_available():   # before the build: the sanitizer runs kernels, it has nothing to do here
         click.echo("error: no GPU present: --sanitize runs the kernels under compute-sanitizer", err=True)
@@ -254,7 +254,7 @@ def run_sanitize(gen_dir: Path, build_dir: Path, arch: str, jobs: int, tools: tu
         for line in r.first_reports[:10]:
             click.echo(f"  {line}")
     if report:
-        from .run_check import device_arch
+        from gemmgen.harness.check import device_arch
 
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps({
@@ -279,7 +279,7 @@ def regression_cases() -> list:
     """The cases that found this harness's first reports, for a short run under the sanitizer: pointer
     arrays and packed strided batches whose matrices end mid-chunk (hc and h 3×3×3 rings, the h 9×9×9
     paired ring, the h 13×13×13 warp kernel), every transpose, β = 0 and ≠ 0, and the quick return."""
-    from .check_small import Case, edge_cases
+    from gemmgen.harness.core.cases import Case, edge_cases
 
     cases = []
     for prec, n in (("hc", 3), ("h", 3), ("h", 9), ("h", 13)):
@@ -302,17 +302,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regression", action="store_true", help="regression_cases() only")
     parser.add_argument("--part", default="0/1", help="I/N: every N-th case from the I-th (run_check.gpu_checks)")
     args = parser.parse_args(argv)
-    from . import check_small
-    from .run_check import gpu_checks, summarize
+    from gemmgen.harness.core import cases as check_cases
+    from gemmgen.harness.check import gpu_checks, summarize
 
-    os.environ[check_small.EXACT_BUFFERS_ENV] = "1"
-    check_small.use_exact_allocations()
+    os.environ[check_cases.EXACT_BUFFERS_ENV] = "1"
+    check_cases.use_exact_allocations()
     manifest = json.loads((args.generated / "manifest.json").read_text())
     precisions = tuple(p for p in args.precisions.split(",") if p)
     if args.regression:
-        from .api import GemmgenLibrary
+        from gemmgen.harness.core.api import GemmgenLibrary
 
-        results = check_small.run_cases(GemmgenLibrary(args.library), regression_cases())
+        results = check_cases.run_cases(GemmgenLibrary(args.library), regression_cases())
     else:
         index, parts = (int(x) for x in args.part.split("/"))
         results = gpu_checks(args.library, manifest, args.quick, args.jobs, precisions, progress_lines=True,

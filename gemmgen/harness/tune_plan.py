@@ -15,7 +15,13 @@ from gemmgen.generator.arch import DEFAULT_ARCHS
 from gemmgen.generator.manifest import Selection, _compress
 from gemmgen.generator.precision import PRECISION_ORDER
 
-from . import cpu_tune, tune_small, tune_tallskinny, wmma_tune
+from gemmgen.harness.cpu import tune as cpu_tune
+
+from gemmgen.harness.small import tune as tune_small
+
+from gemmgen.harness.tallskinny import tune as tune_tallskinny
+
+from gemmgen.harness.wmma import tune as wmma_tune
 
 FAMILIES = ("small", "wmma", "tallskinny", "cpu")
 GPU_FAMILIES = ("small", "wmma", "tallskinny")

@@ -29,9 +29,9 @@ from typing import Callable, Protocol
 
 import click
 
-from . import tune_plan
-from .results import Stopped
-from .tune_plan import Stage
+from gemmgen.harness import tune_plan
+from gemmgen.harness.core.results import Stopped
+from gemmgen.harness.tune_plan import Stage
 
 STATE = "state.json"
 # The small and cpu sweeps compile, then time, about this many variants at a time, so that a budget
@@ -124,7 +124,7 @@ class Runner(Protocol):
 
 
 def make_runner(need_gpu: bool) -> "GpuRunner":
-    from .toolchain import gpu_available
+    from gemmgen.harness.core.toolchain import gpu_available
 
     if need_gpu and not gpu_available():
         raise NoGpu
@@ -137,7 +137,7 @@ class GpuRunner:
 
     def __init__(self, need_gpu: bool = True):
         if need_gpu:
-            from .run_check import device_arch
+            from gemmgen.harness.check import device_arch
 
             self.arch, self.device = device_arch()
         else:   # the cpu family alone: no GPU, and the plan's architecture does not matter
@@ -147,7 +147,7 @@ class GpuRunner:
         return getattr(self, IMPLEMENTATIONS[stage.key])(stage, ctx)
 
     def small_sweep(self, stage: Stage, ctx: Context, arrays: bool = False) -> Outcome:
-        from . import tune_small
+        from gemmgen.harness.small import tune as tune_small
 
         left = tune_small.measure_sweep(stage.selection, self.arch, self.device, ctx.results("small"),
                                         ctx.build("small"), tune_small.MEGABYTES, ctx.jobs, arrays=arrays,
@@ -158,28 +158,28 @@ class GpuRunner:
         return self.small_sweep(stage, ctx, arrays=True)
 
     def small_table(self, stage: Stage, ctx: Context) -> Outcome:
-        from . import tune_small
+        from gemmgen.harness.small import tune as tune_small
 
         tune_small.verify_and_write_table(ctx.results("small"), self.arch, self.device, ctx.build("small"),
                                           ctx.jobs, ctx.command)
         return Outcome(True)
 
     def wmma_sweep(self, stage: Stage, ctx: Context) -> Outcome:
-        from . import wmma_tune
+        from gemmgen.harness.wmma import tune as wmma_tune
 
         rc = wmma_tune.run_tune(ctx.results("wmma"), ctx.build("wmma"), stage.selection.precisions, ctx.jobs,
                                 math.inf, wmma_tune.MAX_TUPLES, stop=ctx.stop)
         return Outcome(rc == 0)
 
     def wmma_final(self, stage: Stage, ctx: Context) -> Outcome:
-        from . import wmma_tune
+        from gemmgen.harness.wmma import tune as wmma_tune
 
         rc = wmma_tune.run_final(ctx.results("wmma"), ctx.build("wmma"), stage.selection.precisions, ctx.jobs,
                                  wmma_tune.MAX_TUPLES, stop=ctx.stop, resume=True)
         return Outcome(rc == 0)
 
     def wmma_table(self, stage: Stage, ctx: Context) -> Outcome:
-        from . import wmma_tune
+        from gemmgen.harness.wmma import tune as wmma_tune
 
         refused = wmma_tune.verify_table(ctx.results("wmma"), self.arch, self.device, ctx.build("wmma"), ctx.jobs)
         click.echo(f"compiled the wmma table's kernels with every transpose: {refused} refused for local memory")
@@ -188,7 +188,7 @@ class GpuRunner:
     def tallskinny_sweep(self, stage: Stage, ctx: Context) -> Outcome:
         from gemmgen.generator import tsm2
 
-        from . import tune_tallskinny
+        from gemmgen.harness.tallskinny import tune as tune_tallskinny
 
         try:
             tune_tallskinny.tune(stage.selection.precisions, tsm2.TUNED_NS, tsm2.TUNED_ISM2_NS,
@@ -199,7 +199,7 @@ class GpuRunner:
         return Outcome(True)
 
     def _cpu_blockings(self, stage: Stage, ctx: Context):
-        from . import cpu_tune
+        from gemmgen.harness.cpu import tune as cpu_tune
 
         isa = tune_plan.CPU_ISA
         device, build = cpu_tune.device_name(isa), cpu_tune.prepare_build(ctx.build("cpu"))
@@ -215,7 +215,7 @@ class GpuRunner:
         return Outcome(not left, left)
 
     def cpu_distance(self, stage: Stage, ctx: Context) -> Outcome:
-        from . import cpu_tune
+        from gemmgen.harness.cpu import tune as cpu_tune
 
         # the blockings' timings, from the results file (the stage before timed them all)
         isa, device, build, specs, measured, _ = self._cpu_blockings(stage, ctx)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from gemmgen.generator import wmma
 from gemmgen.generator.tuning import load_table
-from gemmgen.harness.bench_wmma import MAX_SETS, _sets
-from gemmgen.harness.build import build_library
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import median_time_ms
-from gemmgen.harness.wmma_tune import BUNDLE, _spills, _write_sources, block_fits, spec_launcher
-from gemmgen.harness.workload import Workload
+from gemmgen.harness.wmma.bench import MAX_SETS, _sets
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import median_time_ms
+from gemmgen.harness.wmma.tune import BUNDLE, _spills, _write_sources, block_fits, spec_launcher
+from gemmgen.harness.core.workload import Workload
 
 SIZES = (64, 72, 80, 88, 96, 104, 112, 120, 128)
 BATCH = 1000

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from gemmgen.generator.precision import PRECISIONS
-from gemmgen.harness.api import scalar
-from gemmgen.harness.bench_wmma import Planar
-from gemmgen.harness.reference import error_bound
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import scalar
+from gemmgen.harness.wmma.bench import Planar
+from gemmgen.harness.core.reference import error_bound
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 4
 

@@ -23,11 +23,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from gemmgen.harness.bench_wmma import MAX_SETS, Planar, _sets
-from gemmgen.harness.reference import error_bound
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, bytes_moved, flops
+from gemmgen.harness.wmma.bench import MAX_SETS, Planar, _sets
+from gemmgen.harness.core.reference import error_bound
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, bytes_moved, flops
 
 HERE = Path(__file__).parent
 

@@ -9,7 +9,7 @@ Usage (on an H100, repository root):
 import ctypes
 import sys
 
-from gemmgen.harness.workload import Workload
+from gemmgen.harness.core.workload import Workload
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from ab import ENTRY, launcher  # noqa: E402

@@ -9,10 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-from gemmgen.harness.api import GemmgenLibrary
-from gemmgen.harness.run_check import build_set, device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.check import build_set, device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SIZES = (13, 14, 15, 17)
 ROUNDS = 3

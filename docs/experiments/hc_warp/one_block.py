@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 
 from gemmgen.generator import wmma
-from gemmgen.harness.api import _SCALAR
-from gemmgen.harness.build import build_library
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.wmma_tune import _write_sources, gpu_check
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.api import _SCALAR
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.wmma.tune import _write_sources, gpu_check
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SHAPES = [("square", s, s, s) for s in range(28, 33)] + [("rank", s, s, 16) for s in range(29, 33)]
 GENERAL = {31: "wmma_hc_tc8x32x16_blk32x32x32_dim8x16_w4_f16", 32: "wmma_hc_tc8x32x16_blk32x32x16_dim16x8_w4_f16"}

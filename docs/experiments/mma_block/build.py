@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from gemmgen.generator import emit  # noqa: E402
-from gemmgen.harness.toolchain import find_nvcc  # noqa: E402
+from gemmgen.harness.core.toolchain import find_nvcc  # noqa: E402
 
 # (precision, BM, BN, BK, WM, WN, stages, acc)
 CONFIGS = [

@@ -15,9 +15,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from gemmgen.harness import check_small, check_wmma  # noqa: E402
-from gemmgen.harness.api import GemmgenLibrary  # noqa: E402
-from gemmgen.harness.run_check import build_set, device_arch  # noqa: E402
+from gemmgen.harness.core import cases as check_cases
+
+from gemmgen.harness import check_wmma  # noqa: E402
+from gemmgen.harness.core.api import GemmgenLibrary  # noqa: E402
+from gemmgen.harness.check import build_set, device_arch  # noqa: E402
 
 
 def main(out: Path, only_block: bool) -> int:
@@ -32,7 +34,7 @@ def main(out: Path, only_block: bool) -> int:
     cases = check_wmma.manifest_cases(manifest, rng, thorough=True)
     print(f"{len(cases)} cases", flush=True)
     start = time.time()
-    results = check_small.run_cases(lib, cases, progress=lambda d, t: print(f"{d}/{t} {time.time() - start:.0f} s",
+    results = check_cases.run_cases(lib, cases, progress=lambda d, t: print(f"{d}/{t} {time.time() - start:.0f} s",
                                                                          flush=True) if d % 200 == 0 else None)
     failed = [r for r in results if not r.passed]
     by = Counter((r.precision, r.passed) for r in results)

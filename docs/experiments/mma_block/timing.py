@@ -17,11 +17,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2]))
 from build import SHAPES  # noqa: E402
 
-from gemmgen.harness.api import variant_function  # noqa: E402
-from gemmgen.harness.bench_wmma import MAX_SETS, Planar, _sets  # noqa: E402
-from gemmgen.harness.run_check import device_arch  # noqa: E402
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms  # noqa: E402
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved  # noqa: E402
+from gemmgen.harness.core.api import variant_function  # noqa: E402
+from gemmgen.harness.wmma.bench import MAX_SETS, Planar, _sets  # noqa: E402
+from gemmgen.harness.check import device_arch  # noqa: E402
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms  # noqa: E402
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved  # noqa: E402
 
 CHECK_SHAPES = ((77, 77, 77), (64, 64, 64), (130, 50, 40), (33, 96, 16))
 
@@ -53,7 +53,7 @@ def error(work, f, prec, pair, alpha, beta):
     else:
         work.C[:] = cp.random.uniform(-1, 1, work.C.size).astype(cp.float16)
         C0 = as_complex(work.C, prec).reshape(count, n, m).transpose(0, 2, 1)
-    from gemmgen.harness.api import scalar
+    from gemmgen.harness.core.api import scalar
     rc = f(ta, tb, m, n, k, scalar(prec, alpha), work.A.data.ptr, lda, m * k, work.B.data.ptr, ldb, k * n,
            scalar(prec, beta), work.C.data.ptr, m, m * n, count, 0)
     assert rc == 0, rc

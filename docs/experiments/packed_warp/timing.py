@@ -16,11 +16,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build import SHAPES, VARIANTS  # noqa: E402
 
-from gemmgen.harness.api import GemmgenLibrary, variant_function  # noqa: E402
-from gemmgen.harness.bench_wmma import MAX_SETS, _sets  # noqa: E402
-from gemmgen.harness.run_check import device_arch  # noqa: E402
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms  # noqa: E402
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved  # noqa: E402
+from gemmgen.harness.core.api import GemmgenLibrary, variant_function  # noqa: E402
+from gemmgen.harness.wmma.bench import MAX_SETS, _sets  # noqa: E402
+from gemmgen.harness.check import device_arch  # noqa: E402
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms  # noqa: E402
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved  # noqa: E402
 
 
 def committed() -> dict:

@@ -10,7 +10,7 @@ python3 -m gemmgen generate --out $G --arch sm_90 --precisions h,s,z --sizes 1-3
     --cpu-isa generic > /dev/null || exit 1
 python3 - <<PY || exit 1
 from pathlib import Path
-from gemmgen.harness.run_check import build_set
+from gemmgen.harness.check import build_set
 print(build_set(Path("$G"), Path("$B"), ("sm_90",), 16).library)
 PY
 LIB=$(ls $B/sm_90/libgemmgen.so)

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from gemmgen.generator.precision import PRECISIONS
-from gemmgen.harness import reference as ref
-from gemmgen.harness.api import scalar, variant_function
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.api import scalar, variant_function
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 ROUNDS = 3
 PATHS = False   # --paths: also pointer arrays and small strided batches (other_paths)

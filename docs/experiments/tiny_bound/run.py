@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 from gemmgen.generator.precision import PRECISIONS
-from gemmgen.harness.bench_wmma import MAX_SETS, TINY_BATCH, Planar, _sets
-from gemmgen.harness.timing import median_time_ms
-from gemmgen.harness.api import variant_function
-from gemmgen.harness.workload import Workload, bytes_moved
+from gemmgen.harness.wmma.bench import MAX_SETS, TINY_BATCH, Planar, _sets
+from gemmgen.harness.core.timing import median_time_ms
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.workload import Workload, bytes_moved
 
 STREAM = r"""
 extern "C" __global__ void stream_abc(const int4* __restrict__ a, long long na, const int4* __restrict__ b,

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from gemmgen.generator import small
 from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
-from gemmgen.harness.build import build_library
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.tune_small import _launcher
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.small.tune import _launcher
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 NAMES = ("small_z_m27n27k27_dim16x16_tba1_hoist_mma", "small_z_m27n27k27_dim7x9_tba1_hoist",
          "small_d_m28n28k28_dim8x16_tba1_hoist_mma", "small_d_m28n28k28_dim16x8_tba1_hoist_mma")
@@ -43,8 +43,8 @@ def main(out: Path) -> None:
     lib = ctypes.CDLL(str(build_library(root, root / "build", (arch,), 16, sources=sources).library))
     public = None
     if len(sys.argv) > 2:
-        from gemmgen.harness.api import GemmgenLibrary
-        from gemmgen.harness.run_check import build_set
+        from gemmgen.harness.core.api import GemmgenLibrary
+        from gemmgen.harness.check import build_set
         public = GemmgenLibrary(build_set(Path(sys.argv[2]), Path("build/tuner_vs_bench_set"), (arch,), 0).library)
     bandwidth = copy_bandwidth()
     rows = []

@@ -38,12 +38,12 @@ def render(root: Path) -> None:
 
 def time_both(before: Path, after: Path, out: Path) -> None:
     from gemmgen.generator.wmma import WmmaWarpSpec
-    from gemmgen.harness.build import build_library
-    from gemmgen.harness.run_check import device_arch
-    from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-    from gemmgen.harness.api import variant_function
-    from gemmgen.harness.wmma_tune import gpu_check
-    from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+    from gemmgen.harness.core.build import build_library
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+    from gemmgen.harness.core.api import variant_function
+    from gemmgen.harness.wmma.tune import gpu_check
+    from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
     arch, device = device_arch()
     libs = {}

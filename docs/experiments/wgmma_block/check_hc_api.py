@@ -8,8 +8,8 @@ Usage (on an H100, repository root): python docs/experiments/wgmma_block/check_h
 import ctypes
 import sys
 
-from gemmgen.harness.api import scalar, strided_function
-from gemmgen.harness.reference import error_bound
+from gemmgen.harness.core.api import scalar, strided_function
+from gemmgen.harness.core.reference import error_bound
 
 SHAPES = [  # (m, n, k, trans, beta)
     (128, 128, 128, "NN", 0.0), (256, 256, 256, "NN", 0.0), (202, 136, 160, "NN", 0.0), (130, 250, 129, "NN", 0.0),

@@ -11,13 +11,13 @@ import numpy as np
 
 from gemmgen.generator import wmma
 from gemmgen.generator.tuning import load_table
-from gemmgen.harness.bench_wmma import MAX_SETS, _sets
-from gemmgen.harness.build import build_library
-from gemmgen.harness.reference import error_bound
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.wmma_tune import BUNDLE, _write_sources, spec_launcher
-from gemmgen.harness.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.wmma.bench import MAX_SETS, _sets
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.core.reference import error_bound
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.wmma.tune import BUNDLE, _write_sources, spec_launcher
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 SIZES = (96, 104, 112, 128)
 VARIANTS = {"wgmmasq": ("s3_b2", "s4_b1", "s6_b1"), "wgmmatma": ("s3_b2", "s4_b1", "s6_b1"),

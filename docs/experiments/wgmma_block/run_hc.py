@@ -10,14 +10,14 @@ from pathlib import Path
 
 from gemmgen.generator import wmma
 from gemmgen.generator.tuning import load_table
-from gemmgen.harness.api import scalar, strided_function
-from gemmgen.harness.bench_wmma import MAX_SETS, Planar, _sets
-from gemmgen.harness.build import build_library
-from gemmgen.harness.reference import error_bound
-from gemmgen.harness.run_check import device_arch
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.wmma_tune import BUNDLE, _write_sources, spec_launcher
-from gemmgen.harness.workload import Workload, bytes_moved, flops
+from gemmgen.harness.core.api import scalar, strided_function
+from gemmgen.harness.wmma.bench import MAX_SETS, Planar, _sets
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.core.reference import error_bound
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.wmma.tune import BUNDLE, _write_sources, spec_launcher
+from gemmgen.harness.core.workload import Workload, bytes_moved, flops
 
 SIZES = (72, 96, 128, 160, 192, 224, 256)
 VARIANTS = ("wgmmahc_n128_s3", "wgmmahc_n128_s4", "wgmmahc_n256_s3",

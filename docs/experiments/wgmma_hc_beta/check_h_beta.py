@@ -9,7 +9,7 @@ import ctypes
 import sys
 from pathlib import Path
 
-from gemmgen.harness.api import strided_function
+from gemmgen.harness.core.api import strided_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "wgmma_block"))
 from check_hc_api import run_cases  # noqa: E402

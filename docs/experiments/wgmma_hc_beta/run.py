@@ -24,13 +24,13 @@ from pathlib import Path
 
 from gemmgen.generator import wmma
 from gemmgen.generator.tuning import load_table
-from gemmgen.harness.api import scalar, strided_function
-from gemmgen.harness.bench_wmma import MAX_SETS, Planar, _sets
-from gemmgen.harness.build import build_library
-from gemmgen.harness.reference import error_bound
-from gemmgen.harness.timing import copy_bandwidth, median_time_ms
-from gemmgen.harness.wmma_tune import BUNDLE, _write_sources, spec_launcher
-from gemmgen.harness.workload import Workload, bytes_moved, flops
+from gemmgen.harness.core.api import scalar, strided_function
+from gemmgen.harness.wmma.bench import MAX_SETS, Planar, _sets
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.core.reference import error_bound
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.wmma.tune import BUNDLE, _write_sources, spec_launcher
+from gemmgen.harness.core.workload import Workload, bytes_moved, flops
 
 ARCH = "sm_90"
 ENTRY = "gemmgen_wgmma_hc_strided"
@@ -87,7 +87,7 @@ def build_table(root: Path) -> Path:
 
 
 def main(out: Path, libs: dict) -> None:
-    from gemmgen.harness.run_check import device_arch
+    from gemmgen.harness.check import device_arch
 
     arch, device = device_arch()
     entries, checks = {}, {}

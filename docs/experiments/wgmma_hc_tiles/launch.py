@@ -6,7 +6,7 @@ import sys
 
 import cupy as cp
 
-from gemmgen.harness.workload import Workload
+from gemmgen.harness.core.workload import Workload
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from run import launcher  # noqa: E402

@@ -1,12 +1,12 @@
 """NumPy checks of the cpu family through its C API.
 
-The cases are the GPU check's (harness.check_small: every transpose pair and both interfaces with
+The cases are the GPU check's (harness.core.cases: every transpose pair and both interfaces with
 random data, a bit-exact small-integer case, beta = 0 over NaN, alpha = 0, k = 0, batch > 65,535),
 with leading dimensions and strides larger than the matrices and poisoned padding that must come
 back untouched.  Two executors run them:
 - `CtypesExecutor`: the library built for this machine, loaded with ctypes, one ISA forced with
   gemmgen_cpu_set_isa() (AVX-512, AVX2 and the portable fallback on one x86-64 machine);
-- `RunnerExecutor`: all cases written to one file and run by gemmgen/harness/cpu_runner.cpp, under
+- `RunnerExecutor`: all cases written to one file and run by gemmgen/harness/cpu/cpu_runner.cpp, under
   qemu-user for AArch64 (NEON).
 Inputs and verdicts are prepared identically for both, in NumPy."""
 from __future__ import annotations
@@ -24,9 +24,9 @@ import numpy as np
 from gemmgen.generator.cpu import CPU_PRECISIONS
 from gemmgen.generator.precision import PRECISIONS
 
-from . import reference as ref
-from .api import array_argtypes, scalar, strided_argtypes
-from .check_small import (UNTOUCHED_KIND, Case, CaseResult, Prepared, _scalars, default_cases, edge_cases, prepare,
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.api import array_argtypes, scalar, strided_argtypes
+from gemmgen.harness.core.cases import (UNTOUCHED_KIND, Case, CaseResult, Prepared, _scalars, default_cases, edge_cases, prepare,
                           verdict)
 
 PRECISION_CODE = {p: i for i, p in enumerate(CPU_PRECISIONS)}
@@ -216,7 +216,7 @@ def misaligned_cases(shapes_by_precision: dict[str, list[tuple[int, int, int]]],
 
 def quick_return_cases(precisions: Iterable[str]) -> Iterator[Case]:
     """C = beta·C with beta = 1 (alpha = 0 or k = 0) returns at once, C untouched bit for bit, as
-    reference BLAS does (check_small's UNTOUCHED_KIND: C holds (Inf, 0), which a complex
+    reference BLAS does (the case engine's UNTOUCHED_KIND: C holds (Inf, 0), which a complex
     multiplication by 1 would turn into (Inf, NaN)); both interfaces, besides edge_cases' two."""
     for prec in precisions:
         for interface in ("strided", "array"):
@@ -300,7 +300,7 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
     compiler and qemu-user are installed."""
     import json as _json
 
-    from . import cpu_build
+    from gemmgen.harness.cpu import build as cpu_build
 
     manifest = _json.loads((gen_dir / "manifest.json").read_text())
     shapes = shapes_from_manifest(manifest)

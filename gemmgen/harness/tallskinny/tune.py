@@ -17,9 +17,9 @@ import numpy as np
 from gemmgen.generator import tsm2
 from gemmgen.generator.tuning import save_table, writable_table
 
-from .check_tallskinny import TsCase, run_ts_case
-from .results import Stopped, append_result, load_results
-from .workload_tallskinny import TsWorkload, bytes_moved
+from gemmgen.harness.tallskinny.check import TsCase, run_ts_case
+from gemmgen.harness.core.results import Stopped, append_result, load_results
+from gemmgen.harness.tallskinny.workload import TsWorkload, bytes_moved
 
 TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
 ISM2_MS = (10**4, 10**5, 10**6, 10**7)
@@ -47,10 +47,10 @@ def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, writ
          note_dir: Path, stop=None, resume: bool = False) -> dict:
     """`gemmgen tune tsm2` on the GPU present: build the tall-skinny set of the swept n with every
     candidate (nvcc), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md."""
-    from .api import TallSkinnyLibrary
-    from .run_check import device_arch
-    from .tallskinny_build import build_tallskinny
-    from .timing import copy_bandwidth
+    from gemmgen.harness.core.api import TallSkinnyLibrary
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.tallskinny.build import build_tallskinny
+    from gemmgen.harness.core.timing import copy_bandwidth
 
     arch, device = device_arch()
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,

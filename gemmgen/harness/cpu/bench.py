@@ -19,9 +19,9 @@ from pathlib import Path
 
 import click
 
-from . import cpu_build
-from .timing import headless_pyplot
-from .cpu_tune import cpu_model
+from gemmgen.harness.cpu import build as cpu_build
+from gemmgen.harness.core.timing import headless_pyplot
+from gemmgen.harness.cpu.tune import cpu_model
 
 HERE = Path(__file__).resolve().parent
 LIBS = ("gemmgen", "libxsmm", "eigen", "openblas", "numpy")

@@ -4,7 +4,7 @@ comparison + cut-offs), rebuild the dispatch from the tuned table, check it agai
 against cuBLAS.  Stages are skipped (and say so) when the time budget is spent, so what ran still
 comes back.
 
-    python -m gemmgen.harness.tallskinny_device_run OUT_DIR [--budget SECONDS] [--jobs N]
+    python -m gemmgen.harness.tallskinny.device_run OUT_DIR [--budget SECONDS] [--jobs N]
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ import numpy as np
 from gemmgen.generator import tsm2
 from gemmgen.generator.tuning import load_table, table_path
 
-from . import check_tallskinny as ck
-from .api import TallSkinnyLibrary
-from .run_check import device_arch
-from .tallskinny_build import build_tallskinny
-from .timing import copy_bandwidth
+from gemmgen.harness.tallskinny import check as ck
+from gemmgen.harness.core.api import TallSkinnyLibrary
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.tallskinny.build import build_tallskinny
+from gemmgen.harness.core.timing import copy_bandwidth
 
 T0 = time.time()
 
@@ -34,7 +34,7 @@ def log(msg: str) -> None:
 
 
 def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS):
-    from .tune_tallskinny import sweep
+    from gemmgen.harness.tallskinny.tune import sweep
 
     return sweep(precisions, tsm2_ns, ism2_ns)
 
@@ -113,8 +113,8 @@ def main(argv=None) -> int:
 
     bandwidth = copy_bandwidth()
     log(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    from .bench_tallskinny import run_bench
-    from .tune_tallskinny import run_tune
+    from gemmgen.harness.tallskinny.bench import run_bench
+    from gemmgen.harness.tallskinny.tune import run_tune
 
     # ---- tune --------------------------------------------------------------------------------------
     tuned = False
@@ -146,14 +146,14 @@ def main(argv=None) -> int:
             bench_lib = lib2
     log(f"bench with the {'tuned' if bench_lib is not lib else 'model'} dispatch")
     run_bench(bench_lib, device, arch, out, bandwidth=bandwidth,
-              command="python -m gemmgen.harness.tallskinny_device_run (= gemmgen bench tallskinny)")
+              command="python -m gemmgen.harness.tallskinny.device_run (= gemmgen bench tallskinny)")
     log("done")
     return 0
 
 
 def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress) -> int:
-    from .bench_tallskinny import run_bench
-    from .tune_tallskinny import run_tune
+    from gemmgen.harness.tallskinny.bench import run_bench
+    from gemmgen.harness.tallskinny.tune import run_tune
 
     bandwidth = copy_bandwidth()
     log(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; tune")
@@ -177,7 +177,7 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     (out / "check_tallskinny_tuned.json").write_text(json.dumps(report, indent=1) + "\n")
     log("bench with the tuned dispatch")
     run_bench(lib2, device, arch, out, precisions=("h", "s", "d"), bandwidth=bandwidth,
-              command="python -m gemmgen.harness.tallskinny_device_run --tune-first (= gemmgen tune tsm2; gemmgen bench tallskinny)")
+              command="python -m gemmgen.harness.tallskinny.device_run --tune-first (= gemmgen tune tsm2; gemmgen bench tallskinny)")
     log("done")
     return 0
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import click
 
-from .bench_runs import keep_other_precisions, run_lines
-from .timing import headless_pyplot, timed
-from .api import variant_function
-from .workload import Workload, batch_for_megabytes, bytes_moved, flops, set_elements
+from gemmgen.harness.core.bench_runs import keep_other_precisions, run_lines
+from gemmgen.harness.core.timing import headless_pyplot, timed
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops, set_elements
 
 SQUARE = {"h": tuple(range(1, 65)) + tuple(range(72, 129, 8)),
           "hc": tuple(range(1, 65)) + tuple(range(72, 257, 8))}

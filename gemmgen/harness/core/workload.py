@@ -9,7 +9,7 @@ import numpy as np
 
 from gemmgen.generator.precision import PRECISIONS
 
-from . import reference as ref
+from gemmgen.harness.core import reference as ref
 
 # cudaDataType and cublasComputeType_t values (library_types.h, cublas_api.h)
 _CUDA_TYPE = {"h": 2, "hc": 6, "s": 0, "d": 1, "c": 4, "z": 5}
@@ -95,11 +95,11 @@ class Workload:
     # packed layout: lda = m, ldb = k, ldc = m, strides = matrix sizes
     def ours(self, function, alpha=1.0, beta=0.0, takes_shape=None, trans=(b"N", b"N")):
         """A launch(stream_ptr) closure for a launcher `<kernel>_strided` or the public
-        gemmgen_?gemm_batched_strided (ctypes function and argument conversion from gemmgen.harness.api).
+        gemmgen_?gemm_batched_strided (ctypes function and argument conversion from gemmgen.harness.core.api).
         Fixed-shape launchers (small, tiny wmma) take no m, n, k; the public entry points and the
         general wmma launchers do (`takes_shape`, by default told from the name).  `trans`: op(A)
         and op(B) (any pair reads the same packed buffers where m = n = k)."""
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         m, n, k = self.m, self.n, self.k
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
@@ -123,7 +123,7 @@ class Workload:
         packed matrices."""
         import cupy as cp
 
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         m, n, k = self.m, self.n, self.k
         elem = PRECISIONS[self.prec].element_bytes

@@ -18,10 +18,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import reference as ref
-from .check_small import POISON, UNTOUCHED_KIND, CaseResult
-from .check_small import exact_buffers as exact_buffers_from_env
-from .check_small import extent as batch_extent
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.cases import POISON, UNTOUCHED_KIND, CaseResult
+from gemmgen.harness.core.cases import exact_buffers as exact_buffers_from_env
+from gemmgen.harness.core.cases import extent as batch_extent
 
 TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
@@ -118,7 +118,7 @@ def run_ts_case(lib, case: TsCase, rng: np.random.Generator, exact_buffers: bool
         rc = lib.tallskinny(p, case.transa, case.transb, m, n, k, case.alpha, pa, lda, pb, ldb, case.beta,
                             d_c.ptr, ldc)
     else:
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         f = lib.variant(case.target)
         rc = f(case.transa.encode(), case.transb.encode(), m, k, scalar(p, case.alpha), pa, lda, pb, ldb,
@@ -274,7 +274,7 @@ def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None,
 
 def check_not_generated(lib, ns) -> list[CaseResult]:
     """n outside the emitted set and the complex precisions return GEMMGEN_NOT_GENERATED."""
-    from .api import NOT_GENERATED
+    from gemmgen.harness.core.api import NOT_GENERATED
 
     out = []
     outside = max(ns) + 1
@@ -312,7 +312,7 @@ def check_tall(lib, prec: str, m: int, n: int, k: int, transa: str, seed: int = 
         rc = lib.tallskinny(prec, transa, "N", m, n, k, alpha, d_a.data.ptr, lda, d_b.data.ptr, ldb,
                             0.0, d_c.data.ptr, ldc)
     else:
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         rc = lib.variant(target)(transa.encode(), b"N", m, k, scalar(prec, alpha), d_a.data.ptr, lda,
                                  d_b.data.ptr, ldb, scalar(prec, 0.0), d_c.data.ptr, ldc, split, 0)

@@ -42,10 +42,10 @@ from gemmgen.generator.families import family_of, parse_kernel
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.tuning import load_table, save_table, writable_table
 
-from .api import variant_function
-from .build import build_library, code_path_tokens
-from .results import append_result, load_results, standing_refusals
-from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.build import build_library, code_path_tokens
+from gemmgen.harness.core.results import append_result, load_results, standing_refusals
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
 STAGE2_SIZES = tuple(range(1, 65)) + tuple(range(72, 257, 8))
@@ -101,8 +101,8 @@ def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: in
     rows), the raw packed ring's case where a GEMM fits one C block."""
     import cupy as cp
 
-    from .api import scalar
-    from .reference import error_bound
+    from gemmgen.harness.core.api import scalar
+    from gemmgen.harness.core.reference import error_bound
 
     rng = cp.random.RandomState(7)
     width = 2 if prec == "hc" else 1
@@ -158,7 +158,7 @@ class _Workloads:
 
 
 def _time(work: Workload, f, takes_shape: bool, reps: int) -> dict:
-    from .timing import median_time_ms
+    from gemmgen.harness.core.timing import median_time_ms
 
     prec, m, n, k, batch = work.prec, work.m, work.n, work.k, work.batch
     ms = median_time_ms(work.ours(f, 1.0, 0.0, takes_shape=takes_shape), launches_per_graph=3,
@@ -271,9 +271,9 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     (WmmaBlockSpec).  Either way stage 2 compares with the results already in the file for the rest.
     stop(): asked before each timing besides budget_s (gemmgen tune's budget); either ends the run
     with 3, the results so far kept (a run again resumes)."""
-    from .run_check import device_arch
-    from .timing import copy_bandwidth
-    from .toolchain import gpu_available
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.core.timing import copy_bandwidth
+    from gemmgen.harness.core.toolchain import gpu_available
 
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
@@ -440,9 +440,9 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     between them on each one's worse fraction of the floor (_final_times).  resume: leave out the points
     where both kernels have both betas timed already (gemmgen tune, going on after its budget stopped
     it); stop(): asked between points, ends the run with 3."""
-    from .run_check import device_arch
-    from .timing import copy_bandwidth, median_time_ms
-    from .toolchain import gpu_available
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+    from gemmgen.harness.core.toolchain import gpu_available
 
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")

@@ -15,8 +15,8 @@ from typing import Callable, Iterable
 
 from gemmgen.generator.arch import ARCHS, code_path_tokens
 
-from .toolchain import find_nvcc, nvcc_environment
-from .unity import largest_first, unity_units
+from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
+from gemmgen.harness.core.unity import largest_first, unity_units
 
 
 class BuildError(RuntimeError):

@@ -12,7 +12,7 @@ from gemmgen.generator.emit import (TALLSKINNY_DISPATCH_SOURCE, kernel_source_pa
 from gemmgen.generator.render import banner
 from gemmgen.generator.tuning import load_table
 
-from .build import BuildResult, build_library
+from gemmgen.harness.core.build import BuildResult, build_library
 
 NN_ONLY = (("N", "N"),)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .timing import copy_bandwidth, headless_pyplot
-from .workload_tallskinny import TsWorkload, bytes_moved, flops
+from gemmgen.harness.core.timing import copy_bandwidth, headless_pyplot
+from gemmgen.harness.tallskinny.workload import TsWorkload, bytes_moved, flops
 
 TSM2_SIZES = (10240, 15360, 20480, 25600, 30720)
 TSM2_NS = (2, 4, 8, 16)

@@ -1,5 +1,5 @@
 """NumPy checks of the wmma family (and of the exact-shape kernels the dispatch passes over), on
-top of the cases of harness.check_small.
+top of the cases of harness.core.cases.
 
 - Every general and block Tensor Core kernel of the set, called through its own launcher, on shapes
   that are not multiples of any block (one block, several blocks with partial edges, 1×1×1), every
@@ -27,7 +27,7 @@ import numpy as np
 from gemmgen.generator import wmma
 from gemmgen.generator.precision import PRECISIONS
 
-from .check_small import Case, _scalars
+from gemmgen.harness.core.cases import Case, _scalars
 
 
 def kernel_shapes(spec: wmma.WmmaSpec) -> list[tuple[int, int, int]]:

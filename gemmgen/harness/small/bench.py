@@ -10,12 +10,12 @@ import click
 
 from gemmgen.generator.manifest import Selection
 
-from .api import GemmgenLibrary
-from .run_check import build_set, device_arch
-from .bench_runs import keep_other_precisions, run_lines
-from .timing import copy_bandwidth, headless_pyplot, timed
-from .toolchain import gpu_available
-from .workload import Workload, batch_for_megabytes, bytes_moved, flops
+from gemmgen.harness.core.api import GemmgenLibrary
+from gemmgen.harness.check import build_set, device_arch
+from gemmgen.harness.core.bench_runs import keep_other_precisions, run_lines
+from gemmgen.harness.core.timing import copy_bandwidth, headless_pyplot, timed
+from gemmgen.harness.core.toolchain import gpu_available
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 
 def _measure(work: Workload, launch_factory, beta: float) -> dict:

@@ -16,8 +16,8 @@ import numpy as np
 
 from gemmgen.generator.precision import PRECISIONS
 
-from . import reference as ref
-from .api import GemmgenLibrary
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.api import GemmgenLibrary
 
 POISON = -999.0   # exactly representable in every precision, never a plausible result
 # Cases with beta = 1 and alpha = 0 or k = 0, C holding Inf: C must come back as it was.

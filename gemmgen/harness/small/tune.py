@@ -22,14 +22,14 @@ from gemmgen.generator.manifest import Selection
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.tuning import load_table, save_table, writable_table
 
-from . import reference as ref
-from .api import variant_function
-from .build import build_library
-from .results import append_result, load_results, standing_refusals
-from .run_check import device_arch
-from .timing import copy_bandwidth, median_time_ms
-from .toolchain import gpu_available
-from .workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.build import build_library
+from gemmgen.harness.core.results import append_result, load_results, standing_refusals
+from gemmgen.harness.check import device_arch
+from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+from gemmgen.harness.core.toolchain import gpu_available
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
 
 def correct(f, spec: small.SmallSpec, arrays: bool = False) -> tuple[bool, float]:
     """One NN launch on a small packed batch (not a multiple of tba) against NumPy; `arrays`: f

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .unity import largest_first, unity_units
+from gemmgen.harness.core.unity import largest_first, unity_units
 
 HERE = Path(__file__).resolve().parent
 RUNNER_SOURCE = HERE / "cpu_runner.cpp"

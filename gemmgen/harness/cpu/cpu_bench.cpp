@@ -1,4 +1,4 @@
-// Benchmark driver of the cpu family (gemmgen/harness/cpu_bench.py builds and runs it): in one process and
+// Benchmark driver of the cpu family (gemmgen/harness/cpu/bench.py builds and runs it): in one process and
 // on the same buffers, C += A*B over a batch of N x N matrices with
 //   gemmgen   gemmgen_cpu_?gemm_batched_strided (ISA forced with gemmgen_cpu_set_isa),
 //   libxsmm   LIBXSMM 1.17 JIT kernels (libxsmm_?mmdispatch once, then called in a loop),

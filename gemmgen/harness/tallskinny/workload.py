@@ -8,8 +8,8 @@ import numpy as np
 
 from gemmgen.generator.precision import PRECISIONS
 
-from . import reference as ref
-from .timing import median_time_ms
+from gemmgen.harness.core import reference as ref
+from gemmgen.harness.core.timing import median_time_ms
 
 _CUDA_TYPE = {"h": 2, "s": 0, "d": 1}
 _COMPUTE = {"h": 68, "s": 68, "d": 70}        # CUBLAS_COMPUTE_32F (no TF32) / 64F
@@ -58,7 +58,7 @@ class TsWorkload:
 
     def public(self, lib, alpha=1.0, beta=0.0):
         """launch(stream) through gemmgen_?gemm_tallskinny."""
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         f = getattr(lib.lib, f"gemmgen_{self.prec}gemm_tallskinny")
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
@@ -73,7 +73,7 @@ class TsWorkload:
 
     def variant(self, f, split: int, alpha=1.0, beta=0.0):
         """launch(stream) through one variant's own entry point with k-groups / tcf = split."""
-        from .api import scalar
+        from gemmgen.harness.core.api import scalar
 
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
         m, k = self.m, self.k

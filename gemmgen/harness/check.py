@@ -16,8 +16,8 @@ from gemmgen.generator import small
 from gemmgen.generator.arch import parse_archs
 from gemmgen.generator.families import parse_kernel
 
-from .build import UNITY_SOURCES, BuildError, build_library
-from .toolchain import ToolchainError, gpu_available
+from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library
+from gemmgen.harness.core.toolchain import ToolchainError, gpu_available
 
 # Processes running the GPU checks (each its own CUDA context; more add contexts, not speed: the
 # cases' NumPy side is what they share out).
@@ -158,8 +158,8 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     (to split one check over processes)."""
     import numpy as np
 
-    from . import check_small
-    from .api import GemmgenLibrary
+    from gemmgen.harness.core import cases as check_cases
+    from gemmgen.harness.core.api import GemmgenLibrary
 
     lib = GemmgenLibrary(library)
     if precisions:
@@ -173,10 +173,10 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     # `stages` or `array_stages`, or a warp wmma kernel (each warp its own ring).
     ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
                             if parse_kernel(e["kernel"]).copies_through_ring)
-    cases = list(check_small.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
-    cases += list(check_small.edge_cases(list(shapes)))
+    cases = list(check_cases.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
+    cases += list(check_cases.edge_cases(list(shapes)))
     if manifest.get("wmma", {}).get("kernels"):
-        from . import check_wmma
+        from gemmgen.harness.wmma import check as check_wmma
 
         cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
     if precisions:
@@ -191,7 +191,7 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
         if done % every == 0 or done == total:
             click.echo(f"checks {done}/{total} in {time.monotonic() - start:.0f} s")
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
-        results = check_small.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
+        results = check_cases.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
                                         workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
     if index:
         return results
@@ -199,9 +199,9 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
         # 4×4×4, or the largest square under it that the set covers (a set of sizes 1-3 has no 4)
         n = max((size for size in range(1, 5) if lib.is_generated(prec, size, size, size)), default=0)
         if prec in shapes and n:
-            results.append(check_small.check_large_stride(lib, prec, n))
+            results.append(check_cases.check_large_stride(lib, prec, n))
     if manifest.get("tallskinny", {}).get("dispatch"):
-        from . import check_tallskinny
+        from gemmgen.harness.tallskinny import check as check_tallskinny
 
         click.echo("tall-skinny checks (TSM2, ISM2)")
         results += check_tallskinny.run_manifest_checks(lib, manifest, quick)
