@@ -240,7 +240,8 @@ DEFAULT_RESULTS = Path("gemmgen-tuning")
 @click.pass_context
 def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
     """Tune the GPU present (and this CPU) in one run: every stage of `tune --plan`, in order, into
-    --results, resumable.  Each subcommand runs one stage, into docs/perf and the packaged tables."""
+    --results, resumable.  Each subcommand runs one stage, into ./gemmgen-tuning (its --results) and the
+    packaged tables."""
     names = ("families", "precisions", "sizes", "arch", "results", "budget", "jobs")
     given = [f"--{name}" for name in names
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
@@ -324,8 +325,9 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
 @click.option("--precisions", default=",".join(PRECISION_ORDER), show_default=True)
 @click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True)
 @click.option("--shapes", default="", help="Extra rectangular shapes MxNxK.")
-@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_small_results.jsonl"),
-              show_default=True, help="Append-only results file (survives interruption).")
+@click.option("--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS / "tune_small_results.jsonl",
+              show_default=True, help="Append-only results file (survives interruption; .gz is read and "
+                                      "appended to through gzip).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune"), show_default=True)
 @click.option("--megabytes", type=int, default=256, show_default=True,
               help="Data moved per launch (A, B and C), far above L2.")
@@ -363,8 +365,9 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 
 @tune.command("wmma")
 @click.option("--precisions", default="h,hc", show_default=True, help="Subset of h,hc.")
-@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_wmma_results.jsonl"),
-              show_default=True, help="Append-only results file (survives interruption).")
+@click.option("--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS / "tune_wmma_results.jsonl",
+              show_default=True, help="Append-only results file (survives interruption; .gz is read and "
+                                      "appended to through gzip).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune_wmma"), show_default=True)
 @click.option("--budget-s", type=float, default=1e9, help="Stop measuring after this many seconds (resume later).")
 @click.option("--table-only", is_flag=True,
@@ -430,8 +433,9 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
 @click.option("--ism2-n", default=",".join(map(str, tsm2.TUNED_ISM2_NS)), show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
-              default=Path("docs/perf/tune_tallskinny_results.jsonl"), show_default=True,
-              help="Append-only results file (survives interruption).")
+              default=DEFAULT_RESULTS / "tune_tallskinny_results.jsonl", show_default=True,
+              help="Append-only results file (survives interruption; .gz is read and appended to through "
+                   "gzip); the note tune_tallskinny_<arch>.md goes beside it.")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/ts"), show_default=True)
 @click.option("--write-table/--no-write-table", default=True, show_default=True,
               help="Write the tallskinny section of gemmgen/generator/tuning/<arch>.json.")
@@ -449,7 +453,7 @@ def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs)
         raise click.ClickException(str(err)) from None
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen tune measures on the GPU it runs on")
-    tune(precs, ts_ns, is_ns, results, build_dir, write_table, jobs, Path("docs/perf"))
+    tune(precs, ts_ns, is_ns, results, build_dir, write_table, jobs, results.parent)
 
 
 @main.group()
@@ -484,8 +488,8 @@ def bench_small(gen_dir, build_dir, precisions, sizes, megabytes, batches, out_d
 @click.option("--sizes", default=f"1-{MAX_SIZE}", show_default=True)
 @click.option("--shapes", default="", help="Extra rectangular shapes MxNxK.")
 @click.option("--isa", default="avx2", show_default=True, help="The ISA to tune (this CPU must have it).")
-@click.option("--results", type=click.Path(path_type=Path), default=Path("docs/perf/tune_cpu_results.jsonl"),
-              show_default=True, help="Append-only results file.")
+@click.option("--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS / "tune_cpu_results.jsonl",
+              show_default=True, help="Append-only results file (.gz is read and appended to through gzip).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune_cpu"), show_default=True)
 @click.option("--batch", type=int, default=10000, show_default=True,
               help="Entries per timed call, as in `bench cpu` (large sizes then stream from memory).")

@@ -25,8 +25,10 @@ from gemmgen.harness.wmma import tune as wmma_tune
 
 FAMILIES = ("small", "wmma", "tallskinny", "cpu")
 GPU_FAMILIES = ("small", "wmma", "tallskinny")
-# Each family's append-only results file: under docs/perf for the subcommands, in the results folder of
-# `gemmgen tune` (harness.tune_run).
+# Each family's append-only results file, in the results folder: the subcommands' default, ./gemmgen-tuning
+# (RESULTS_DIR), or the folder of `gemmgen tune` (harness.tune_run, the same default).  The sm_90 table's
+# records are these files gzip-compressed in docs/perf.
+RESULTS_DIR = "gemmgen-tuning"
 RESULTS = {"small": "tune_small_results.jsonl", "wmma": "tune_wmma_results.jsonl",
            "tallskinny": "tune_tallskinny_results.jsonl", "cpu": "tune_cpu_results.jsonl"}
 SMALL_SIZES = tuple(range(1, small.MAX_SIZE + 1))   # `tune small` and `tune cpu` default to these
@@ -76,7 +78,7 @@ def _rank_shapes(selection: Selection) -> tuple:
 
 
 def _small(selection: Selection, arch: str) -> list[Stage]:
-    results = f"docs/perf/{RESULTS['small']}"
+    results = f"{RESULTS_DIR}/{RESULTS['small']}"
     sizes = _flag("--sizes", selection.sizes, SMALL_SIZES)
     verify = (f"each shape's winner is then compiled with every transpose for {', '.join(DEFAULT_ARCHS)} "
               "(nvcc); one with local memory is refused and the next taken")
@@ -115,7 +117,7 @@ def _wmma(selection: Selection, arch: str, after: str | None) -> list[Stage]:
     precs = tuple(p for p in selection.precisions if p in wmma.PRECISIONS_WMMA)
     if not precs:
         return []
-    results = f"docs/perf/{RESULTS['wmma']}"
+    results = f"{RESULTS_DIR}/{RESULTS['wmma']}"
     sel = replace(selection, precisions=precs)
     precisions = _flag("--precisions", precs, wmma.PRECISIONS_WMMA)
     arch_flag = f"--arch {arch}" if arch != "sm_90" else ""
@@ -157,8 +159,8 @@ def _tallskinny(selection: Selection, arch: str) -> list[Stage]:
     variants = tune_tallskinny.sweep(precs, ns, ism2_ns)
     return [Stage("tallskinny", "sweep", _command("tsm2", _flag("--precisions", precs, tsm2.PRECISIONS_TS)),
                   len(variants), None,
-                  f"docs/perf/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "
-                  f"docs/perf/tune_tallskinny_{arch}.md",
+                  f"{RESULTS_DIR}/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "
+                  f"{RESULTS_DIR}/tune_tallskinny_{arch}.md",
                   note=f"TSM2 at n = {','.join(map(str, ns))}, ISM2 at n = k = {','.join(map(str, ism2_ns))} "
                        f"(each at {len(tsm2.ISM2_SWEEP_TCF)} tcf), built with the tall-skinny set of those n; "
                        f"then the TSM2/ISM2 cut-off in k: each ISM2 n's best two at k = "
@@ -180,7 +182,7 @@ def _cpu(selection: Selection) -> list[Stage]:
         per_shape.setdefault((spec.precision, spec.m, spec.n, spec.k), []).append(
             len(cpu.distance_candidates(spec)))
     distances = sum(sum(sorted(counts, reverse=True)[:cpu_tune.STAGE2_BLOCKINGS]) for counts in per_shape.values())
-    results = f"docs/perf/{RESULTS['cpu']}"
+    results = f"{RESULTS_DIR}/{RESULTS['cpu']}"
     sel = replace(selection, precisions=precs)
     return [
         Stage("cpu", "blocking", command, len(blockings), None, results,

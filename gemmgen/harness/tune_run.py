@@ -4,8 +4,8 @@ run, with a budget, resumable.
 The stages and their order are tune_plan.plan's (`tune --plan` prints the same list).  A runner runs
 each stage; GpuRunner calls the tuners' own functions, the ones the subcommands (`tune small`,
 `tune wmma`, ...) call, with three things of the run's:
-- the results folder: each family's results file (the JSON lines the subcommands append under
-  docs/perf) is there, the device's table is written there (generator.tuning.tables_from: never
+- the results folder: each family's results file (the JSON lines the subcommands append to, by
+  default in the same folder) is there, the device's table is written there (generator.tuning.tables_from: never
   into the package), and the builds go beneath it, so that a run again finds its objects;
 - stop(): the budget, which the tuners ask between units of work (a variant timed, a piece of
   variants compiled; a compile under way runs to its end);

@@ -824,7 +824,7 @@ small_gemm_kernel(BatchPointers<S> ptrs, int lda, int ldb, int ldc, Scalar alpha
 // bandwidth floor against 0.97 for NN, z N = 20 at 0.61, s N = 16 at 0.45); with it consecutive
 // columns start 16 bytes further on (0.97, 0.98, 0.92).  Not for fp16: its 2- and 4-byte reads were
 // at most 2-way conflicted at the table's blockings, and padding measured no faster (h N = 16, hc N =
-// 8, 16; docs/experiments/transposed_strides_sm_90.json).
+// 8, 16; docs/experiments/transposed_strides/).
 template <typename S, int M, int N, int K, int TBA, int THREADS_PER_GEMM, bool ARRAY, char TA, char TB>
 struct RingLayout {
     static constexpr int VEC = 16 / (int)sizeof(S);

@@ -557,7 +557,7 @@ wmma_async_kernel(BatchPointers<__half> ptrs, int M, int N, int K, int lda, int 
 // keeps them) by a pass through registers within shared memory, and C is written as 16-byte chunks,
 // each thread's old-C chunks loaded before its first store, except the two chunks it shares with its
 // neighbours, element by element.
-// Measured on the H100 (docs/experiments/wmma_packed_ring_sm_90.json, 64 MB of data): with beta = 1
+// Measured on the H100 (docs/experiments/wmma_packed_ring/, 64 MB of data): with beta = 1
 // rank 33-63 0.16-0.21 -> 0.30-0.57 of the floor, squares 25-47 0.24-0.43 -> 0.30-0.58; with beta = 0
 // it lost (rank 33-63 0.27-0.47 -> 0.22-0.39): its phases (lay out, multiply, write C) are separated
 // by barriers and its loops run over the whole block whatever the GEMM's size, so it is issue- and
@@ -870,7 +870,7 @@ inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 // compile this path from the portable PTX; on sm_120 and sm_121 ptxas 13.0 gave the kernel a stack frame,
 // and from compute_120 PTX spills, so there it is compiled empty and not launched: sources with this path
 // name 120 among their code paths.)
-// Profiled on the H100 (ncu, h squares 64-128 and rank 96, docs/experiments/wmma_profile.sh), the ring
+// Profiled on the H100 (ncu, h squares 64-128 and rank 96, docs/experiments/wmma_profile/), the ring
 // above is bound by instruction issue, not by memory: 12,200 warp instructions per GEMM at N = 72 where
 // cuBLAS's kernel needs 1,700 (the 16-byte cp.async copies with their index arithmetic, the epilogue's
 // per-element conversions and 2-byte stores, the per-slice barriers), DRAM 40 % busy.  Where a whole GEMM
@@ -884,7 +884,7 @@ inline bool async_aligned_c(const BatchPointers<__half>& p, int ldc)
 // reads fall on different banks), partial Tensor Core tiles read zeros, and the products are scaled in
 // registers, staged column-major with the same padding and written back in one copy.
 // Taken only for updates of rank k ≤ 16 with C of at least 64×64 elements (4096), where C's traffic
-// dominates.  A/B in one run (docs/experiments/wmma_whole_sm_90.json, fraction of the floor, ≫ L2 /
+// dominates.  A/B in one run (docs/experiments/wmma_whole/, fraction of the floor, ≫ L2 /
 // batch 1000): rank-16 m = 72 0.34 -> 0.84 / 0.29 -> 0.51, 96 0.56 -> 0.91 / 0.46 -> 0.66, 128 0.80 -> 0.95
 // / 0.73 -> 0.72, 64 0.81 -> 0.90 / 0.59 -> 0.54; at m = 40 and 48 within ±0.08 either way.  Squares lost
 // (N = 56-128 0.62-0.89 -> 0.24-0.71; with 16 warps 0.38-0.84): their Tensor Core phase is long and runs
@@ -1635,7 +1635,7 @@ int launch_wmma_warp(Conjugate conj, const BatchPointers<S>& p, int lda, int ldb
     // The address queue (LOOKAHEAD) for pointer arrays always; for strided batches only past the
     // smallest shapes (accumulators of more than 8 registers): there the queue cost the strided
     // interface up to 0.07 of the floor (h 13×13×13 0.89 → 0.83) while pointer arrays gained 0.08
-    // (0.64 → 0.72 counting the pointers; docs/experiments/wmma_warp_arrays_sm_90.json), so those
+    // (0.64 → 0.72 counting the pointers; docs/experiments/wmma_warp_arrays/), so those
     // shapes build a second instance, with its own registers, for pointer arrays.
     constexpr bool STRIDED_LOOKAHEAD = WarpMinBlocks<S, M, N, K, ACC>::ACC_REGISTERS > 8;
     auto kernel = p.A_array != nullptr ? wmma_warp_kernel<S, M, N, K, TA, TB, ACC, STAGES, KS, true, Scalar>
@@ -2293,7 +2293,7 @@ bool wgmma_image()
 // rank-16 updates lose on it (a 64-deep slice three quarters zeros; with data past L2 rank 64 0.93 -> 0.76
 // of the floor, 72 0.86 -> 0.75), the squares 64-128 gain (batch 1000: 0.90-1.03x -> 1.03-1.45x cuBLAS;
 // past L2 80 0.88 -> 0.97, 96 0.90 -> 1.01, 112 0.89 -> 0.98; 72, 88, 128 lose 1-4 %):
-// docs/experiments/wgmma_block/wgmma_ab_sm_90.json.
+// docs/experiments/wgmma_block/.
 template <typename S>
 struct WgmmaPath {   // hc: none
     template <int BN, char TA, char TB, typename Scalar>

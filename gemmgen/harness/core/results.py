@@ -1,11 +1,16 @@
 """The tuners' append-only results files (JSON lines), shared by every family's sweep: a row is
 written as soon as it exists, so an interrupted sweep resumes where it stopped, and a variant that
-was skipped keeps its reason."""
+was skipped keeps its reason.
+
+A results file whose name ends in .gz (as the records in docs/perf, kept compressed) is read and
+appended to through gzip: each append adds a gzip member, which gzip and zcat read as one stream."""
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TextIO
 
 
 class Stopped(Exception):
@@ -13,11 +18,29 @@ class Stopped(Exception):
     far are in its file, and a run again goes on from there."""
 
 
+def open_results(path: Path, mode: str = "r") -> TextIO:
+    """A results file opened as text ("r" or "a"), through gzip where its name ends in .gz."""
+    if path.suffix == ".gz":
+        return gzip.open(path, mode + "t")
+    return path.open(mode)
+
+
+def _lines(path: Path) -> list[str]:
+    lines = []
+    with open_results(path) as f:
+        try:
+            for line in f:
+                lines.append(line)
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            pass   # a compressed file cut by an interruption: the lines before the cut count
+    return lines
+
+
 def load_results(path: Path) -> list[dict]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in _lines(path):
         line = line.strip()
         if line:
             try:
@@ -29,7 +52,7 @@ def load_results(path: Path) -> list[dict]:
 
 def append_result(path: Path, row: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
+    with open_results(path, "a") as f:
         f.write(json.dumps(row, sort_keys=True) + "\n")
         f.flush()
 

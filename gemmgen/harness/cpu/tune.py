@@ -25,7 +25,7 @@ from gemmgen.generator.render import banner
 from gemmgen.generator.tuning import save_table, writable_table
 
 from gemmgen.harness.cpu import build as cpu_build
-from gemmgen.harness.core.results import load_results
+from gemmgen.harness.core.results import load_results, open_results
 
 TILE_STAGE_KILOBYTES = 256   # stage 1's data per shape: inside L2
 STAGE2_BLOCKINGS = 3         # blockings per shape that stage 2 times from memory
@@ -135,7 +135,7 @@ def _measure(specs: list, isa: str, device: str, build_dir: Path, results: Path,
                             tolerate_failures=True)
     ok = [s for s, src_path in zip(specs, sources) if str(src_path.relative_to(build_dir)) not in built.failures]
     results.parent.mkdir(parents=True, exist_ok=True)
-    with results.open("a") as log:
+    with open_results(results, "a") as log:
         for rel, err in built.failures.items():
             log.write(json.dumps({"kernel": Path(rel).stem, "device": device, "skipped": "did not compile",
                                   "reason": err[-500:]}) + "\n")
@@ -155,7 +155,7 @@ def _measure(specs: list, isa: str, device: str, build_dir: Path, results: Path,
         return None
     proc = subprocess.Popen([str(exe), str(batch), str(reps)], stdout=subprocess.PIPE, text=True)
     measured: dict[str, tuple[float, float]] = {}
-    with results.open("a") as log:
+    with open_results(results, "a") as log:
         for line in proc.stdout:
             name, seconds, gflops = line.split()
             measured[name] = (float(seconds), float(gflops))
