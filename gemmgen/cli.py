@@ -343,7 +343,8 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
 @click.option("--table-only", is_flag=True,
               help="Measure nothing: compile the results' winners with every transpose for the default "
                    "architectures (nvcc, no GPU), refuse those with local memory, write the table.")
-@click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
+@click.option("--table-arch", default="sm_90", show_default=True,
+              help="With --table-only: the architecture whose table is written (--arch always names a target).")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
                arrays, table_only, table_arch, jobs):
@@ -373,7 +374,8 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 @click.option("--table-only", is_flag=True,
               help="Only write the wmma section of gemmgen/generator/tuning/<arch>.json from the results, after "
                    "compiling its kernels with every transpose for the default architectures (nvcc, no GPU).")
-@click.option("--arch", "table_arch", default="sm_90", show_default=True, help="With --table-only: the table to write.")
+@click.option("--table-arch", default="sm_90", show_default=True,
+              help="With --table-only: the architecture whose table is written (--arch always names a target).")
 @click.option("--max-tuples", type=int, default=12, show_default=True,
               help="wmma tuples per precision kept in the table (greedy cover of the sizes).")
 @click.option("--async-only", is_flag=True,
@@ -427,7 +429,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
                                 warp_only, block_only))
 
 
-@tune.command("tsm2")
+@tune.command("tallskinny")
 @click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
 @click.option("--tsm2-n", default=",".join(map(str, tsm2.TUNED_NS)), show_default=True,
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
@@ -440,7 +442,7 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 @click.option("--write-table/--no-write-table", default=True, show_default=True,
               help="Write the tallskinny section of gemmgen/generator/tuning/<arch>.json.")
 @click.option("--jobs", "-j", type=int, default=0)
-def tune_tsm2(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
+def tune_tallskinny(precisions, tsm2_n, ism2_n, results, build_dir, write_table, jobs):
     """Sweep TSM2's t1, t2, t3 and ISM2's t1, t3, opt and tcf, measure the TSM2/ISM2 cut-off in
     k, and compare the performance model's choice (Algorithm 5) with the measured best."""
     from gemmgen.harness.core.toolchain import gpu_available

@@ -29,9 +29,9 @@ from .spec import Spec, SpecError, ceil_div, parse_ranges, require
 
 PRECISIONS_TS = ("h", "s", "d")      # real precisions; h = fp16 storage, fp32 accumulation
 DEFAULT_NS = tuple(range(1, 33))
-TUNED_NS = (2, 4, 8, 16, 24, 32)     # swept by `gemmgen tune tsm2`: the papers' n, and 24, 32 for n > 16;
+TUNED_NS = (2, 4, 8, 16, 24, 32)     # swept by `gemmgen tune tallskinny`: the papers' n, and 24, 32 for n > 16;
                                      # every other n borrows the nearest tuned n's blocking
-TUNED_ISM2_NS = (8, 16)              # swept by `gemmgen tune tsm2` for ISM2 (k = n)
+TUNED_ISM2_NS = (8, 16)              # swept by `gemmgen tune tallskinny` for ISM2 (k = n)
 MAX_N = 256                          # "any n on request": t2 ≤ n keeps registers bounded
 MAX_REGS = 255
 THREAD_BLOCK_SIZES = (32, 64, 128, 256, 512)

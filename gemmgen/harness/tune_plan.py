@@ -120,7 +120,7 @@ def _wmma(selection: Selection, arch: str, after: str | None) -> list[Stage]:
     results = f"{RESULTS_DIR}/{RESULTS['wmma']}"
     sel = replace(selection, precisions=precs)
     precisions = _flag("--precisions", precs, wmma.PRECISIONS_WMMA)
-    arch_flag = f"--arch {arch}" if arch != "sm_90" else ""
+    arch_flag = f"--table-arch {arch}" if arch != "sm_90" else ""
     cands = wmma_tune.sweep_candidates(precs, arch)
     # The final stage times, at each point where the table weighs a warp kernel against the rest, the
     # two: only points where the sweep timed a warp kernel can be such points.
@@ -145,7 +145,7 @@ def _wmma(selection: Selection, arch: str, after: str | None) -> list[Stage]:
 
 
 def _small_table(arch: str) -> Stage:
-    return Stage("small", "table", _command("small", "--table-only", f"--arch {arch}" if arch != "sm_90" else ""),
+    return Stage("small", "table", _command("small", "--table-only", f"--table-arch {arch}" if arch != "sm_90" else ""),
                  None, "wmma table", _table(arch, "small"),
                  note="the small table again, now that the wmma table says which shapes the dispatch gives "
                       "the small family (a pointer-array ring only there) (nvcc, no GPU)")
@@ -157,7 +157,7 @@ def _tallskinny(selection: Selection, arch: str) -> list[Stage]:
         return []
     ns, ism2_ns = tsm2.TUNED_NS, tsm2.TUNED_ISM2_NS
     variants = tune_tallskinny.sweep(precs, ns, ism2_ns)
-    return [Stage("tallskinny", "sweep", _command("tsm2", _flag("--precisions", precs, tsm2.PRECISIONS_TS)),
+    return [Stage("tallskinny", "sweep", _command("tallskinny", _flag("--precisions", precs, tsm2.PRECISIONS_TS)),
                   len(variants), None,
                   f"{RESULTS_DIR}/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "
                   f"{RESULTS_DIR}/tune_tallskinny_{arch}.md",

@@ -177,7 +177,7 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     (out / "check_tallskinny_tuned.json").write_text(json.dumps(report, indent=1) + "\n")
     log("bench with the tuned dispatch")
     run_bench(lib2, device, arch, out, precisions=("h", "s", "d"), bandwidth=bandwidth,
-              command="python -m gemmgen.harness.tallskinny.device_run --tune-first (= gemmgen tune tsm2; gemmgen bench tallskinny)")
+              command="python -m gemmgen.harness.tallskinny.device_run --tune-first (= gemmgen tune tallskinny; gemmgen bench tallskinny)")
     log("done")
     return 0
 

@@ -1,4 +1,4 @@
-"""`gemmgen tune tsm2`: sweep t1, t2, t3 of TSM2 and t1, t3, opt and tcf of ISM2 on the GPU
+"""`gemmgen tune tallskinny`: sweep t1, t2, t3 of TSM2 and t1, t3, opt and tcf of ISM2 on the GPU
 present, measure the TSM2/ISM2 cut-off in k, write the "tallskinny" section of the
 architecture's table and a note comparing the performance model's choice (Algorithm 5, t1 = 128,
 and the paper's procedure: the model's t2, t3 with the best measured t1) with the measured best.
@@ -45,7 +45,7 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, write_table: bool, jobs: int,
          note_dir: Path, stop=None, resume: bool = False) -> dict:
-    """`gemmgen tune tsm2` on the GPU present: build the tall-skinny set of the swept n with every
+    """`gemmgen tune tallskinny` on the GPU present: build the tall-skinny set of the swept n with every
     candidate (nvcc), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md."""
     from gemmgen.harness.core.api import TallSkinnyLibrary
     from gemmgen.harness.check import device_arch
@@ -174,7 +174,7 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
     if write_table:
         table = writable_table(arch)
         table.update({"arch": arch, "device": device})
-        table.setdefault("commands", {})["tallskinny"] = f"gemmgen tune tsm2 (results: {results_path})"
+        table.setdefault("commands", {})["tallskinny"] = f"gemmgen tune tallskinny (results: {results_path})"
         old = {(r["precision"], r["n"]): r for r in table.get("tallskinny", [])}
         old.update({(r["precision"], r["n"]): r for r in table_rows})
         table["tallskinny"] = [old[key] for key in sorted(old, key=lambda t: ("hsd".index(t[0]), t[1]))]
