@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .generator import tsm2
+from .generator import tallskinny
 from .generator.arch import DEFAULT_ARCHS
 from .generator.manifest import MAX_SIZE as SIZES_MAX
 from .generator.manifest import Manifest, Selection, build_manifest
@@ -431,9 +431,9 @@ def tune_wmma(precisions, results, build_dir, budget_s, table_only, table_arch, 
 
 @tune.command("tallskinny")
 @click.option("--precisions", default="h,s,d", show_default=True, help="Subset of h,s,d.")
-@click.option("--tsm2-n", default=",".join(map(str, tsm2.TUNED_NS)), show_default=True,
+@click.option("--tsm2-n", default=",".join(map(str, tallskinny.TUNED_NS)), show_default=True,
               help="n values for the TSM2 sweep (other n borrow the nearest tuned n's blocking).")
-@click.option("--ism2-n", default=",".join(map(str, tsm2.TUNED_ISM2_NS)), show_default=True, help="n values (k = n) for the ISM2 sweep.")
+@click.option("--ism2-n", default=",".join(map(str, tallskinny.TUNED_ISM2_NS)), show_default=True, help="n values (k = n) for the ISM2 sweep.")
 @click.option("--results", type=click.Path(path_type=Path),
               default=DEFAULT_RESULTS / "tune_tallskinny_results.jsonl", show_default=True,
               help="Append-only results file (survives interruption; .gz is read and appended to through "
@@ -450,7 +450,7 @@ def tune_tallskinny(precisions, tsm2_n, ism2_n, results, build_dir, write_table,
 
     try:
         precs = tuple(p for p in "hsd" if p in precisions.split(","))
-        ts_ns, is_ns = tsm2.parse_ns(tsm2_n), tsm2.parse_ns(ism2_n)
+        ts_ns, is_ns = tallskinny.parse_ns(tsm2_n), tallskinny.parse_ns(ism2_n)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     if not gpu_available():
@@ -644,14 +644,14 @@ def bench_tallskinny(precisions, ns, build_dir, out_dir, jobs):
     from gemmgen.harness.core.toolchain import gpu_available
 
     try:
-        n_values = tsm2.parse_ns(ns)
+        n_values = tallskinny.parse_ns(ns)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--ns") from None
     if not gpu_available():
         raise click.ClickException("no GPU present; gemmgen bench needs CuPy and a CUDA device")
     precs = tuple(p for p in "hsd" if p in precisions.split(","))
     arch, device = device_arch()
-    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tsm2.DEFAULT_NS, arch,
+    build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precs, tallskinny.DEFAULT_NS, arch,
                                 (), jobs or None, library_name="libgemmgen_tallskinny_bench.so")
     papers = n_values == TSM2_NS
     run_bench(TallSkinnyLibrary(build.library), device, arch, out_dir, precs, ns=n_values,

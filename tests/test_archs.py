@@ -44,10 +44,10 @@ def test_limits(arch, smem_per_sm_kb):
 def test_tallskinny_shared_memory_fits_every_architecture():
     """TSM2's specs are the same on every architecture: a ring group's opt-in shared memory must fit the
     smallest opt-in maximum (sm_75's 64 KB; from sm_80 on, a block may take all but 1 KB of the SM's)."""
-    from gemmgen.generator import tsm2
+    from gemmgen.generator import tallskinny
 
     optin = [a.smem_per_sm - (1024 if a.cc >= 80 else 0) for a in ARCHS.values()]
-    assert tsm2.RING_SMEM_LIMIT <= min(optin) and tsm2.SMEM_LIMIT <= min(a.static_smem_per_block for a in ARCHS.values())
+    assert tallskinny.RING_SMEM_LIMIT <= min(optin) and tallskinny.SMEM_LIMIT <= min(a.static_smem_per_block for a in ARCHS.values())
 
 
 def test_generate_for_new_architectures_only(tmp_path):

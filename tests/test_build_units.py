@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gemmgen.generator.arch import CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC
 from gemmgen.generator.small import SmallSpec
-from gemmgen.generator.tsm2 import Tsm2Spec
+from gemmgen.generator.tallskinny import Tsm2Spec
 from gemmgen.generator.wmma import WmmaBlockSpec, WmmaSpec
 from gemmgen.harness.core.build import arch_specific_paths, code_paths, gencode_flags, parse_ptxas_report
 from gemmgen.harness.core.unity import unity_units

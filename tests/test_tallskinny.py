@@ -9,20 +9,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemmgen.generator import tsm2
+from gemmgen.generator import tallskinny
 from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.generator.spec import SpecError
 
 
 # ---- specs -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", [
-    tsm2.Tsm2Spec("s", 16, 128, 16, 4), tsm2.Tsm2Spec("d", 1, 32, 1, 1), tsm2.Tsm2Spec("h", 32, 256, 32, 8),
-    tsm2.Tsm2Spec("d", 16, 128, 16, 8, 2), tsm2.Tsm2Spec("d", 16, 128, 16, 4, 2, 4),
-    tsm2.Tsm2Spec("s", 8, 256, 8, 4, 1, 8),
-    tsm2.Ism2Spec("d", 16, 128, 16, 8, 2), tsm2.Ism2Spec("s", 7, 64, 7, 16, 1),
+    tallskinny.Tsm2Spec("s", 16, 128, 16, 4), tallskinny.Tsm2Spec("d", 1, 32, 1, 1), tallskinny.Tsm2Spec("h", 32, 256, 32, 8),
+    tallskinny.Tsm2Spec("d", 16, 128, 16, 8, 2), tallskinny.Tsm2Spec("d", 16, 128, 16, 4, 2, 4),
+    tallskinny.Tsm2Spec("s", 8, 256, 8, 4, 1, 8),
+    tallskinny.Ism2Spec("d", 16, 128, 16, 8, 2), tallskinny.Ism2Spec("s", 7, 64, 7, 16, 1),
 ])
 def test_name_round_trip(spec):
-    assert tsm2.parse_spec(spec.name) == spec
+    assert tallskinny.parse_spec(spec.name) == spec
     assert type(spec).parse(spec.name) == spec
 
 
@@ -37,39 +37,39 @@ def test_name_round_trip(spec):
 ])
 def test_tsm2_rules(args, rule):
     with pytest.raises(SpecError) as err:
-        tsm2.Tsm2Spec(*args).validate()
+        tallskinny.Tsm2Spec(*args).validate()
     assert err.value.rule == rule
 
 
 def test_rows_rules_and_names():
-    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4, 2).name == "tsm2_s_n8_t64x8x4_r2"
-    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4).name == "tsm2_s_n8_t64x8x4"
+    assert tallskinny.Tsm2Spec("s", 8, 64, 8, 4, 2).name == "tsm2_s_n8_t64x8x4_r2"
+    assert tallskinny.Tsm2Spec("s", 8, 64, 8, 4).name == "tsm2_s_n8_t64x8x4"
     with pytest.raises(SpecError) as err:
-        tsm2.Tsm2Spec("s", 8, 64, 8, 4, 3).validate()
+        tallskinny.Tsm2Spec("s", 8, 64, 8, 4, 3).validate()
     assert err.value.rule == "rows"
     with pytest.raises(SpecError) as err:
-        tsm2.Tsm2Spec("d", 32, 128, 32, 8, 2).validate()
+        tallskinny.Tsm2Spec("d", 32, 128, 32, 8, 2).validate()
     assert err.value.rule == "registers"
 
 
 def test_ring_rules_and_names():
-    assert tsm2.Tsm2Spec("d", 16, 128, 16, 4, 2, 4).name == "tsm2_d_n16_t128x16x4_r2_s4"
-    assert tsm2.Tsm2Spec("s", 8, 64, 8, 4, 1, 3).name == "tsm2_s_n8_t64x8x4_s3"
+    assert tallskinny.Tsm2Spec("d", 16, 128, 16, 4, 2, 4).name == "tsm2_d_n16_t128x16x4_r2_s4"
+    assert tallskinny.Tsm2Spec("s", 8, 64, 8, 4, 1, 3).name == "tsm2_s_n8_t64x8x4_s3"
     for args, rule in (((("s", 8, 64, 8, 4, 1, 1)), "stages"),          # a ring of one chunk cannot overlap
                        ((("s", 8, 64, 8, 4, 1, 9)), "stages"),
                        ((("h", 8, 64, 8, 4, 1, 4)), "cp.async element"),  # 2-byte elements, no pair
                        ((("s", 16, 256, 16, 8, 2, 8)), "shared memory"),   # 128 KB of ring
                        ((("d", 32, 128, 32, 2, 2, 8)), "registers")):      # 64 accumulators + 32 B values
         with pytest.raises(SpecError) as err:
-            tsm2.Tsm2Spec(*args).validate()
+            tallskinny.Tsm2Spec(*args).validate()
         assert err.value.rule == rule, args
     # The ring needs no A chunk in registers: 4 rows of d n = 12 fit where the register path does not.
-    assert tsm2.Tsm2Spec("d", 12, 64, 12, 8, 4, 2).is_valid()
-    assert not tsm2.Tsm2Spec("d", 12, 64, 12, 8, 4).is_valid()
-    sweep = tsm2.tsm2_sweep("d", 16)
+    assert tallskinny.Tsm2Spec("d", 12, 64, 12, 8, 4, 2).is_valid()
+    assert not tallskinny.Tsm2Spec("d", 12, 64, 12, 8, 4).is_valid()
+    sweep = tallskinny.tsm2_sweep("d", 16)
     assert any(s.stages for s in sweep) and any(not s.stages for s in sweep)
-    assert tsm2.Tsm2Spec("h", 8, 64, 8, 4, 2, 4).is_valid()                  # pairs of rows
-    assert all(s.rows % 2 == 0 for s in tsm2.tsm2_sweep("h", 16) if s.stages)
+    assert tallskinny.Tsm2Spec("h", 8, 64, 8, 4, 2, 4).is_valid()                  # pairs of rows
+    assert all(s.rows % 2 == 0 for s in tallskinny.tsm2_sweep("h", 16) if s.stages)
 
 
 def test_table_rows_round_trip_into_entries():
@@ -78,65 +78,65 @@ def test_table_rows_round_trip_into_entries():
     rows = load_table("sm_90").get("tallskinny", [])
     assert rows, "the sm_90 table has a tallskinny section"
     for row in rows:
-        e = tsm2.entry_from_row(row, 90)
+        e = tallskinny.entry_from_row(row, 90)
         assert e.tsm2.precision == row["precision"] and e.tsm2.n == row["n"]
         assert e.tsm2.rows == row["tsm2"].get("rows", 1)
 
 
 def test_ism2_opt_rule():
     with pytest.raises(SpecError) as err:
-        tsm2.Ism2Spec("s", 4, 128, 4, 4, 3).validate()
+        tallskinny.Ism2Spec("s", 4, 128, 4, 4, 3).validate()
     assert err.value.rule == "opt"
 
 
 def test_bad_names():
     for name in ("tsm2_s_n4", "ism2_s_n4_t128x4x4_opt3", "small_s_m2n2k2_dim2x2_tba1"):
         with pytest.raises(SpecError):
-            tsm2.parse_spec(name)
+            tallskinny.parse_spec(name)
 
 
 def test_sweeps_are_valid_and_include_the_model():
     for p in "sd":
         for n in (2, 4, 8, 16):
-            sweep = tsm2.tsm2_sweep(p, n)
+            sweep = tallskinny.tsm2_sweep(p, n)
             assert sweep and all(s.is_valid() for s in sweep)
-            assert tsm2.model_tsm2(p, n) in sweep
+            assert tallskinny.model_tsm2(p, n) in sweep
         for n in (8, 16):
-            sweep = tsm2.ism2_sweep(p, n)
+            sweep = tallskinny.ism2_sweep(p, n)
             assert {1, 2} == {s.opt for s in sweep}
 
 
 # ---- the model ---------------------------------------------------------------------------------------
 def test_t2_threshold_matches_the_paper_on_k40c():
     """§4.2: K40c (1430 GFLOP/s fp64, 288 GB/s) gives t2 threshold ≈ 40 in double precision."""
-    k40 = tsm2.DeviceModel("K40c", 15, 0.745e9, 65536, 48 * 1024, 2048, 288e9, {"d": 1430e9, "s": 4290e9})
-    assert 38 < tsm2.t2_threshold(k40, "d") < 42
+    k40 = tallskinny.DeviceModel("K40c", 15, 0.745e9, 65536, 48 * 1024, 2048, 288e9, {"d": 1430e9, "s": 4290e9})
+    assert 38 < tallskinny.t2_threshold(k40, "d") < 42
 
 
 def test_model_on_h100_is_memory_bound_and_reads_a_once():
     for p in "hsd":
         for n in (1, 2, 4, 8, 16, 32):
-            c = tsm2.algorithm5(tsm2.H100_SXM, p, 30720, n, 30720)
+            c = tallskinny.algorithm5(tallskinny.H100_SXM, p, 30720, n, 30720)
             assert c.bound == "memory"
             assert c.t2 == n                      # A read once (§3.6.3)
             assert 0.99 <= c.util <= 1.0          # Little's law satisfied at full occupancy
-            spec = tsm2.model_tsm2(p, n)
+            spec = tallskinny.model_tsm2(p, n)
             assert spec.t2 == n and spec.t1 % spec.t3 == 0
 
 
 def test_model_compute_bound_branch():
     """A slow-compute device (the paper's M40: fp64 213 GFLOP/s, 288 GB/s, threshold ≈ 6) sends
     n = 16 down the compute-bound branch of Algorithm 5, as §4.4 reports."""
-    m40 = tsm2.DeviceModel("M40", 24, 1.1e9, 65536, 96 * 1024, 2048, 288e9, {"d": 213e9, "s": 6.8e12})
-    assert 5 < tsm2.t2_threshold(m40, "d") < 7
-    c = tsm2.algorithm5(m40, "d", 15360, 16, 15360)
+    m40 = tallskinny.DeviceModel("M40", 24, 1.1e9, 65536, 96 * 1024, 2048, 288e9, {"d": 213e9, "s": 6.8e12})
+    assert 5 < tallskinny.t2_threshold(m40, "d") < 7
+    c = tallskinny.algorithm5(m40, "d", 15360, 16, 15360)
     assert 1 <= c.t2 <= 16 and c.t3 >= 1
 
 
 def test_occupancy_and_utilization_shapes():
-    dev = tsm2.H100_SXM
-    assert tsm2.max_occupancy(dev, "d", 32, 8) < tsm2.max_occupancy(dev, "d", 4, 8)
-    assert tsm2.util_mem(dev, "s", 16, 1) <= tsm2.util_mem(dev, "s", 16, 8)
+    dev = tallskinny.H100_SXM
+    assert tallskinny.max_occupancy(dev, "d", 32, 8) < tallskinny.max_occupancy(dev, "d", 4, 8)
+    assert tallskinny.util_mem(dev, "s", 16, 1) <= tallskinny.util_mem(dev, "s", 16, 8)
 
 
 # ---- emission ----------------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_gpu_checks(ts_build):
 def test_only_the_ism2_kernels_the_cut_offs_can_choose_are_emitted():
     from dataclasses import replace
 
-    entry = tsm2.default_entry("d", 8, 75)   # the model's entry: optimization 2 never chosen
+    entry = tallskinny.default_entry("d", 8, 75)   # the model's entry: optimization 2 never chosen
     assert entry.kernels == (entry.tsm2, entry.ism2_opt1)
     assert replace(entry, opt2_min_m=100_000).kernels == (entry.tsm2, entry.ism2_opt1, entry.ism2_opt2)
     assert replace(entry, ism2_max_k=0, opt2_min_m=100_000).kernels == (entry.tsm2,)
@@ -321,7 +321,7 @@ def test_exact_extent_cases_cover_the_corners():
 
     from gemmgen.harness.tallskinny import check as ck
 
-    spec = tsm2.Tsm2Spec("h", 16, 64, 16, 8, 2, 8)
+    spec = tallskinny.Tsm2Spec("h", 16, 64, 16, 8, 2, 8)
     entries = [SimpleNamespace(precision="h", n=16, tsm2=spec, ism2_reachable=(None, None))]
     cases = list(ck.exact_extent_cases(entries, np.random.default_rng(1)))
     products = [c for c in cases if c.kind == "exact-extent"]

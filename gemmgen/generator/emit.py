@@ -12,7 +12,7 @@ from .manifest import Manifest
 from .precision import PRECISION_ORDER, PRECISIONS
 from .families import BUILD_GROUPS, GROUP_OF_FOLDER, family_of
 from .render import banner, render
-from . import tsm2, wmma
+from . import tallskinny, wmma
 from .small import MAX_SIZE
 
 
@@ -20,11 +20,11 @@ def kernel_source_path(spec) -> str:
     return f"src/{spec.family}/{spec.precision}/{spec.name}.cu"
 
 
-def support_files(command: str, archs, small_precisions, tallskinny_ns=tsm2.DEFAULT_NS) -> dict[str, str]:
+def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinny.DEFAULT_NS) -> dict[str, str]:
     """The headers every kernel source includes (also used by the tuner's throw-away sets)."""
     common = {"banner": banner(command), "version": __version__}
     precisions = [PRECISIONS[k] for k in PRECISION_ORDER]   # the API always has all six
-    ts_precisions = [p for p in small_precisions if p in tsm2.PRECISIONS_TS] if tallskinny_ns else []
+    ts_precisions = [p for p in small_precisions if p in tallskinny.PRECISIONS_TS] if tallskinny_ns else []
     return {
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", selection_macros=SELECTION_MACROS,
                                           **common),
@@ -56,7 +56,7 @@ def _ranges(values) -> str:
 
 def _cuts(entry, index: int) -> str:
     values = [str(c[index]) + ("LL" if index == 0 else "") for c in entry.tcf]
-    values += ["0"] * (tsm2.MAX_TCF_CUTS - len(values))
+    values += ["0"] * (tallskinny.MAX_TCF_CUTS - len(values))
     return ", ".join(values)
 
 
@@ -72,7 +72,7 @@ SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_OR
 def tallskinny_dispatch_source(entries, kernels, common: dict) -> str:
     """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels."""
     return render("tsm2/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
-                  entries=entries, kernels=kernels, max_cuts=tsm2.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
+                  entries=entries, kernels=kernels, max_cuts=tallskinny.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
                   cut_tcf=lambda e: _cuts(e, 1), **common)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import cpu, small, tsm2, wmma
+from . import cpu, small, tallskinny, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, parse_ranges
@@ -59,7 +59,7 @@ class Selection:
     # kernels, where the tuned table chose one); a selection without h and hc keeps the sizes up to 32.
     sizes: tuple[int, ...] = DEFAULT_SIZES
     shapes: tuple[Shape, ...] = ()
-    tallskinny_ns: tuple[int, ...] = tsm2.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
+    tallskinny_ns: tuple[int, ...] = tallskinny.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
     cpu_isas: tuple[str, ...] = cpu.ISA_ORDER   # the cpu family's ISAs (generic always included)
     # A folder of tables made by `gemmgen tune` (generator.tuning.tables_from), read before the packaged
     # ones; "" for the packaged tables alone.
@@ -75,8 +75,8 @@ class Selection:
         """sizes None: the default (1-64, up to 32 without h and hc).  Sizes above 32 asked for
         explicitly are refused where no precision has a kernel for them (s, d, c, z alone).
         max_size: the largest size accepted (32 for the commands of the small or cpu family alone)."""
-        ns = tsm2.DEFAULT_NS if tallskinny_ns is None else (
-            tsm2.parse_ns(tallskinny_ns) if tallskinny_ns else ())
+        ns = tallskinny.DEFAULT_NS if tallskinny_ns is None else (
+            tallskinny.parse_ns(tallskinny_ns) if tallskinny_ns else ())
         precs = parse_precisions(precisions)
         sizes_ = DEFAULT_SIZES if sizes is None else (parse_sizes(sizes, max_size) if sizes else ())
         if sizes is not None and not _above_small(precs) and sizes_ and sizes_[-1] > small.MAX_SIZE:
@@ -103,7 +103,7 @@ class Selection:
                  "--sizes " + _compress(self.sizes)]
         if self.shapes:
             parts.append("--shapes " + ",".join(f"{m}x{n}x{k}" for m, n, k in self.shapes))
-        if self.tallskinny_ns != tsm2.DEFAULT_NS:
+        if self.tallskinny_ns != tallskinny.DEFAULT_NS:
             parts.append("--tallskinny-n " + _compress(self.tallskinny_ns))
         if self.cpu_isas != cpu.ISA_ORDER:   # the default stays implicit: GPU banners unchanged
             parts.append("--cpu-isa " + ",".join(self.cpu_isas))
@@ -144,7 +144,7 @@ class Manifest:
     selection: Selection
     dispatch: tuple[DispatchEntry, ...]
     notes: list[str] = field(default_factory=list)
-    tallskinny: tuple[tsm2.TallSkinnyEntry, ...] = ()
+    tallskinny: tuple[tallskinny.TallSkinnyEntry, ...] = ()
     cpu_kernels: tuple[cpu.CpuSpec, ...] = ()   # one per CPU precision, shape and ISA
     wmma_ranges: tuple[wmma.WmmaRange, ...] = ()   # the general Tensor Core kernel, any shape (h, hc)
 
@@ -167,7 +167,7 @@ class Manifest:
         memory that ptxas gave a variant there; the notes name them and what serves instead)."""
         precisions = self.selection.precisions
         sections = ["small"] + (["wmma"] if set(precisions) & set(wmma.PRECISIONS_WMMA) else []) + (
-            ["tallskinny"] if self.selection.tallskinny_ns and set(precisions) & set(tsm2.PRECISIONS_TS) else [])
+            ["tallskinny"] if self.selection.tallskinny_ns and set(precisions) & set(tallskinny.PRECISIONS_TS) else [])
         lines = []
         with tables_from(self.selection.tables):
             for arch in self.selection.archs:
@@ -315,7 +315,7 @@ def _build_manifest(selection: Selection) -> Manifest:
     # Like the other families, an architecture without a tall-skinny table borrows the nearest
     # tuned one's (the same kernels: nothing more to compile; before sm_80 the cp.async ring of a
     # borrowed kernel copies synchronously).
-    tallskinny = tsm2.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
+    ts_entries = tallskinny.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
                                     lambda arch: {"tallskinny": _tuned_section(arch, "tallskinny")[1]}, notes)
     cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.small_shapes, selection.cpu_isas)
     ranges: list[wmma.WmmaRange] = []
@@ -330,7 +330,7 @@ def _build_manifest(selection: Selection) -> Manifest:
                 ranges += mine
                 previous = key
     return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes + cpu_notes,
-                    tallskinny=tallskinny, cpu_kernels=tuple(cpu_kernels),
+                    tallskinny=ts_entries, cpu_kernels=tuple(cpu_kernels),
                     wmma_ranges=tuple(sorted(ranges, key=lambda r: (PRECISION_ORDER.index(r.precision),
                                                                      r.kind, r.lo, r.cc))))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gemmgen.generator import cpu, small, tsm2, wmma
+from gemmgen.generator import cpu, small, tallskinny, wmma
 from gemmgen.generator.arch import DEFAULT_ARCHS
 from gemmgen.generator.manifest import Selection, _compress
 from gemmgen.generator.precision import PRECISION_ORDER
@@ -152,17 +152,17 @@ def _small_table(arch: str) -> Stage:
 
 
 def _tallskinny(selection: Selection, arch: str) -> list[Stage]:
-    precs = tuple(p for p in tsm2.PRECISIONS_TS if p in selection.precisions)
+    precs = tuple(p for p in tallskinny.PRECISIONS_TS if p in selection.precisions)
     if not precs:
         return []
-    ns, ism2_ns = tsm2.TUNED_NS, tsm2.TUNED_ISM2_NS
+    ns, ism2_ns = tallskinny.TUNED_NS, tallskinny.TUNED_ISM2_NS
     variants = tune_tallskinny.sweep(precs, ns, ism2_ns)
-    return [Stage("tallskinny", "sweep", _command("tallskinny", _flag("--precisions", precs, tsm2.PRECISIONS_TS)),
+    return [Stage("tallskinny", "sweep", _command("tallskinny", _flag("--precisions", precs, tallskinny.PRECISIONS_TS)),
                   len(variants), None,
                   f"{RESULTS_DIR}/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "
                   f"{RESULTS_DIR}/tune_tallskinny_{arch}.md",
                   note=f"TSM2 at n = {','.join(map(str, ns))}, ISM2 at n = k = {','.join(map(str, ism2_ns))} "
-                       f"(each at {len(tsm2.ISM2_SWEEP_TCF)} tcf), built with the tall-skinny set of those n; "
+                       f"(each at {len(tallskinny.ISM2_SWEEP_TCF)} tcf), built with the tall-skinny set of those n; "
                        f"then the TSM2/ISM2 cut-off in k: each ISM2 n's best two at k = "
                        f"{','.join(map(str, tune_tallskinny.CUTOFF_KS))} (its own n, not --sizes)",
                   selection=replace(selection, precisions=precs))]

@@ -186,12 +186,12 @@ class GpuRunner:
         return Outcome(True)
 
     def tallskinny_sweep(self, stage: Stage, ctx: Context) -> Outcome:
-        from gemmgen.generator import tsm2
+        from gemmgen.generator import tallskinny
 
         from gemmgen.harness.tallskinny import tune as tune_tallskinny
 
         try:
-            tune_tallskinny.tune(stage.selection.precisions, tsm2.TUNED_NS, tsm2.TUNED_ISM2_NS,
+            tune_tallskinny.tune(stage.selection.precisions, tallskinny.TUNED_NS, tallskinny.TUNED_ISM2_NS,
                                  ctx.results("tallskinny"), ctx.build("tallskinny"), True, ctx.jobs,
                                  ctx.results_dir, stop=ctx.stop, resume=True)
         except Stopped:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gemmgen.generator import __version__, tsm2
+from gemmgen.generator import __version__, tallskinny
 from gemmgen.generator.arch import ARCHS
 from gemmgen.generator.emit import (TALLSKINNY_DISPATCH_SOURCE, kernel_source_path, support_files,
                             tallskinny_dispatch_source, tallskinny_source)
@@ -22,7 +22,7 @@ def emit_tallskinny(out_dir: Path, precisions, ns, archs, extra_specs=(), comman
     """Write the set; returns (sources, dispatch entries)."""
     command = command or "gemmgen tallskinny set " + ",".join(precisions)
     notes: list[str] = []
-    entries = tsm2.build_entries(precisions, ns, archs, table_loader, notes)
+    entries = tallskinny.build_entries(precisions, ns, archs, table_loader, notes)
     kernels = sorted({k for e in entries for k in e.kernels}, key=lambda s: s.name)
     files = support_files(command, archs, tuple(precisions), tuple(ns))
     for spec in kernels:

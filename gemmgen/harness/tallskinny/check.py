@@ -347,7 +347,7 @@ def entries_from_manifest(manifest: dict) -> list:
     kernel that was not emitted, which the cut-offs never choose, is None, as in ism2_reachable)."""
     from types import SimpleNamespace
 
-    from gemmgen.generator.tsm2 import parse_spec
+    from gemmgen.generator.tallskinny import parse_spec
 
     out = []
     for e in manifest.get("tallskinny", {}).get("dispatch", []):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gemmgen.generator import tsm2
+from gemmgen.generator import tallskinny
 from gemmgen.generator.tuning import load_table, table_path
 
 from gemmgen.harness.tallskinny import check as ck
@@ -33,7 +33,7 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS):
+def sweep_specs(precisions=("h", "s", "d"), tsm2_ns=tallskinny.TUNED_NS, ism2_ns=tallskinny.TUNED_ISM2_NS):
     from gemmgen.harness.tallskinny.tune import sweep
 
     return sweep(precisions, tsm2_ns, ism2_ns)
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     # tuned table, check that set and bench it (the full set was checked in a run before).
     tune_first = "--tune-first" in argv
     precs = "hsd"
-    ns = tsm2.TUNED_NS if tune_first else tsm2.DEFAULT_NS
+    ns = tallskinny.TUNED_NS if tune_first else tallskinny.DEFAULT_NS
 
     def progress(done, total):
         if done % 50 == 0 or done == total:
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     cases = list(ck.default_cases(entries, rng)) + list(ck.edge_cases(entries))
     log(f"checks: {len(cases)} cases")
     results = ck.run_cases(lib, cases)
-    results += ck.check_not_generated(lib, tsm2.DEFAULT_NS)
+    results += ck.check_not_generated(lib, tallskinny.DEFAULT_NS)
     log("tall checks (op(A) past 2^31 elements)")
     for args in (("h", 2**31 // 16 + 4099, 8, 16, "N"),        # ISM2 route, NN
                  ("h", 2**31 // 16 + 4099, 5, 16, "T"),        # ISM2 route, A transposed
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     # ---- rebuild from the tuned table, check its dispatch again, bench ---------------------------
     bench_lib = lib
     if tuned and time.time() - T0 < budget * 0.6:
-        build2, entries2 = build_tallskinny(root / "set", root / "obj", "hsd", tsm2.DEFAULT_NS, arch,
+        build2, entries2 = build_tallskinny(root / "set", root / "obj", "hsd", tallskinny.DEFAULT_NS, arch,
                                             (), jobs, progress, "libgemmgen_tallskinny_tuned.so")
         log(f"rebuilt with the tuned table: {len(build2.objects)} sources, {len(build2.failures)} failed")
         lib2 = TallSkinnyLibrary(build2.library)

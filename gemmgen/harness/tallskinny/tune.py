@@ -3,7 +3,7 @@ present, measure the TSM2/ISM2 cut-off in k, write the "tallskinny" section of t
 architecture's table and a note comparing the performance model's choice (Algorithm 5, t1 = 128,
 and the paper's procedure: the model's t2, t3 with the best measured t1) with the measured best.
 
-Kernel Tuner's habits as in tune_small: candidates are data (generator.tsm2.*_sweep), results go
+Kernel Tuner's habits as in tune_small: candidates are data (generator.tallskinny.*_sweep), results go
 to an append-only JSON-lines file as they come, a skipped variant keeps its reason."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from gemmgen.generator import tsm2
+from gemmgen.generator import tallskinny
 from gemmgen.generator.tuning import save_table, writable_table
 
 from gemmgen.harness.tallskinny.check import TsCase, run_ts_case
@@ -30,8 +30,8 @@ CUTOFF_TOLERANCE = 0.03       # differences below 3 % are run-to-run noise at th
 
 def sweep(precisions, tsm2_ns, ism2_ns) -> list:
     """The variants a run compiles and times: TSM2's sweep at each TSM2 n, then ISM2's at each ISM2 n."""
-    return ([s for p in precisions for n in tsm2_ns for s in tsm2.tsm2_sweep(p, n)]
-            + [s for p in precisions for n in ism2_ns for s in tsm2.ism2_sweep(p, n)])
+    return ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsm2_sweep(p, n)]
+            + [s for p in precisions for n in ism2_ns for s in tallskinny.ism2_sweep(p, n)])
 
 
 def _correct(lib, spec, rng) -> tuple[bool, str]:
@@ -66,7 +66,7 @@ def _point(row: dict) -> tuple:
 
 
 def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=tsm2.TUNED_NS, ism2_ns=tsm2.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
+             tsm2_ns=tallskinny.TUNED_NS, ism2_ns=tallskinny.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
              write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False) -> dict:
     """resume: leave out the timings the results file has of this device, and the variants it refused
     (gemmgen tune, going on after its budget stopped it); stop(): asked before each timing, raises
@@ -128,7 +128,7 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
 
     for prec in precisions:
         for n in tsm2_ns:
-            cands = [s for s in tsm2.tsm2_sweep(prec, n) if usable(s)]
+            cands = [s for s in tallskinny.tsm2_sweep(prec, n) if usable(s)]
             for size in TSM2_SHAPES:
                 if not any(pending(spec, size, size, 0, "tsm2") for spec in cands):
                     continue   # (a workload of these sizes takes seconds to fill)
@@ -139,17 +139,17 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
                 cp.get_default_memory_pool().free_all_blocks()
             click.echo(f"tuned tsm2 {prec} n={n}: {len(cands)} candidates")
         for n in ism2_ns:
-            cands = [s for s in tsm2.ism2_sweep(prec, n) if usable(s)]
+            cands = [s for s in tallskinny.ism2_sweep(prec, n) if usable(s)]
             for m in ISM2_MS:
-                if not any(pending(spec, m, n, tcf, "ism2") for spec in cands for tcf in tsm2.ISM2_SWEEP_TCF):
+                if not any(pending(spec, m, n, tcf, "ism2") for spec in cands for tcf in tallskinny.ISM2_SWEEP_TCF):
                     continue
                 work = TsWorkload(prec, m, n, n)
                 for spec in cands:
-                    for tcf in tsm2.ISM2_SWEEP_TCF:
+                    for tcf in tallskinny.ISM2_SWEEP_TCF:
                         measure(work, spec, tcf, {"stage": "ism2"})
                 work.release()
                 cp.get_default_memory_pool().free_all_blocks()
-            click.echo(f"tuned ism2 {prec} n={n}: {len(cands)} candidates x {len(tsm2.ISM2_SWEEP_TCF)} tcf")
+            click.echo(f"tuned ism2 {prec} n={n}: {len(cands)} candidates x {len(tallskinny.ISM2_SWEEP_TCF)} tcf")
     # The TSM2/ISM2 cut-off in k, with each family's best variant so far.
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
     for prec in precisions:
@@ -158,9 +158,9 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
             best_i = _best_ism2(rows, prec, n, CUTOFF_M)
             if not best_t or not best_i:
                 continue
-            ts_spec = tsm2.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1),
+            ts_spec = tallskinny.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1),
                                     best_t.get("stages", 0))
-            is_spec = tsm2.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
+            is_spec = tallskinny.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
             for k in CUTOFF_KS:
                 if not (pending(ts_spec, CUTOFF_M, k, 0, "cutoff")
                         or pending(is_spec, CUTOFF_M, k, best_i["split"], "cutoff")):
@@ -239,7 +239,7 @@ def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
                         if best_total is None or total < best_total:
                             best_name, best_total = name, total
                     if best_name:
-                        spec = tsm2.Ism2Spec.parse(best_name)
+                        spec = tallskinny.Ism2Spec.parse(best_name)
                         per_opt[opt] = spec
                         row[f"ism2_opt{opt}"] = {"t1": spec.t1, "t2": spec.t2, "t3": spec.t3}
                 # tcf per m (of the opt-1 winner) and where opt 2 starts to win
@@ -250,7 +250,7 @@ def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
                               and r["m"] == m]
                         if rs:
                             cuts.append([m, min(rs, key=lambda r: r["time_us"])["split"]])
-                    row["tcf"] = cuts[:tsm2.MAX_TCF_CUTS]
+                    row["tcf"] = cuts[:tallskinny.MAX_TCF_CUTS]
                 if 1 in per_opt and 2 in per_opt:
                     wins = []
                     for m in ISM2_MS:
@@ -288,8 +288,8 @@ def model_report(rows, precisions, tsm2_ns) -> list[dict]:
     out = []
     for prec in precisions:
         for n in tsm2_ns:
-            model = tsm2.model_tsm2(prec, n)
-            choice = tsm2.algorithm5(tsm2.H100_SXM, prec, tsm2.MODEL_SHAPE[0], n, tsm2.MODEL_SHAPE[1])
+            model = tallskinny.model_tsm2(prec, n)
+            choice = tallskinny.algorithm5(tallskinny.H100_SXM, prec, tallskinny.MODEL_SHAPE[0], n, tallskinny.MODEL_SHAPE[1])
             for size in TSM2_SHAPES:
                 rs = [r for r in rows if r.get("stage") == "tsm2" and r["precision"] == prec and r["n"] == n
                       and r["m"] == size]
@@ -316,7 +316,7 @@ def model_report(rows, precisions, tsm2_ns) -> list[dict]:
 
 def report_markdown(report, table_rows, device, arch) -> str:
     lines = [f"# TSM2 / ISM2 tuning on {device} ({arch})", "",
-             "The performance model (§3.6.2, Algorithm 5; gemmgen/generator/tsm2.py) against the sweep. "
+             "The performance model (§3.6.2, Algorithm 5; gemmgen/generator/tallskinny.py) against the sweep. "
              "'model' is Algorithm 5's t2, t3 with the paper's t1 = 128; 'procedure' is the paper's "
              "full procedure (the model's t2, t3, then the best measured t1); ratio = best time / "
              "that choice's time (1.00 = the model found the best).", "",
