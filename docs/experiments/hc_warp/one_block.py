@@ -44,7 +44,7 @@ def array_launcher(lib, name):
 def build(variant: str, specs):
     root = Path("build") / f"hc_one_block_{variant}"
     bundles = _write_sources(root, specs, 1)
-    header = root / "src" / "gemmgen_wmma.cuh"
+    header = root / "src" / "gemmgen_wmma_warp.cuh"
     text = header.read_text()
     assert text.count(RULE) == 1, "WarpMinBlocks changed: update this experiment"
     if variant == "one":
