@@ -48,7 +48,7 @@ DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 CP_ASYNC_MIN_CC = 80
 # The tensor copy engine (cp.async.bulk.tensor, mbarrier transaction counts): the wmma whole-GEMM path.
 TENSOR_COPY_MIN_CC = 90
-# ... which ends before sm_120: ptxas gave its kernel a stack frame there (gemmgen_wmma.cuh says more), so
+# ... which ends before sm_120: ptxas gave its kernel a stack frame there (gemmgen_wmma_whole.cuh says more), so
 # its sources compile sm_120 and up from PTX of their own, where the kernel is empty and never launched.
 TENSOR_COPY_END_CC = 120
 

@@ -391,7 +391,8 @@ def files(specs: list[CpuSpec], isas, banner: str, version: str) -> dict[str, st
     out = {
         "include/gemmgen_cpu.h": render("cpu/gemmgen_cpu.h.j2", precisions=precisions, max_size=MAX_SIZE, **common),
         "src/cpu/gemmgen_cpu_internal.h": render("cpu/gemmgen_cpu_internal.h.j2", **common),
-        "src/cpu/gemmgen_cpu_simd.h": render("cpu/gemmgen_cpu_simd.h.j2", **common),
+        **{f"src/cpu/{name}": render(f"cpu/{name}.j2", **common)
+           for name in ("gemmgen_cpu_isa.h", "gemmgen_cpu_simd.h", "gemmgen_cpu_kernel.h")},
         "src/cpu/gemmgen_cpu_dispatch.cpp": render(
             "cpu/gemmgen_cpu_dispatch.cpp.j2", precisions=precisions, entries=entries, kernels=specs,
             isa_index={i.name: i.index for i in all_isas}, **common),

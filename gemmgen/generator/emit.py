@@ -20,6 +20,20 @@ def kernel_source_path(spec) -> str:
     return f"src/{spec.family}/{spec.precision}/{spec.name}.cu"
 
 
+# The kernel headers, by template folder (gemmgen/templates/FOLDER/NAME.j2, emitted as src/NAME): a header per
+# kernel with its launcher and one per layer its kernels share; each kernel source includes those it launches.
+DEVICE_HEADERS = {
+    "small": ("gemmgen_small.cuh", "gemmgen_small_tile.cuh", "gemmgen_small_stage.cuh", "gemmgen_small_mma.cuh",
+              "gemmgen_small_staged.cuh", "gemmgen_small_ring_product.cuh", "gemmgen_small_ring.cuh",
+              "gemmgen_small_elementwise.cuh"),
+    "tsm2": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh"),
+    "wmma": ("gemmgen_wmma.cuh", "gemmgen_wmma_common.cuh", "gemmgen_wmma_copy.cuh", "gemmgen_wmma_tensor_copy.cuh",
+             "gemmgen_wmma_mma.cuh", "gemmgen_wmma_wgmma.cuh", "gemmgen_wmma_general.cuh", "gemmgen_wmma_packed.cuh",
+             "gemmgen_wmma_ring.cuh", "gemmgen_wmma_whole.cuh", "gemmgen_wmma_warp.cuh",
+             "gemmgen_wmma_block_wgmma.cuh", "gemmgen_wmma_block.cuh", "gemmgen_wmma_tiny.cuh"),
+}
+
+
 def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinny.DEFAULT_NS) -> dict[str, str]:
     """The headers every kernel source includes (also used by the tuner's throw-away sets)."""
     common = {"banner": banner(command), "version": __version__}
@@ -28,9 +42,8 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinn
     return {
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", selection_macros=SELECTION_MACROS,
                                           **common),
-        "src/gemmgen_small.cuh": render("small/gemmgen_small.cuh.j2", **common),
-        "src/gemmgen_tallskinny.cuh": render("tsm2/gemmgen_tallskinny.cuh.j2", **common),
-        "src/gemmgen_wmma.cuh": render("wmma/gemmgen_wmma.cuh.j2", skew=wmma.SKEW, **common),
+        **{f"src/{name}": render(f"{folder}/{name}.j2", skew=wmma.SKEW, **common)
+           for folder, names in DEVICE_HEADERS.items() for name in names},
         "include/gemmgen.h": render("gemmgen.h.j2", precisions=precisions, archs=archs,
                                     small_precisions=small_precisions, small_max_size=MAX_SIZE,
                                     wmma_precisions=[p for p in small_precisions if p in wmma.PRECISIONS_WMMA],

@@ -58,7 +58,7 @@ class SmallSpec(Spec):
     hoist: bool = False
     # sm_80+, packed strided operands: a persistent block that copies the A and B of the GEMMs it
     # takes next into a ring of `stages` shared-memory buffers with cp.async while it multiplies
-    # (gemmgen/templates/small/gemmgen_small.cuh.j2 says why).  0 = no ring.  The buffers keep the operands
+    # (gemmgen/templates/small/gemmgen_small_ring.cuh.j2 says why).  0 = no ring.  The buffers keep the operands
     # as stored (fp16 too) and op() and the widening to the compute type are applied on reading them.
     stages: int = 0
     # sm_80+, pointer arrays to contiguous matrices, on a tuple without a ring (stages = 0): the

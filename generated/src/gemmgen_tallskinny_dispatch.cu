@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "gemmgen.h"
-#include "gemmgen_tallskinny.cuh"
+#include "gemmgen_tallskinny_common.cuh"   // scale: C = beta·C
 
 // ---- every emitted tall-skinny launcher --------------------------------------------------------------
 // What a CMake build selected (GEMMGEN_WITH_*, gemmgen_device.cuh): with tall-skinny or a precision

@@ -334,7 +334,7 @@ class WmmaTinySpec(Spec):
 @dataclass(frozen=True, order=True)
 class WmmaWarpSpec(Spec):
     """One warp per GEMM of a fixed shape (M, N, K ≤ 64) on raw mma.sync.m16n8k16, each warp with its
-    own ring of `stages` stages that hold a GEMM's A, B and C as stored (gemmgen_wmma.cuh,
+    own ring of `stages` stages that hold a GEMM's A, B and C as stored (gemmgen_wmma_warp.cuh,
     wmma_warp_kernel, says why); `warps` warps per block, fp32 or fp16 sums.  h and hc: hc is
     multiplied as the real product it embeds (M × 2K times 2K × 2N), interleaved throughout.  sm_80+
     only (cp.async, m16n8k16): before it the kernel compiles empty and the dispatch takes the table
@@ -506,7 +506,7 @@ def warp_k_stride(precision: str, m: int, n: int, k: int, ta: str, tb: str) -> i
 class WmmaBlockSpec(Spec):
     """A BLK_M×BLK_N block of C (elements) per thread block with warps_m×warps_n warps, each a fixed
     tile of it on raw mma.sync.m16n8k16, BLK_K slices of A and B through a ring of `stages` slices
-    kept as stored, any M, N, K (gemmgen_wmma.cuh, wmma_block_kernel, says why).  h and hc: hc is
+    kept as stored, any M, N, K (gemmgen_wmma_block.cuh, wmma_block_kernel, says why).  h and hc: hc is
     multiplied as the real product it embeds, interleaved all the way to the registers.  sm_80+ only
     (cp.async, m16n8k16): older devices take the table row's general tuple.  min_blocks: thread blocks
     ptxas must fit on an SM at once (1 or 2; 2 caps 256 threads at 128 registers, which some tuples pay
@@ -589,7 +589,7 @@ class WmmaBlockSpec(Spec):
 
     @property
     def wgmma_path(self) -> bool:
-        """Whether the kernel also carries the sm_90a path (gemmgen_wmma.cuh, wgmma_block_kernel): h blocks
+        """Whether the kernel also carries the sm_90a path (gemmgen_wmma_block_wgmma.cuh, wgmma_block_kernel): h blocks
         of at most 128 rows whose columns are a whole number of wgmma n16 steps up to 128.  Where a GEMM
         fits one such block, the launch takes it on sm_90 devices, built from compute_90a."""
         return self.precision == "h" and self.blk_m <= 128 and self.blk_n % 16 == 0 and self.blk_n <= 128

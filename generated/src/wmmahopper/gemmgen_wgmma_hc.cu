@@ -9,7 +9,7 @@
 // The interleaved complex product is the real one it embeds: C as a real 2M×N matrix (rows re, im, re,
 // ...) = Ã (2M×2K) · B as a real 2K×N matrix.  B is used as stored (K-major: each column's 2K halves are
 // contiguous), so it reaches wgmma through the same 128-byte-swizzled boxes as the h path
-// (gemmgen_wmma.cuh, wgmma_block_kernel).  Ã's column 2k is stored A's column k and its column 2k + 1 the
+// (gemmgen_wmma_block_wgmma.cuh, wgmma_block_kernel).  Ã's column 2k is stored A's column k and its column 2k + 1 the
 // same with each (re, im) turned into (-im, re), so a lane builds its k16 fragment of Ã in registers: it
 // reads stored rows g and g + 8 at complex columns t and t + 4 and takes the partner row (g ^ 1) from
 // lane ^ 4, negated on even rows.  Blocks of 128 real rows (two warpgroups) × BN columns, any number per
@@ -21,7 +21,8 @@
 // Tensor Cores run (docs/experiments/wgmma_hc_beta/).
 // Measured at batch 1000 on an H100 against planar cuBLAS (four HGEMMs on split data) and the tuned
 // table's kernels: docs/experiments/wgmma_hc_tiles/README.md.
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_tensor_copy.cuh"
+#include "gemmgen_wmma_wgmma.cuh"
 
 namespace gemmgen {
 namespace tc {

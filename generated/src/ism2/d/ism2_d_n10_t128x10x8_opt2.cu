@@ -4,7 +4,7 @@
 //   fp64: C = alpha·op(A)·op(B) + beta·C, op(B) k×10, any m and k.
 //   ISM2 optimization 2 (Alg. 7): t1 = 128 threads per block, t2 = 10, t3 = 8;
 //   `split` = tcf, rows per thread (0: chosen from m and the device).
-#include "gemmgen_tallskinny.cuh"
+#include "gemmgen_tallskinny_ism2.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -7,7 +7,7 @@
 //   in shared memory; `split` = k-groups per block (0: chosen from m and the device).
 //   The ring is cp.async from sm_80 on and a plain copy below: one PTX per side.
 //   gemmgen-code-paths: 80
-#include "gemmgen_tallskinny.cuh"
+#include "gemmgen_tallskinny_tsm2.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

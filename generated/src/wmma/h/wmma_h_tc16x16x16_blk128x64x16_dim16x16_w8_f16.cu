@@ -6,9 +6,10 @@
 //   16×16 threads (8 warps, 4 f16 accumulator fragment(s) each),
 //   16384 bytes of shared memory.
 //   From sm_90 on, below sm_120, beta = 0, rank-k updates (k ≤ 16) up to 128×128: whole
-//   GEMMs through the tensor copy engine (gemmgen_wmma.cuh, wmma_whole_kernel).
+//   GEMMs through the tensor copy engine (gemmgen_wmma_whole.cuh, wmma_whole_kernel).
 //   gemmgen-code-paths: 90 120
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_general.cuh"
+#include "gemmgen_wmma_whole.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -5,7 +5,7 @@
 //   Tensor Core shape 16×16×16, blocks BLK_M×BLK_N×BLK_K = 16×16×16,
 //   8×4 threads (1 warps, 1 f32 accumulator fragment(s) each),
 //   1536 bytes of shared memory.
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_general.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -9,9 +9,10 @@
 //   persistent grid, 11264 bytes of shared memory at most (18944 with
 //   beta ≠ 0 and C aligned too: then the old C blocks ride the ring); otherwise the kernel above.
 //   From sm_90 on, below sm_120, beta = 0, rank-k updates (k ≤ 16) up to 128×128: whole
-//   GEMMs through the tensor copy engine (gemmgen_wmma.cuh, wmma_whole_kernel).
+//   GEMMs through the tensor copy engine (gemmgen_wmma_whole.cuh, wmma_whole_kernel).
 //   gemmgen-code-paths: 80 90 120
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_ring.cuh"
+#include "gemmgen_wmma_whole.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -5,12 +5,12 @@
 //   Blocks of C BLK_M×BLK_N×BLK_K = 64×64×16 with 2×2 warps, each a 32×32 tile on raw
 //   mma.sync.m16n8k16 (f32 sums, 32 accumulator registers), a 4-slice cp.async ring and a persistent
 //   grid of 1 or more thread blocks per SM, 34816 bytes of shared memory at most
-//   (gemmgen_wmma.cuh, wmma_block_kernel).
+//   (gemmgen_wmma_block.cuh, wmma_block_kernel).
 //   On sm_90 (its sm_90a code), a strided NN batch whose GEMMs fit one 128×64 block with 16-byte columns
-//   runs on wgmma with the tensor copy engine instead (gemmgen_wmma.cuh, wgmma_block_kernel).
+//   runs on wgmma with the tensor copy engine instead (gemmgen_wmma_block_wgmma.cuh, wgmma_block_kernel).
 //   gemmgen-code-paths: 80 90a
 
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_block.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -5,10 +5,10 @@
 //   Blocks of C BLK_M×BLK_N×BLK_K = 64×64×32 with 2×4 warps, each a 32×16 tile on raw
 //   mma.sync.m16n8k16 (f16 sums, 16 accumulator registers), a 3-slice cp.async ring and a persistent
 //   grid of 2 or more thread blocks per SM, 73728 bytes of shared memory at most
-//   (gemmgen_wmma.cuh, wmma_block_kernel).
+//   (gemmgen_wmma_block.cuh, wmma_block_kernel).
 //   gemmgen-code-paths: 80
 
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_block.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -7,7 +7,7 @@
 //   Below sm_80 (no cp.async, no m16n8k16) the same kernel copies and multiplies element by element.
 //   gemmgen-code-paths: 80
 
-#include "gemmgen_wmma.cuh"
+#include "gemmgen_wmma_warp.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

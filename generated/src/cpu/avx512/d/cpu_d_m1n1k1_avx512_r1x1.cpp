@@ -6,7 +6,7 @@
 #include "gemmgen_cpu_internal.h"
 #if GEMMGEN_CPU_X86
 #define GEMMGEN_CPU_ISA_AVX512 1
-#include "gemmgen_cpu_simd.h"
+#include "gemmgen_cpu_kernel.h"
 
 GEMMGEN_CPU_TARGET_BEGIN
 

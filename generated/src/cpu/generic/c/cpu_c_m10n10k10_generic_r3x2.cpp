@@ -6,7 +6,7 @@
 #include "gemmgen_cpu_internal.h"
 #if 1
 #define GEMMGEN_CPU_ISA_GENERIC 1
-#include "gemmgen_cpu_simd.h"
+#include "gemmgen_cpu_kernel.h"
 
 GEMMGEN_CPU_TARGET_BEGIN
 
