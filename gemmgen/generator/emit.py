@@ -26,7 +26,7 @@ DEVICE_HEADERS = {
     "small": ("gemmgen_small.cuh", "gemmgen_small_tile.cuh", "gemmgen_small_stage.cuh", "gemmgen_small_mma.cuh",
               "gemmgen_small_staged.cuh", "gemmgen_small_ring_product.cuh", "gemmgen_small_ring.cuh",
               "gemmgen_small_elementwise.cuh"),
-    "tsm2": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh"),
+    "tallskinny": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh"),
     "wmma": ("gemmgen_wmma.cuh", "gemmgen_wmma_common.cuh", "gemmgen_wmma_copy.cuh", "gemmgen_wmma_tensor_copy.cuh",
              "gemmgen_wmma_mma.cuh", "gemmgen_wmma_wgmma.cuh", "gemmgen_wmma_general.cuh", "gemmgen_wmma_packed.cuh",
              "gemmgen_wmma_ring.cuh", "gemmgen_wmma_whole.cuh", "gemmgen_wmma_warp.cuh",
@@ -84,7 +84,7 @@ SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_OR
 
 def tallskinny_dispatch_source(entries, kernels, common: dict) -> str:
     """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels."""
-    return render("tsm2/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
+    return render("tallskinny/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
                   entries=entries, kernels=kernels, max_cuts=tallskinny.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
                   cut_tcf=lambda e: _cuts(e, 1), **common)
 

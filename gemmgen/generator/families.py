@@ -40,9 +40,9 @@ FAMILIES: tuple[KernelFamily, ...] = (
                  any_shape=False, conjugate_at_run_time=False),
     KernelFamily("wmmawarp", "wmma", "wmma/wmma_warp_variant.cu.j2", wmma.WmmaWarpSpec.parse,
                  any_shape=False, conjugate_at_run_time=True),
-    KernelFamily("tsm2", "tallskinny", "tsm2/tallskinny_variant.cu.j2", tallskinny.Tsm2Spec.parse,
+    KernelFamily("tsm2", "tallskinny", "tallskinny/tallskinny_variant.cu.j2", tallskinny.Tsm2Spec.parse,
                  any_shape=True, conjugate_at_run_time=False, tallskinny=True),
-    KernelFamily("ism2", "tallskinny", "tsm2/tallskinny_variant.cu.j2", tallskinny.Ism2Spec.parse,
+    KernelFamily("ism2", "tallskinny", "tallskinny/tallskinny_variant.cu.j2", tallskinny.Ism2Spec.parse,
                  any_shape=True, conjugate_at_run_time=False, tallskinny=True),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
