@@ -113,6 +113,11 @@ def variant_function(lib, name: str, interface: str):
     return f
 
 
+def spec_launcher(lib, spec):
+    """(strided launcher, takes_shape) of a variant built into lib: general and block kernels take m, n, k."""
+    return variant_function(lib, spec.name, "strided"), family_of(spec).any_shape
+
+
 def strided_function(lib, symbol: str, prec: str):
     """`symbol` of `lib` with the argument types of the public strided entry point of `prec` (m, n, k
     included; scalars as harness.api.scalar makes them): the entry points themselves, and launchers of that

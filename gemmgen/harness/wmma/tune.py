@@ -38,11 +38,11 @@ import numpy as np
 
 from gemmgen.generator import small, wmma
 from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
-from gemmgen.generator.families import family_of, parse_kernel
+from gemmgen.generator.families import parse_kernel
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.tuning import load_table, save_table, writable_table
 
-from gemmgen.harness.core.api import variant_function
+from gemmgen.harness.core.api import spec_launcher
 from gemmgen.harness.core.build import build_library, code_path_tokens
 from gemmgen.harness.core.results import append_result, load_results, standing_refusals
 from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
@@ -85,12 +85,6 @@ def block_fits(spec: wmma.WmmaBlockSpec, kind: str, size: int) -> bool:
     K slices may be longer than a rank-16 update's k: the zero-filled rest costs little)."""
     cap = max(16, 1 << math.ceil(math.log2(size)))
     return size >= wmma.BLOCK_MIN_SIZE and spec.blk_m <= cap and spec.blk_n <= cap
-
-
-def spec_launcher(lib, spec):
-    """(launcher, takes_shape) of a variant built into lib: general and block kernels take m, n, k."""
-    takes_shape = family_of(spec).any_shape
-    return variant_function(lib, spec.name, "strided"), takes_shape
 
 
 def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: int = 3,
