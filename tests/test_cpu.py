@@ -312,3 +312,20 @@ def test_tuner_stage_two_takes_the_fastest_blockings_of_each_shape():
     assert [s.name for s in leaders[("d", 9, 9, 9)]] == [specs[0].name, specs[1].name, specs[3].name]
     assert [s.name for s in leaders[("s", 4, 4, 4)]] == [specs[4].name]
     assert _best(specs, measured)[("d", 9, 9, 9)] == specs[0]
+
+
+def test_check_of_a_set_without_s_4x4x4(tmp_path):
+    """`gemmgen check`'s CPU step checks 64-bit offsets on a square the set has (it asked for s 4x4x4,
+    which a d-only set does not have, and failed)."""
+    from click.testing import CliRunner
+
+    from gemmgen.cli import main
+    from gemmgen.harness.cpu.check import run_cpu_check
+
+    out = tmp_path / "gen"
+    result = CliRunner().invoke(main, ["generate", "--arch", "sm_90", "--precisions", "d", "--sizes", "2",
+                                       "--tallskinny-n", "", "--cpu-isa", "generic", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = []
+    assert run_cpu_check(out, tmp_path / "build", quick=True, echo=lines.append) == 0, "\n".join(lines)
+    assert any(" d: " in line and " 0 failed" in line for line in lines), lines
