@@ -122,8 +122,12 @@ marker = os.path.join({str(running)!r}, str(os.getpid()))
 open(marker + ".tmp", "w").write(str(weight))
 os.rename(marker + ".tmp", marker)   # whole, for the others to read
 time.sleep(0.3)
-load = sum(int(open(os.path.join({str(running)!r}, m)).read()) for m in os.listdir({str(running)!r})
-           if not m.endswith(".tmp"))
+def weight_of(name):   # a process that finished between listdir and open no longer counts
+    try:
+        return int(open(os.path.join({str(running)!r}, name)).read())
+    except FileNotFoundError:
+        return 0
+load = sum(weight_of(m) for m in os.listdir({str(running)!r}) if not m.endswith(".tmp"))
 with open({str(tmp_path / "loads")!r}, "a") as f:
     f.write(f"{{load}}\\n")
 os.remove(marker)
