@@ -178,3 +178,11 @@ def test_the_default_sizes_keep_the_default_set():
     assert d_only.sizes == tuple(range(1, 33)) and "--sizes 1-32" in d_only.command()
     assert CliRunner().invoke(main, ["list", "--precisions", "d"]).output.startswith(
         "# gemmgen generate --arch sm_75,sm_80,sm_90 --precisions d --sizes 1-32\n")
+
+
+@pytest.mark.parametrize("text", ["1-64", "2,4,8", "1-8,16", "3", "1-3,5,7-9"])
+def test_ranges_format_back_to_what_was_parsed(text):
+    from gemmgen.generator.spec import format_ranges, parse_ranges
+
+    assert format_ranges(parse_ranges(text, 1, 64, "size", "1-8")) == text
+    assert format_ranges(()) == ""

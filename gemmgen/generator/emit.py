@@ -14,6 +14,7 @@ from .families import BUILD_GROUPS, GROUP_OF_FOLDER, family_of
 from .render import banner, render
 from . import tallskinny, wmma
 from .small import MAX_SIZE
+from .spec import format_ranges
 
 
 def kernel_source_path(spec) -> str:
@@ -48,23 +49,8 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinn
                                     small_precisions=small_precisions, small_max_size=MAX_SIZE,
                                     wmma_precisions=[p for p in small_precisions if p in wmma.PRECISIONS_WMMA],
                                     tallskinny_precisions=ts_precisions,
-                                    tallskinny_ns=_ranges(tallskinny_ns), **common),
+                                    tallskinny_ns=format_ranges(tallskinny_ns), **common),
     }
-
-
-def _ranges(values) -> str:
-    values = sorted(values)
-    if not values:
-        return ""
-    runs, start, prev = [], values[0], values[0]
-    for v in values[1:] + [None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if v is not None:
-            start = prev = v
-    return ",".join(runs)
 
 
 def _cuts(entry, index: int) -> str:

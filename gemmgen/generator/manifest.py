@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from . import cpu, small, tallskinny, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .precision import PRECISION_ORDER, parse_precisions
-from .spec import SpecError, parse_ranges
+from .spec import SpecError, format_ranges, parse_ranges
 from .tuning import load_table, section_file, tables_from
 
 Shape = tuple[int, int, int]
@@ -100,11 +100,11 @@ class Selection:
         parts = ["gemmgen generate",
                  "--arch " + ",".join(self.archs),
                  "--precisions " + ",".join(self.precisions),
-                 "--sizes " + _compress(self.sizes)]
+                 "--sizes " + ranges_arg(self.sizes)]
         if self.shapes:
             parts.append("--shapes " + ",".join(f"{m}x{n}x{k}" for m, n, k in self.shapes))
         if self.tallskinny_ns != tallskinny.DEFAULT_NS:
-            parts.append("--tallskinny-n " + _compress(self.tallskinny_ns))
+            parts.append("--tallskinny-n " + ranges_arg(self.tallskinny_ns))
         if self.cpu_isas != cpu.ISA_ORDER:   # the default stays implicit: GPU banners unchanged
             parts.append("--cpu-isa " + ",".join(self.cpu_isas))
         if self.tables:
@@ -112,18 +112,9 @@ class Selection:
         return " ".join(parts)
 
 
-def _compress(sizes: tuple[int, ...]) -> str:
-    if not sizes:
-        return "''"
-    runs, start, prev = [], sizes[0], sizes[0]
-    for s in sizes[1:] + (None,):  # type: ignore[operator]
-        if s is not None and s == prev + 1:
-            prev = s
-            continue
-        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
-        if s is not None:
-            start = prev = s
-    return ",".join(runs)
+def ranges_arg(sizes: tuple[int, ...]) -> str:
+    """Sizes as a command-line value: '1-8,16', or '' quoted for the shell when there are none."""
+    return format_ranges(sizes) or "''"
 
 
 @dataclass(frozen=True, order=True)

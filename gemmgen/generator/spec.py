@@ -68,3 +68,15 @@ def parse_ranges(text: str, low: int, high: int, noun: str, example: str) -> tup
     if bad:
         raise ValueError(f"{noun} {bad[0]} is outside {low}..{high}")
     return tuple(sorted(values))
+
+
+def format_ranges(values) -> str:
+    """The inverse of parse_ranges: integers -> '1-8,16' (runs of consecutive values), '' for none."""
+    values = sorted(values)
+    runs = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(f"{lo}-{hi}" if hi > lo else f"{lo}" for lo, hi in runs)

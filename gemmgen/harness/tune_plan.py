@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from gemmgen.generator import cpu, small, tallskinny, wmma
 from gemmgen.generator.arch import DEFAULT_ARCHS
-from gemmgen.generator.manifest import Selection, _compress
+from gemmgen.generator.manifest import Selection, ranges_arg
 from gemmgen.generator.precision import PRECISION_ORDER
 
 from gemmgen.harness.cpu import tune as cpu_tune
@@ -62,7 +62,7 @@ def _flag(name: str, value: tuple, default: tuple) -> str:
     if value == default:
         return ""
     if name == "--sizes":
-        return f"{name} {_compress(value)}"
+        return f"{name} {ranges_arg(value)}"
     return f"{name} {','.join(map(str, value))}"
 
 
