@@ -186,3 +186,24 @@ def test_ranges_format_back_to_what_was_parsed(text):
 
     assert format_ranges(parse_ranges(text, 1, 64, "size", "1-8")) == text
     assert format_ranges(()) == ""
+
+
+
+def test_manifest_json_lists_every_family_of_the_registry_as_it_says():
+    """Each family's kernels are in manifest.json with the fields its registry entry names; a family in
+    the registry whose kernels reach no listing fails here.  The default set with a tiny Tensor Core kernel
+    added to the exact-shape table (no packaged table chooses one) has a kernel of every family."""
+    import dataclasses
+
+    from gemmgen.generator.families import FAMILIES
+    from gemmgen.generator.manifest import DispatchEntry
+    from gemmgen.generator.wmma import WmmaTinySpec
+
+    manifest = build_manifest(Selection())
+    tiny = DispatchEntry("h", 4, 4, 16, 90, WmmaTinySpec.parse("wmmatiny_h_m4n4k16_w1"), "test")
+    listing = dataclasses.replace(manifest, dispatch=manifest.dispatch + (tiny,)).to_json()
+    entries = listing["kernels"] + listing["wmma"]["kernels"] + listing["tallskinny"]["kernels"]
+    assert {e["family"] for e in entries} == {f.name for f in FAMILIES}
+    for family in FAMILIES:
+        mine = [e for e in entries if e["family"] == family.name]
+        assert all(set(e) == {"name", "family", "precision", *family.json_fields} for e in mine), family.name

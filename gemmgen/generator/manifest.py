@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from . import cpu, small, tallskinny, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
+from .families import family_of
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, format_ranges, parse_ranges
 from .tuning import load_table, section_file, tables_from
@@ -186,34 +187,29 @@ class Manifest:
         return f"{arch}: " + "; ".join(parts)
 
     def to_json(self) -> dict:
+        # the CUDA kernels by the table that dispatches to them, each entry as its family says (families.py)
+        def listing(specs) -> list[dict]:
+            return [family_of(s).kernel_json(s) for s in specs]
         return {
             "command": self.selection.command(),
             "archs": list(self.selection.archs),
             "precisions": list(self.selection.precisions),
             "shapes": [list(s) for s in self.selection.small_shapes],
-            "kernels": [
-                {"name": s.name, "family": s.family, "precision": s.precision,
-                 "m": s.m, "n": s.n, "k": s.k, "threads": s.threads, "smem_bytes": s.smem_bytes}
-                for s in self.kernels
-            ],
+            "kernels": listing(self.kernels),
             "dispatch": [
                 {"precision": e.precision, "m": e.m, "n": e.n, "k": e.k, "from_cc": e.cc,
                  "kernel": e.kernel.name, "source": e.source, "prefer_general": e.prefer_general}
                 for e in self.dispatch
             ],
             "wmma": {
-                "kernels": [{"name": s.name, "family": s.family, "precision": s.precision,
-                             "threads": s.threads, "smem_bytes": s.smem_bytes}
-                            for s in self.wmma_kernels],
+                "kernels": listing(self.wmma_kernels),
                 "dispatch": [{"precision": r.precision, "kind": r.kind, "lo": r.lo, "hi": r.hi,
                               "from_cc": r.cc, "kernel": r.kernel.name, "source": r.source}
                              for r in self.wmma_ranges],
             },
             "tallskinny": {
                 "n": list(self.selection.tallskinny_ns),
-                "kernels": [{"name": s.name, "family": s.family, "precision": s.precision, "n": s.n,
-                             "t1": s.t1, "t2": s.t2, "t3": s.t3}
-                            for s in self.tallskinny_kernels],
+                "kernels": listing(self.tallskinny_kernels),
                 "dispatch": [e.to_json() for e in self.tallskinny],
             },
             "cpu_isas": list(self.selection.cpu_isas),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gemmgen.generator.families import family_of
 from gemmgen.generator.precision import PRECISIONS
 
 from gemmgen.harness.core import reference as ref
@@ -97,17 +98,19 @@ class Workload:
         """A launch(stream_ptr) closure for a launcher `<kernel>_strided` or the public
         gemmgen_?gemm_batched_strided (ctypes function and argument conversion from gemmgen.harness.core.api).
         Fixed-shape launchers (small, tiny wmma) take no m, n, k; the public entry points and the
-        general wmma launchers do (`takes_shape`, by default told from the name).  `trans`: op(A)
-        and op(B) (any pair reads the same packed buffers where m = n = k)."""
+        general wmma launchers do (`takes_shape`, by default told from the name: its family's
+        any_shape).  `trans`: op(A) and op(B) (any pair reads the same packed buffers where m = n = k)."""
         from gemmgen.harness.core.api import scalar
 
         m, n, k = self.m, self.n, self.k
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
-        public = function.__name__.startswith(("gemmgen_", "wmma_", "wmmablock_")) if takes_shape is None else takes_shape
+        if takes_shape is None:
+            name = function.__name__
+            takes_shape = name.startswith("gemmgen_") or family_of(name).any_shape
 
         def launch(i: int, stream_ptr: int) -> None:
             A, B, C = self.offsets(i)
-            if public:
+            if takes_shape:
                 rc = function(*trans, m, n, k, a, A, m, m * k, B, k, k * n, b, C, m, m * n,
                               self.batch, stream_ptr)
             else:
