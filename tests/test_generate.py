@@ -207,3 +207,19 @@ def test_manifest_json_lists_every_family_of_the_registry_as_it_says():
     for family in FAMILIES:
         mine = [e for e in entries if e["family"] == family.name]
         assert all(set(e) == {"name", "family", "precision", *family.json_fields} for e in mine), family.name
+
+
+def test_small_sources_include_only_the_kernels_their_tuple_uses(root):
+    """A small variant's source includes launch_small (with the staged kernel), the ring's header only
+    for a tuple with a ring (`_ring`, `_aring` in its name) and the elementwise kernel's only at 1×1×1
+    (not z), never the family's umbrella header."""
+    sources = sorted((root / "generated" / "src" / "small").rglob("*.cu"))
+    assert sources
+    for path in sources:
+        includes = {line.split('"')[1] for line in path.read_text().splitlines() if line.startswith("#include")}
+        expected = {"gemmgen_small_launch.cuh"}
+        if "ring" in path.stem:
+            expected.add("gemmgen_small_ring.cuh")
+        if "_m1n1k1_" in path.stem and not path.stem.startswith("small_z_"):
+            expected.add("gemmgen_small_elementwise.cuh")
+        assert includes == expected, path.name

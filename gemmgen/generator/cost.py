@@ -33,12 +33,12 @@ def variant_kernels(spec) -> frozenset[tuple]:
     that vary, enough to tell them apart)."""
     pairs = launch_pairs(spec)
     if spec.family == "small":
-        # launch_small: the staged kernel; with a ring (stages > 1, else array_stages) the ring kernel for
-        # pointer arrays, and for strided batches where stages > 1
-        ring = spec.stages if spec.stages > 1 else spec.array_stages
-        paths = ["staged"] + (["ring_array"] if ring > 1 else []) + (["ring_strided"] if spec.stages > 1 else [])
+        # launch_small: the staged kernel; with a ring (stages, else array_stages) the ring kernel for
+        # pointer arrays, and for strided batches where stages is set
+        paths = (["staged"] + (["ring_array"] if spec.copies_through_ring else [])
+                 + (["ring_strided"] if spec.stages else []))
         out = {(spec.name, path, ta, tb) for ta, tb in pairs for path in paths}
-        if (spec.m, spec.n, spec.k) == (1, 1, 1) and PRECISIONS[spec.precision].element_bytes < 16:
+        if spec.elementwise:
             out.add(("elementwise", spec.precision))   # elementwise_kernel<S>: no transpose in it
         return frozenset(out)
     if spec.family == "wmmawarp":

@@ -22,10 +22,11 @@ def kernel_source_path(spec) -> str:
 
 
 # The kernel headers, by template folder (gemmgen/templates/FOLDER/NAME.j2, emitted as src/NAME): a header per
-# kernel with its launcher and one per layer its kernels share; each kernel source includes those it launches.
+# kernel with its launcher and one per layer its kernels share; each kernel source includes those its spec's
+# `headers` name.  gemmgen_small.cuh and gemmgen_wmma.cuh include every kernel of their family.
 DEVICE_HEADERS = {
-    "small": ("gemmgen_small.cuh", "gemmgen_small_tile.cuh", "gemmgen_small_stage.cuh", "gemmgen_small_mma.cuh",
-              "gemmgen_small_staged.cuh", "gemmgen_small_ring_product.cuh", "gemmgen_small_ring.cuh",
+    "small": ("gemmgen_small.cuh", "gemmgen_small_launch.cuh", "gemmgen_small_tile.cuh", "gemmgen_small_stage.cuh",
+              "gemmgen_small_mma.cuh", "gemmgen_small_staged.cuh", "gemmgen_small_ring_product.cuh", "gemmgen_small_ring.cuh",
               "gemmgen_small_elementwise.cuh"),
     "tallskinny": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh"),
     "wmma": ("gemmgen_wmma.cuh", "gemmgen_wmma_common.cuh", "gemmgen_wmma_copy.cuh", "gemmgen_wmma_tensor_copy.cuh",

@@ -93,6 +93,19 @@ class SmallSpec(Spec):
     def copies_through_ring(self) -> bool:
         return bool(self.stages or self.array_stages)
 
+    @property
+    def elementwise(self) -> bool:
+        """Whether launch_small has the elementwise kernel (1×1×1 on packed operands; not z, whose 16-byte
+        element the GEMM kernel moves as fast)."""
+        return (self.m, self.n, self.k) == (1, 1, 1) and PRECISIONS[self.precision].element_bytes < 16
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """The headers its source includes: launch_small with the staged kernel, and the ring's and the
+        elementwise kernel's where the tuple uses them (launch_small refuses to compile without them)."""
+        return (("gemmgen_small_launch.cuh",) + (("gemmgen_small_ring.cuh",) if self.copies_through_ring else ())
+                + (("gemmgen_small_elementwise.cuh",) if self.elementwise else ()))
+
     # ---- identity -------------------------------------------------------------------------
     @property
     def name(self) -> str:

@@ -90,6 +90,7 @@ class Tsm2Spec(Spec):
                      # registers, which bound n = 16 on the H100); fp16 copies pairs of rows
 
     family = "tsm2"
+    headers = ("gemmgen_tallskinny_tsm2.cuh",)   # what its source includes
 
     @property
     def name(self) -> str:
@@ -155,6 +156,7 @@ class Ism2Spec(Spec):
     opt: int    # 1: Alg. 6 (TSM2 body per row), 2: Alg. 7 (B tiles outside, partial sums in C)
 
     family = "ism2"
+    headers = ("gemmgen_tallskinny_ism2.cuh",)   # what its source includes
 
     @property
     def name(self) -> str:

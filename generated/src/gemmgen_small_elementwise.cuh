@@ -6,9 +6,8 @@
 // the GEMM kernels take one element a thread, and reaches the bandwidth floor (docs/experiments/elementwise/).
 #pragma once
 
-#include <type_traits>
-
 #include "gemmgen_device.cuh"
+#include "gemmgen_small_launch.cuh"
 
 namespace gemmgen {
 
@@ -51,25 +50,21 @@ __global__ void __launch_bounds__(256) elementwise_kernel(const S* __restrict__ 
 
 // 1 (not taken) unless M = N = K = 1, the strided interface, strides of 1, 16-byte aligned operands and
 // alpha ≠ 0 (alpha = 0 leaves A and B unread: the GEMM kernel's path).
-template <typename S, typename Scalar>
-int launch_elementwise(std::true_type, Conjugate conj, const BatchPointers<S>& ptrs, Scalar alpha, Scalar beta,
-                       int batch, cudaStream_t stream)
-{
-    if (ptrs.A_array || ptrs.stride_a != 1 || ptrs.stride_b != 1 || ptrs.stride_c != 1 || !aligned16(ptrs.A) ||
-        !aligned16(ptrs.B) || !aligned16(ptrs.C) || is_zero(alpha))
-        return 1;
-    constexpr int PER = 16 / sizeof(S);
-    const long long vectors = ((long long)batch + PER - 1) / PER;
-    const long long most = 32LL * device_info().sms;   // enough blocks to keep every SM streaming
-    const unsigned blocks = (unsigned)((vectors + 255) / 256 < most ? (vectors + 255) / 256 : most);
-    elementwise_kernel<S, Scalar><<<blocks, 256, 0, stream>>>(ptrs.A, ptrs.B, ptrs.C, alpha, beta, batch, conj);
-    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
-}
-
-template <typename S, typename Scalar>
-int launch_elementwise(std::false_type, Conjugate, const BatchPointers<S>&, Scalar, Scalar, int, cudaStream_t)
-{
-    return 1;
-}
+template <> struct SmallElementwise<true> {
+    template <typename S, typename Scalar>
+    static int launch(Conjugate conj, const BatchPointers<S>& ptrs, Scalar alpha, Scalar beta, int batch,
+                      cudaStream_t stream)
+    {
+        if (ptrs.A_array || ptrs.stride_a != 1 || ptrs.stride_b != 1 || ptrs.stride_c != 1 || !aligned16(ptrs.A) ||
+            !aligned16(ptrs.B) || !aligned16(ptrs.C) || is_zero(alpha))
+            return 1;
+        constexpr int PER = 16 / sizeof(S);
+        const long long vectors = ((long long)batch + PER - 1) / PER;
+        const long long most = 32LL * device_info().sms;   // enough blocks to keep every SM streaming
+        const unsigned blocks = (unsigned)((vectors + 255) / 256 < most ? (vectors + 255) / 256 : most);
+        elementwise_kernel<S, Scalar><<<blocks, 256, 0, stream>>>(ptrs.A, ptrs.B, ptrs.C, alpha, beta, batch, conj);
+        return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+    }
+};
 
 }  // namespace gemmgen

@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "gemmgen_small_launch.cuh"
 #include "gemmgen_small_ring_product.cuh"
 #include "gemmgen_small_tile.cuh"
 
@@ -382,28 +383,22 @@ int launch_strided_ring(std::false_type, const BatchPointers<S>&, int, Scalar, S
 
 // The ring kernel where it applies (sm_80+, alpha ≠ 0, each matrix one range: ld = its stored rows;
 // pointer arrays always, strided batches where launch_strided_ring takes them): returns 0 or
-// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
-          bool STRIDED, typename Scalar>
-int launch_small_ring(std::true_type, const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha,
-                      Scalar beta, int batch, Conjugate conj, cudaStream_t stream)
-{
-    if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
-        return 1;
-    if (ptrs.A_array)
-        return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT, true>(ptrs, ldc, alpha,
-                                                                                               beta, batch, conj, stream);
-    return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT>(
-        std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, conj, stream);
-}
-
-// No ring for either interface: no ring kernel is instantiated at all.
-template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, int PRODUCT,
-          bool STRIDED, typename Scalar>
-int launch_small_ring(std::false_type, const BatchPointers<S>&, int, int, int, Scalar, Scalar, int, Conjugate,
-                      cudaStream_t)
-{
-    return 1;
-}
+// GEMMGEN_LAUNCH_FAILED, or 1 where it does not apply.  launch_small calls it for a tuple with a ring.
+template <> struct SmallRing<true> {
+    template <typename S, int M, int N, int K, char TA, char TB, int DIM_M, int DIM_N, int TBA, int STAGES, bool ACC16,
+              bool PAIRS, bool STRIDED, typename Scalar>
+    static int launch(const BatchPointers<S>& ptrs, int lda, int ldb, int ldc, Scalar alpha, Scalar beta, int batch,
+                      Conjugate conj, cudaStream_t stream)
+    {
+        if (device_info().cc < 80 || is_zero(alpha) || lda != (TA == 'N' ? M : K) || ldb != (TB == 'N' ? K : N))
+            return 1;
+        constexpr int PRODUCT = ACC16 ? RING_FP16_SUMS : PAIRS ? RING_PAIRED_READS : RING_FP32;
+        if (ptrs.A_array)
+            return launch_ring_kernel<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT, true>(
+                ptrs, ldc, alpha, beta, batch, conj, stream);
+        return launch_strided_ring<S, M, N, K, TA, TB, DIM_M, DIM_N, TBA, STAGES, PRODUCT>(
+            std::integral_constant<bool, STRIDED>(), ptrs, ldc, alpha, beta, batch, conj, stream);
+    }
+};
 
 }  // namespace gemmgen

@@ -3,7 +3,7 @@
 // The small family's staged kernel (§6, any device): a block stages op(A) and op(B) of its TBA GEMMs in
 // shared memory once (gemmgen_small_stage.cuh), keeps C in registers and multiplies with FMAs
 // (gemmgen_small_tile.cuh) or, with the `mma` knob, on the fp64 Tensor Cores (gemmgen_small_mma.cuh).
-// launch_small (gemmgen_small.cuh) launches it where no ring or elementwise kernel applies.
+// launch_small (gemmgen_small_launch.cuh) launches it where no ring or elementwise kernel applies.
 #pragma once
 
 #include <type_traits>

@@ -98,6 +98,13 @@ class WmmaSpec(Spec):
     family = "wmma"
 
     @property
+    def headers(self) -> tuple[str, ...]:
+        """The headers its source includes: the ring kernel's (whose launcher falls back on the register-staged
+        kernel) where it has a ring, else the register-staged kernel's; the whole-GEMM path's where it has it."""
+        return ((f"gemmgen_wmma_{'ring' if self.stages else 'general'}.cuh",)
+                + (("gemmgen_wmma_whole.cuh",) if self.whole_path else ()))
+
+    @property
     def name(self) -> str:
         return (f"wmma_{self.precision}_tc{self.tc_m}x{self.tc_n}x{self.tc_k}"
                 f"_blk{self.blk_m}x{self.blk_n}x{self.blk_k}_dim{self.dim_x}x{self.dim_y}"
@@ -266,6 +273,7 @@ class WmmaTinySpec(Spec):
     warps: int
 
     family = "wmmatiny"
+    headers = ("gemmgen_wmma_tiny.cuh",)   # what its source includes
 
     @property
     def name(self) -> str:
@@ -348,6 +356,7 @@ class WmmaWarpSpec(Spec):
     acc: str
 
     family = "wmmawarp"
+    headers = ("gemmgen_wmma_warp.cuh",)   # what its source includes
     copies_through_ring = True   # each warp its own ring
 
     @property
@@ -522,6 +531,7 @@ class WmmaBlockSpec(Spec):
     min_blocks: int = 1
 
     family = "wmmablock"
+    headers = ("gemmgen_wmma_block.cuh",)   # what its source includes (with its sm_90a wgmma path)
 
     @property
     def name(self) -> str:

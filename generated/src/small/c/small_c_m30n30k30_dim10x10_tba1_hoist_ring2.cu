@@ -8,7 +8,8 @@
 //   sm_80+, packed strided operands on 16-byte boundaries or pointer arrays to contiguous matrices: persistent
 //   blocks, a 2-stage cp.async ring (up to 28800 bytes for strided batches)
 //   gemmgen-code-paths: 80.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
+#include "gemmgen_small_ring.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

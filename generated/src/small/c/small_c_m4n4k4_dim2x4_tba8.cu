@@ -4,7 +4,7 @@
 //   single complex: C = alpha·op(A)·op(B) + beta·C with op(A) 4×4, op(B) 4×4
 //   2×4 threads per GEMM, each owning 2×1 elements of C;
 //   8 GEMM(s) per block of 64 threads, 2688 bytes of shared memory.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

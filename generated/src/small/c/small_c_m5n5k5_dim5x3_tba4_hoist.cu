@@ -5,7 +5,7 @@
 //   5×3 threads per GEMM, each owning 1×2 elements of C;
 //   4 GEMM(s) per block of 60 threads, 1664 bytes of shared memory;
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

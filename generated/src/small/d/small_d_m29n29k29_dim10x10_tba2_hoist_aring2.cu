@@ -7,7 +7,8 @@
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 2-stage cp.async ring
 //   gemmgen-code-paths: 80.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
+#include "gemmgen_small_ring.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -8,7 +8,8 @@
 //   sm_80+, pointer arrays to contiguous matrices: persistent blocks, a 3-stage cp.async ring
 //   gemmgen-code-paths: 80;
 //   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 2 warp(s) per GEMM (mma.sync.m8n8k4).
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
+#include "gemmgen_small_ring.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

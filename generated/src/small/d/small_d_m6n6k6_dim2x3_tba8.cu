@@ -4,7 +4,7 @@
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 6×6, op(B) 6×6
 //   2×3 threads per GEMM, each owning 3×2 elements of C;
 //   8 GEMM(s) per block of 48 threads, 5504 bytes of shared memory.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -4,7 +4,7 @@
 //   fp64: C = alpha·op(A)·op(B) + beta·C with op(A) 8×8, op(B) 8×8
 //   4×4 threads per GEMM, each owning 2×2 elements of C;
 //   16 GEMM(s) per block of 256 threads, 18688 bytes of shared memory.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

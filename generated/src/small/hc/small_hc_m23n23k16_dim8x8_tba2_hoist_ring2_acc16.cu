@@ -9,7 +9,8 @@
 //   blocks, a 2-stage cp.async ring (up to 11776 bytes for strided batches)
 //   gemmgen-code-paths: 80;
 //   the ring kernel accumulates in fp16 (paired FMAs); the staged kernel (sm_75, unaligned operands) in fp32.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
+#include "gemmgen_small_ring.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -4,7 +4,7 @@
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 10×10, op(B) 10×10
 //   5×5 threads per GEMM, each owning 2×2 elements of C;
 //   8 GEMM(s) per block of 200 threads, 7168 bytes of shared memory.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

@@ -4,7 +4,7 @@
 //   fp32: C = alpha·op(A)·op(B) + beta·C with op(A) 12×12, op(B) 12×12
 //   4×3 threads per GEMM, each owning 3×4 elements of C;
 //   8 GEMM(s) per block of 96 threads, 10112 bytes of shared memory.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.

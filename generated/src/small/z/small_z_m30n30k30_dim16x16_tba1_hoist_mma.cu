@@ -7,7 +7,7 @@
 //   packed operands: all of a thread's 16-byte loads issued before the first shared-memory store;
 //   sm_80+: the staged kernel multiplies on the fp64 Tensor Cores, 8 warp(s) per GEMM (mma.sync.m8n8k4)
 //   gemmgen-code-paths: 80.
-#include "gemmgen_small.cuh"
+#include "gemmgen_small_launch.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
 // translation unit (CMake's UNITY_BUILD, the harness's grouped builds) without clashing names.
