@@ -27,6 +27,8 @@ def fake(monkeypatch, tmp_path):
     """Fakes without shared state (a worker process gets its own copy of each): every variant's result
     follows from its name; 5 ms a variant."""
     def time_chunk(todo, selection, arch, base, results_path, build_dir, megabytes, jobs, arrays, stop):
+        on_worker = results_path.name == "rows.jsonl"   # (run_piece's file)
+        assert build_dir.is_absolute() or not on_worker, build_dir   # the folder as every worker sees it
         done = 0
         for spec in todo:
             if stop():
@@ -129,6 +131,24 @@ def test_a_piece_that_fails_keeps_the_pieces_before_it_and_a_run_again_resumes(f
     again = _tune("--scheduler", cluster.scheduler_address)
     assert again.exit_code == 0, again.output
     assert sorted(_rows(fake / "gemmgen-tuning")) == sorted(rows)
+
+
+def test_a_stage_that_cannot_be_split_runs_whole_on_one_worker(fake, cluster, monkeypatch):
+    ran = []
+
+    def sweep(self, stage, ctx):   # (the tall-skinny sweep: its cut-off follows from its sweep's best)
+        from distributed import get_worker
+
+        ran.append((get_worker().address, ctx.results_dir, type(ctx.stop).__name__))
+        append_result(ctx.results("tallskinny"), {"name": "ts", "device": self.device, "status": "ok"})
+        return tune_run.Outcome(True)
+
+    monkeypatch.setattr(tune_run.GpuRunner, "tallskinny_sweep", sweep)
+    result = CliRunner().invoke(main, ["tune", "--families", "tallskinny", "--precisions", "d",
+                                       "--scheduler", cluster.scheduler_address])
+    assert result.exit_code == 0, result.output
+    assert ran == [(ran[0][0], fake / "gemmgen-tuning", "Deadline")]   # a worker's, the folder's full path
+    assert "tallskinny sweep" in result.output and "1 tried" in result.output
 
 
 def test_gpus_starts_a_worker_process_per_gpu(fake, monkeypatch):

@@ -219,13 +219,15 @@ class Workers(tune_run.GpuRunner):
 
     def run(self, stage: tune_plan.Stage, ctx: tune_run.Context) -> tune_run.Outcome:
         place = tune_plan.where(stage)
+        # the folder (and the build folder in it) as the workers see it: by its full path, as their
+        # working folder is not this one's
+        shared = ctx.results_dir.resolve()
         if place == "split":
-            return super().run(stage, replace(ctx, spread=functools.partial(self.spread, deadline=ctx.deadline())))
+            return super().run(stage, replace(ctx, results_dir=shared,
+                                              spread=functools.partial(self.spread, deadline=ctx.deadline())))
         if place == "one GPU":
-            # a runner of the cluster's GPU without the client, and the folder as the workers see it
-            here = tune_run.GpuRunner(found=(self.arch, self.device))
-            there = replace(ctx, results_dir=ctx.results_dir.resolve(), stop=Deadline(ctx.deadline()),
-                            spread=in_turn)
+            here = tune_run.GpuRunner(found=(self.arch, self.device))   # (this runner holds the client)
+            there = replace(ctx, results_dir=shared, stop=Deadline(ctx.deadline()), spread=in_turn)
             return self._account(self.client.submit(run_whole, here, stage, there, pure=False).result())["outcome"]
         return super().run(stage, ctx)   # nvcc or the CPU: on this machine
 
