@@ -237,12 +237,18 @@ DEFAULT_RESULTS = Path("gemmgen-tuning")
               help="Stop between units of work once this much time is spent (e.g. 2h, 30m, 90s); the same "
                    "command again goes on.  Default: run to the end.")
 @click.option("--jobs", "-j", type=int, default=0, help="Parallel compiler processes (default: all cores).")
+@click.option("--gpus", default="1", show_default=True,
+              help="The GPUs of this host to tune on at once: all, a number (the first N) or indices (0,2); "
+                   "more than one needs `pip install gemmgen[tune]` (Dask distributed).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Tune on the workers (a GPU each) of a running Dask cluster; they must see --results "
+                   "at the same path (docs/tuning.md).")
 @click.pass_context
-def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
+def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs, gpus, scheduler):
     """Tune the GPU present (and this CPU) in one run: every stage of `tune --plan`, in order, into
     --results, resumable.  Each subcommand runs one stage, into ./gemmgen-tuning (its --results) and the
     packaged tables."""
-    names = ("families", "precisions", "sizes", "arch", "results", "budget", "jobs")
+    names = ("families", "precisions", "sizes", "arch", "results", "budget", "jobs", "gpus", "scheduler")
     given = [f"--{name}" for name in names
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     if ctx.invoked_subcommand is not None:
@@ -258,7 +264,7 @@ def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
         raise click.ClickException(f"--families must be a subset of {','.join(tune_plan.FAMILIES)}, "
                                    f"not {families!r}")
     if plan:
-        run_only = [g for g in given if g in ("--results", "--budget", "--jobs")]
+        run_only = [g for g in given if g in ("--results", "--budget", "--jobs", "--gpus", "--scheduler")]
         if run_only:
             raise click.UsageError(f"{', '.join(run_only)}: not with --plan (the plan runs nothing)")
         selection = _selection(arch, precisions, sizes, "", max_size=MAX_SIZE)
@@ -269,7 +275,7 @@ def tune(ctx, plan, families, precisions, sizes, arch, results, budget, jobs):
         return
     if "--arch" in given:
         raise click.UsageError("--arch: only with --plan (a run tunes the GPU present)")
-    _tune_run(ctx, fams, families, precisions, sizes, results, budget, jobs)
+    _tune_run(ctx, fams, families, precisions, sizes, results, budget, jobs, gpus, scheduler)
 
 
 def _tune_stages(selection: Selection, fams, families: str, precisions: str, sizes: str) -> list:
@@ -282,9 +288,10 @@ def _tune_stages(selection: Selection, fams, families: str, precisions: str, siz
 
 
 def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Path, budget: str | None,
-              jobs: int) -> None:
+              jobs: int, gpus: str, scheduler: str | None) -> None:
     """`gemmgen tune` without --plan (harness.tune_run).  Nothing is written before the input is checked:
-    the budget, the results folder, the selection, the GPU."""
+    the budget, the results folder, the selection, the GPUs (or the cluster)."""
+    import contextlib
     import shlex
 
     from gemmgen.harness import tune_plan
@@ -299,16 +306,20 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     _selection("sm_90", precisions, sizes, "", max_size=MAX_SIZE)   # a bad --precisions or --sizes: said now
+    need_gpu = any(f in tune_plan.GPU_FAMILIES for f in fams)
+    cluster = contextlib.ExitStack()
     try:
-        runner = tune_run.make_runner(any(f in tune_plan.GPU_FAMILIES for f in fams))
+        runner = _tune_workers(cluster, gpus, scheduler, ctx) if need_gpu else None
+        runner = runner or tune_run.make_runner(need_gpu)
     except tune_run.NoGpu:
         raise click.ClickException("no CUDA GPU found; `gemmgen tune --plan` works without one") from None
     # The command that goes on where this one stops: the options given, and the results folder.
     command = " ".join(["gemmgen tune"] + [f"--{name} {shlex.quote(str(value))}" for name, value in (
-        ("families", families), ("precisions", precisions), ("sizes", sizes), ("jobs", jobs))
+        ("families", families), ("precisions", precisions), ("sizes", sizes), ("jobs", jobs), ("gpus", gpus),
+        ("scheduler", scheduler))
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         + [f"--results {shlex.quote(str(results))}"])
-    with tables_from(results, runner.device):
+    with cluster, tables_from(results, runner.device):
         stages = _tune_stages(_selection(runner.arch, precisions, sizes, "", max_size=MAX_SIZE), fams,
                               families, precisions, sizes)
         try:
@@ -316,9 +327,36 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
         except OSError as err:
             raise click.ClickException(f"--results {results} is not writable ({err.strerror or err})") from None
         clock = tune_run.Budget(seconds)
-        status = tune_run.run(runner, stages, tune_run.Context(results, jobs, clock.spent, command), clock,
+        status = tune_run.run(runner, stages, tune_run.Context(results, jobs, clock.spent, command,
+                                                               deadline=clock.deadline), clock,
                               command + (f" --budget {shlex.quote(budget)}" if budget is not None else ""))
     sys.exit(status)
+
+
+def _tune_workers(cluster, gpus: str, scheduler: str | None, ctx):
+    """The runner of `--gpus` (more than one) or `--scheduler` (harness.distributed), its cluster and
+    client closed with `cluster` (an ExitStack); None for one GPU, today's run without Dask."""
+    from gemmgen.harness import distributed
+
+    if scheduler is not None:
+        if ctx.get_parameter_source("gpus") is not click.core.ParameterSource.DEFAULT:
+            raise click.ClickException("--gpus or --scheduler, not both (a cluster's GPUs are its workers)")
+        return distributed.Workers(cluster.enter_context(distributed.connect(scheduler)))
+    if ctx.get_parameter_source("gpus") is click.core.ParameterSource.DEFAULT:
+        return None
+    count = distributed.gpu_count()
+    if not count:
+        from gemmgen.harness.tune_run import NoGpu
+
+        raise NoGpu
+    try:
+        ids = distributed.parse_gpus(gpus, count)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    if ids == [0]:
+        return None
+    local = cluster.enter_context(distributed.start_local(ids))
+    return distributed.Workers(cluster.enter_context(distributed.connect(None, local)))
 
 
 @tune.command("small")

@@ -150,3 +150,27 @@ def test_ptxas_reports_of_arch_specific_code_count():
     resources = parse_ptxas_report("unit.cu", report)
     assert [(r.function, r.arch, r.registers) for r in resources] == [("_Z1fv", "sm_90a", 168), ("_Z1gv", "sm_90", 32)]
     assert resources[0].uses_local_memory and not resources[1].uses_local_memory
+
+
+def test_two_writers_of_one_build_folder_share_its_objects(tmp_path):
+    """Workers of `gemmgen tune --gpus` share one build folder: two compiles of one source at once both
+    succeed, leave one whole object and no partial file, and a third finds it cached."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gemmgen.harness.core.build import compile_object, write_if_changed
+    from gemmgen.harness.core.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    source = tmp_path / "k.cu"
+    write_if_changed(source, "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    obj = tmp_path / "build" / "k.o"
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda _: compile_object(nvcc, source, obj, [], ("sm_75",)), range(2)))
+    assert all("Compiling entry function" in r for r in reports)
+    assert sorted(p.name for p in obj.parent.iterdir()) == ["k.o", "k.ptxas.txt", "k.sha256"]
+    stamp = obj.with_suffix(".sha256").stat().st_mtime_ns
+    assert compile_object(nvcc, source, obj, [], ("sm_75",)) in reports   # (the last writer's report)
+    assert obj.with_suffix(".sha256").stat().st_mtime_ns == stamp   # cached: nothing written
+    before = source.stat().st_mtime_ns
+    write_if_changed(source, source.read_text())
+    assert source.stat().st_mtime_ns == before

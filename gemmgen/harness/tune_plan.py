@@ -213,6 +213,29 @@ def plan(selection: Selection, families=FAMILIES, arch: str = "sm_90") -> list[S
     return stages
 
 
+# Where each stage runs on several GPUs (`gemmgen tune --gpus`, harness.distributed).  The small
+# family's sweeps are cut into pieces of whole shapes, each compiled and timed on one GPU; the other
+# GPU stages decide what to time next from what they timed (wmma's stage 2 takes stage 1's best, its
+# final stage the sweep's contenders, tall-skinny's cut-off the sweep's best), so each runs whole on
+# one GPU; the tables are nvcc's work alone, and the CPU is timed one timing at a time.
+WHERE = {
+    "split": "split over the GPUs (--gpus): pieces of whole shapes, one a GPU at a time; then the table "
+             "on this machine (nvcc)",
+    "one GPU": "one GPU, whole (what it times next follows from what it timed)",
+    "nvcc": "this machine (nvcc, no GPU)",
+    "cpu": "this machine's CPU, one timing at a time",
+}
+
+
+def where(stage: Stage) -> str:
+    """Which of WHERE runs `stage` on several GPUs."""
+    if stage.family == "small" and stage.name != "table":
+        return "split"
+    if stage.family == "cpu":
+        return "cpu"
+    return "nvcc" if stage.name == "table" else "one GPU"
+
+
 def _count(stage: Stage) -> str:
     if stage.variants is None:
         return f"unknown until {stage.depends_on} ran"
@@ -249,6 +272,7 @@ def render(stages: list[Stage], arch: str) -> list[str]:
                                                     if s.command == previous else ""))
         lines.append(f"    variants: {_count(s)}")
         lines.append(f"    writes:   {s.writes}")
+        lines.append(f"    gpus:     {WHERE[where(s)]}")
         if s.note:
             lines.append(f"    what:     {s.note}")
         previous = s.command

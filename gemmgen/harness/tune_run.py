@@ -30,7 +30,7 @@ from typing import Callable, Protocol
 import click
 
 from gemmgen.harness import tune_plan
-from gemmgen.harness.core.results import Stopped
+from gemmgen.harness.core.results import Stopped, in_turn
 from gemmgen.harness.tune_plan import Stage
 
 STATE = "state.json"
@@ -77,6 +77,11 @@ class Budget:
     def spent(self) -> bool:
         return self.seconds is not None and now() - self.start >= self.seconds
 
+    def deadline(self) -> float | None:
+        """When it is spent, by the wall clock (time.time()), for workers in other processes and
+        hosts, which do not share this process's clock (None: never)."""
+        return None if self.seconds is None else time.time() + self.seconds - (now() - self.start)
+
 
 def check_results_path(path: Path) -> None:
     """Refuse a results folder inside the installed package (its tables are the packaged defaults,
@@ -102,6 +107,11 @@ class Context:
     jobs: int
     stop: Callable[[], bool]
     command: str          # the run's command, recorded in the tables it writes
+    # what runs the pieces of a sweep that can be split (results.in_turn: one after the other, here;
+    # harness.distributed: at once, one a GPU)
+    spread: Callable[..., int] = in_turn
+    # the budget's deadline by the wall clock, for workers in other processes (Budget.deadline)
+    deadline: Callable[[], float | None] = lambda: None
 
     def results(self, family: str) -> Path:
         return self.results_dir / tune_plan.RESULTS[family]
@@ -122,6 +132,8 @@ class Runner(Protocol):
 
     def run(self, stage: Stage, ctx: Context) -> Outcome: ...
 
+    def report(self, wall: float) -> list[str]: ...
+
 
 def make_runner(need_gpu: bool) -> "GpuRunner":
     from gemmgen.harness.core.toolchain import gpu_available
@@ -133,10 +145,14 @@ def make_runner(need_gpu: bool) -> "GpuRunner":
 
 class GpuRunner:
     """The stages on the GPU present, through the tuners' functions (what the subcommands run), each
-    with the budget's stop(), resuming from the results folder."""
+    with the budget's stop(), resuming from the results folder.  `found`: the (arch, device) of GPUs
+    found elsewhere (harness.distributed's workers), for a runner that runs stages needing no GPU here
+    or is sent to run one on a worker."""
 
-    def __init__(self, need_gpu: bool = True):
-        if need_gpu:
+    def __init__(self, need_gpu: bool = True, found: tuple[str, str | None] | None = None):
+        if found:
+            self.arch, self.device = found
+        elif need_gpu:
             from gemmgen.harness.check import device_arch
 
             self.arch, self.device = device_arch()
@@ -146,12 +162,16 @@ class GpuRunner:
     def run(self, stage: Stage, ctx: Context) -> Outcome:
         return getattr(self, IMPLEMENTATIONS[stage.key])(stage, ctx)
 
+    def report(self, wall: float) -> list[str]:
+        """Lines for the end of the summary (one GPU: the stages' times say it all)."""
+        return []
+
     def small_sweep(self, stage: Stage, ctx: Context, arrays: bool = False) -> Outcome:
         from gemmgen.harness.small import tune as tune_small
 
         left = tune_small.measure_sweep(stage.selection, self.arch, self.device, ctx.results("small"),
                                         ctx.build("small"), tune_small.MEGABYTES, ctx.jobs, arrays=arrays,
-                                        resume=True, stop=ctx.stop, chunk=CHUNK)
+                                        resume=True, stop=ctx.stop, chunk=CHUNK, spread=ctx.spread)
         return Outcome(False, left) if left else self.small_table(stage, ctx)
 
     def small_arrays(self, stage: Stage, ctx: Context) -> Outcome:
@@ -359,6 +379,7 @@ def run(runner: Runner, stages: list[Stage], ctx: Context, budget: Budget, comma
     (BUDGET_STOPPED, with what is left and the command that goes on); then the summary."""
     state = State(ctx.results_dir, runner.device, runner.arch)
     state.save()
+    began = now()
     echo(f"# tuning {runner.device or 'no GPU'} ({runner.arch}) in {ctx.results_dir}: {len(stages)} stages")
     stopped_in, outcome = None, None
     for i, stage in enumerate(stages, 1):
@@ -400,7 +421,7 @@ def run(runner: Runner, stages: list[Stage], ctx: Context, budget: Budget, comma
         echo(f"budget spent: stopped in {stopped_in.key}; state in {state.path}")
         echo("left: " + "; ".join(_left(stages, state, ctx, stopped_in, outcome)))
         echo(f"to go on: {command}")
-    for line in summary(stages, state, ctx):
+    for line in summary(stages, state, ctx) + runner.report(now() - began):
         echo(line)
     return BUDGET_STOPPED if stopped_in is not None else 0
 

@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Callable, Iterable
 
 from gemmgen.generator.arch import ARCHS, code_path_tokens
 
+from gemmgen.harness.core import busy
 from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
 from gemmgen.harness.core.unity import largest_first, unity_units
 
@@ -164,15 +166,39 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
     if obj.exists() and stamp.exists() and stamp.read_text() == key and report.exists():
         return report.read_text()
     obj.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [str(nvcc), *flags, "-c", str(source), "-o", str(obj)]
+    # nvcc writes to a name of this process's own and the object, report and stamp are renamed into
+    # place, the stamp last: workers of `gemmgen tune --gpus` share one build folder, and a reader
+    # never sees half an object, nor a stamp whose object is not yet there.
+    partial = obj.with_name(f".{obj.stem}.{os.getpid()}.{threading.get_ident()}{obj.suffix}")
+    cmd = [str(nvcc), *flags, "-c", str(source), "-o", str(partial)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=nvcc_environment(nvcc))
     if proc.returncode != 0:
+        partial.unlink(missing_ok=True)
         raise BuildError(f"nvcc failed on {source}:\n{proc.stderr[-4000:]}")
-    report.write_text(proc.stderr)
-    stamp.write_text(key)
+    partial.replace(obj)
+    write_atomically(report, proc.stderr)
+    write_atomically(stamp, key)
     return proc.stderr
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write `path` through a name of this process and thread, then rename it into place: a reader
+    (another worker's nvcc, its cache check) sees the old text or the new, never a part."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """A source or header of a build, written (atomically) only where its text changed, so that an
+    unchanged file keeps its object cached and a worker compiling beside this one never reads it
+    half written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        write_atomically(path, text)
+
+
+@busy.counted("compiling")
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,

@@ -18,6 +18,20 @@ class Stopped(Exception):
     far are in its file, and a run again goes on from there."""
 
 
+def in_turn(pieces: Iterable[list], work: Callable[..., int], results: Path, jobs: int,
+            stop: Callable[[], bool]) -> int:
+    """Run the pieces of a sweep one after the other on this machine: `work(piece, results_path=,
+    jobs=, stop=)` compiles and times one piece, appending its rows to `results`, and returns the
+    variants it did.  stop() is asked before each piece.  Returns the variants done.
+    (harness.distributed.Workers.spread runs the same pieces on several GPUs at once.)"""
+    done = 0
+    for piece in pieces:
+        if stop():
+            break
+        done += work(piece, results_path=results, jobs=jobs, stop=stop)
+    return done
+
+
 def open_results(path: Path, mode: str = "r") -> TextIO:
     """A results file opened as text ("r" or "a"), through gzip where its name ends in .gz."""
     if path.suffix == ".gz":

@@ -7,6 +7,7 @@ refused by the spec, did not compile, used local memory, gave a wrong answer, fa
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 from collections import defaultdict
 from dataclasses import replace
@@ -24,8 +25,9 @@ from gemmgen.generator.tuning import load_table, save_table, writable_table
 
 from gemmgen.harness.core import reference as ref
 from gemmgen.harness.core.api import variant_function
-from gemmgen.harness.core.build import build_library
-from gemmgen.harness.core.results import append_result, load_results, standing_refusals
+from gemmgen.harness.core import busy
+from gemmgen.harness.core.build import build_library, write_if_changed
+from gemmgen.harness.core.results import append_result, in_turn, load_results, standing_refusals
 from gemmgen.harness.check import device_arch
 from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
 from gemmgen.harness.core.toolchain import gpu_available
@@ -118,25 +120,21 @@ def _chunks(specs: list[small.SmallSpec], size: int) -> list[list[small.SmallSpe
 
 def measure_sweep(selection: Selection, arch: str, device: str, results_path: Path, build_dir: Path,
                   megabytes: int, jobs: int, around_table: bool = False, arrays: bool = False,
-                  resume: bool = True, stop=None, chunk: int = 0, time_chunk=None) -> int:
+                  resume: bool = True, stop=None, chunk: int = 0, time_chunk=None, spread=in_turn) -> int:
     """Compile and time the sweep's candidates (sweep()), appending every result to results_path;
     resume: leave out those measured_names finds done.  `stop()` (a budget) is asked between
     variants: once it says so, the rest waits for another run.  Returns the variants left untimed.
     chunk: compile and time about this many variants at a time (0: all at once); time_chunk: what
-    compiles and times one piece (_time_chunk; tests give a fake)."""
+    compiles and times one piece (_time_chunk; tests give a fake); spread: what runs the pieces
+    (results.in_turn, or harness.distributed's workers, one piece a GPU)."""
     candidates = sweep(selection, arch, around_table, arrays)
     done = measured_names(load_results(results_path), device, arrays) if resume else set()
     todo = [s for s in candidates if s.name not in done]
     click.echo(f"{device} ({arch}): {len(candidates)} candidates, {len(todo)} not yet measured")
-    stop = stop or (lambda: False)
-    time_chunk = time_chunk or _time_chunk
     base = {"arch": arch, "device": device, **({"sweep": "arrays"} if arrays else {})}
-    left = len(todo)
-    for piece in _chunks(todo, chunk):
-        if stop():
-            break
-        left -= time_chunk(piece, selection, arch, base, results_path, build_dir, megabytes, jobs, arrays, stop)
-    return left
+    work = functools.partial(time_chunk or _time_chunk, selection=selection, arch=arch, base=base,
+                             build_dir=build_dir, megabytes=megabytes, arrays=arrays)
+    return len(todo) - spread(_chunks(todo, chunk), work, results_path, jobs, stop or (lambda: False))
 
 
 def _time_chunk(todo: list[small.SmallSpec], selection: Selection, arch: str, base: dict, results_path: Path,
@@ -146,15 +144,11 @@ def _time_chunk(todo: list[small.SmallSpec], selection: Selection, arch: str, ba
     command = "gemmgen tune small"
     root = build_dir / arch
     for rel, text in support_files(command, (arch,), selection.precisions).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+        write_if_changed(root / rel, text)   # (the headers every piece includes, shared by the workers)
     sources = []
     for spec in todo:
         path = root / kernel_source_path(spec)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = kernel_source(spec, command, trans_pairs=(('N', 'N'),))
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
+        write_if_changed(path, kernel_source(spec, command, trans_pairs=(('N', 'N'),)))
         sources.append(path)
     # One library per set of variants: a process that times several pieces (gemmgen tune) must not get
     # an earlier piece's library back from dlopen, which hands out a loaded library by its path.
@@ -163,12 +157,18 @@ def _time_chunk(todo: list[small.SmallSpec], selection: Selection, arch: str, ba
         built = build_library(root, root / "build", (arch,), jobs or None, sources=sources,
                               tolerate_failures=True, library_name=f"libtune_{tag}.so",
                               progress=lambda d, t: bar.update(d - bar.pos))
-    done = 0
     for rel, message in built.failures.items():
         spec = small.SmallSpec.parse(Path(rel).stem)
         append_result(results_path, {**base, **_interface(spec, arrays), **_spec_fields(spec),
                                      "status": "compile-failed", "reason": message[-500:]})
-        done += 1
+    with busy.on_gpu():   # (a worker of a distributed run compiles its next piece meanwhile)
+        return len(built.failures) + _time_built(todo, built, arch, base, results_path, megabytes, arrays, stop)
+
+
+def _time_built(todo: list[small.SmallSpec], built, arch: str, base: dict, results_path: Path, megabytes: int,
+                arrays: bool, stop) -> int:
+    """_time_chunk's timings of the variants `built` holds; returns the variants done."""
+    done = 0
     local = {Path(r.source).stem for r in built.local_memory_kernels}
     lib = ctypes.CDLL(str(built.library)) if built.library else None
     bandwidth = copy_bandwidth()
@@ -246,15 +246,11 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
                    if shapes is None or key in shapes}
         root = build_dir / "verify"
         for rel, text in support_files("gemmgen tune small (verify)", archs, ()).items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
+            write_if_changed(root / rel, text)
         sources = []
         for _, spec in winners.values():
             path = root / kernel_source_path(spec)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            text = kernel_source(spec, "gemmgen tune small (verify)")
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
+            write_if_changed(path, kernel_source(spec, "gemmgen tune small (verify)"))
             sources.append(path)
         built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False)
         spilling = {}
