@@ -172,6 +172,49 @@ def test_plan_is_deterministic_and_small_sources_unchanged():
             assert a[rel].split("\n", 1)[1] == text.split("\n", 1)[1]
 
 
+def test_h_tensor_core_route_is_emitted_where_it_can_run():
+    from gemmgen.generator.emit import plan
+
+    sel = Selection.parse("sm_75,sm_90", "h", "40", "", "4,40")
+    m = build_manifest(sel)
+    (route,) = m.tallskinny_routes
+    assert route.kernel.name == tallskinny.TENSOR_CORE_KERNELS["h"]
+    assert (route.min_m, route.max_n, route.cc) == (tallskinny.TENSOR_CORE_MIN_M, route.kernel.blk_n, 80)
+    assert route.kernel in m.wmma_kernels                      # built with the wmma family
+    files = plan(m)
+    dispatch = files["src/gemmgen_tallskinny_dispatch.cu"]
+    assert f"{route.kernel.name}_strided, {route.min_m}LL, {route.max_n}, 80}}" in dispatch
+    assert "#if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY && GEMMGEN_WITH_WMMA" in dispatch
+    assert f"src/wmmablock/h/{route.kernel.name}.cu" in files
+    assert files["manifest.json"].count(route.kernel.name) >= 2   # a wmma kernel and the route
+    # no h tall-skinny kernels, or no architecture with cp.async: no route, and s and d never have one
+    assert build_manifest(Selection.parse("sm_90", "h", "40", "", "")).tallskinny_routes == ()
+    assert build_manifest(Selection.parse("sm_75", "h", "40", "", "4")).tallskinny_routes == ()
+    assert build_manifest(Selection.parse("sm_90", "s,d", "4", "", "4")).tallskinny_routes == ()
+
+
+def test_route_cases_reach_the_route_and_its_fallback():
+    import json
+
+    from gemmgen.generator.emit import plan
+    from gemmgen.harness.tallskinny import check
+
+    manifest = json.loads(plan(build_manifest(Selection.parse("sm_90", "h,s", "4", "", "3,40,70")))["manifest.json"])
+    (route,) = manifest["tallskinny"]["tensor_core"]
+    entries = check.entries_from_manifest(manifest)
+    cases = list(check.tensor_core_route_cases(entries, [route], np.random.default_rng(3)))
+    assert {(c.precision, c.n) for c in cases} == {("h", 3), ("h", 40)}   # s has no route, 70 > 64 columns
+    max_k = {e.n: e.ism2_max_k for e in entries if e.precision == "h"}
+    for c in cases:
+        assert c.m >= route["min_m"] and c.k > max_k[c.n]          # TSM2's region, tall enough
+        assert c.m % 8 == 0 and c.k % 8 == 0 and c.pad % 8 == 0    # lda, ldc on 16-byte chunks
+    assert {(c.transa, c.transb) for c in cases} == {("N", "N"), ("N", "T"), ("T", "N"), ("T", "T")}
+    assert any(c.offset for c in cases) and any(c.kind == "beta0-nan" for c in cases)
+    in_check = [c for c in check.manifest_cases(manifest, np.random.default_rng(0), quick=True)
+                if c.kind.startswith("tensor-core route")]
+    assert len(in_check) == sum(c.kind.startswith("tensor-core route") for c in cases)   # gemmgen check runs them
+
+
 # ---- compile (cheap: one precision, two n) ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ts_build(tmp_path_factory):

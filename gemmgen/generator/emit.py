@@ -69,11 +69,12 @@ BUILD_FAMILIES = BUILD_GROUPS
 SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES)
 
 
-def tallskinny_dispatch_source(entries, kernels, common: dict) -> str:
-    """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels."""
+def tallskinny_dispatch_source(entries, kernels, common: dict, routes=()) -> str:
+    """src/gemmgen_tallskinny_dispatch.cu: the tall-skinny C API over these dispatch entries and kernels, and
+    the Tensor Core routes (tallskinny.TensorCoreRoute) of the precisions that have one."""
     return render("tallskinny/tallskinny_dispatch.cu.j2", precisions=[PRECISIONS[k] for k in PRECISION_ORDER],
                   entries=entries, kernels=kernels, max_cuts=tallskinny.MAX_TCF_CUTS, cut_m=lambda e: _cuts(e, 0),
-                  cut_tcf=lambda e: _cuts(e, 1), **common)
+                  cut_tcf=lambda e: _cuts(e, 1), routes={r.precision: r for r in routes}, **common)
 
 
 def build_groups(paths: list[str]) -> list[tuple[str, str, list[str]]]:
@@ -167,7 +168,8 @@ def plan(manifest: Manifest) -> dict[str, str]:
         files[kernel_source_path(spec)] = kernel_source(spec, command)
     wmma_kernels = manifest.wmma_kernels
     ts_kernels = manifest.tallskinny_kernels
-    files[TALLSKINNY_DISPATCH_SOURCE] = tallskinny_dispatch_source(manifest.tallskinny, ts_kernels, common)
+    files[TALLSKINNY_DISPATCH_SOURCE] = tallskinny_dispatch_source(manifest.tallskinny, ts_kernels, common,
+                                                                    manifest.tallskinny_routes)
     entries = {p.key: [e for e in manifest.dispatch if e.precision == p.key] for p in precisions}
     ranges = {p.key: [r for r in manifest.wmma_ranges if r.precision == p.key] for p in precisions}
     wgmma_hc = has_wgmma_hc(manifest)

@@ -139,10 +139,12 @@ class Manifest:
     tallskinny: tuple[tallskinny.TallSkinnyEntry, ...] = ()
     cpu_kernels: tuple[cpu.CpuSpec, ...] = ()   # one per CPU precision, shape and ISA
     wmma_ranges: tuple[wmma.WmmaRange, ...] = ()   # the general Tensor Core kernel, any shape (h, hc)
+    tallskinny_routes: tuple[tallskinny.TensorCoreRoute, ...] = ()   # h tall-skinny GEMMs on Tensor Cores
 
     @property
     def wmma_kernels(self) -> tuple[wmma.WmmaSpec, ...]:
-        return tuple(sorted({r.kernel for r in self.wmma_ranges}, key=lambda s: s.name))
+        return tuple(sorted({r.kernel for r in self.wmma_ranges} | {r.kernel for r in self.tallskinny_routes},
+                            key=lambda s: s.name))
 
     @property
     def tallskinny_kernels(self) -> tuple:
@@ -211,6 +213,7 @@ class Manifest:
                 "n": list(self.selection.tallskinny_ns),
                 "kernels": listing(self.tallskinny_kernels),
                 "dispatch": [e.to_json() for e in self.tallskinny],
+                "tensor_core": [r.to_json() for r in self.tallskinny_routes],
             },
             "cpu_isas": list(self.selection.cpu_isas),
             "cpu_kernels": [
@@ -304,6 +307,7 @@ def _build_manifest(selection: Selection) -> Manifest:
     # borrowed kernel copies synchronously).
     ts_entries = tallskinny.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
                                     lambda arch: {"tallskinny": _tuned_section(arch, "tallskinny")[1]}, notes)
+    routes = _tallskinny_routes(selection, ts_entries)
     cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.small_shapes, selection.cpu_isas)
     ranges: list[wmma.WmmaRange] = []
     for precision in (p for p in selection.precisions if p in wmma.PRECISIONS_WMMA):
@@ -317,9 +321,26 @@ def _build_manifest(selection: Selection) -> Manifest:
                 ranges += mine
                 previous = key
     return Manifest(selection, tuple(sorted(entries, key=_entry_key)), notes + cpu_notes,
-                    tallskinny=ts_entries, cpu_kernels=tuple(cpu_kernels),
+                    tallskinny=ts_entries, tallskinny_routes=routes, cpu_kernels=tuple(cpu_kernels),
                     wmma_ranges=tuple(sorted(ranges, key=lambda r: (PRECISION_ORDER.index(r.precision),
                                                                      r.kind, r.lo, r.cc))))
+
+
+def _tallskinny_routes(selection: Selection, ts_entries) -> tuple[tallskinny.TensorCoreRoute, ...]:
+    """The Tensor Core route of each tall-skinny precision that has one (tallskinny.TENSOR_CORE_KERNELS), where
+    the set has that precision's tall-skinny kernels and an architecture with cp.async: its kernel joins the
+    wmma family's sources."""
+    routes = []
+    for precision, name in sorted(tallskinny.TENSOR_CORE_KERNELS.items()):
+        archs = [a for a in selection.archs if ARCHS[a].cc >= CP_ASYNC_MIN_CC]
+        if not archs or not any(e.precision == precision for e in ts_entries):
+            continue
+        kernel = wmma.parse_name(name)
+        for arch in archs:
+            kernel.validate(arch)
+        routes.append(tallskinny.TensorCoreRoute(precision, kernel, tallskinny.TENSOR_CORE_MIN_M, kernel.blk_n,
+                                                 CP_ASYNC_MIN_CC))
+    return tuple(routes)
 
 
 def _shape_choice(rows, m: int, n: int, k: int, arch: str, notes: list) -> dict | None:

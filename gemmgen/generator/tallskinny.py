@@ -479,6 +479,31 @@ class TallSkinnyEntry:
                 "tcf": [list(t) for t in self.tcf], "source": self.source}
 
 
+# ---- the Tensor Core route of the h entry point ---------------------------------------------------------
+# TSM2 multiplies on CUDA cores, which caps fp16 at n ≥ 8 well below the bandwidth (0.13-0.36 of the copy
+# floor at m = k = 20000 on the H100), while the Tensor Core block kernel below streams the same A at
+# 0.67-0.70 of it for every n 1-32 (docs/experiments/tallskinny_tensor_core/README.md).  So where A is
+# tall (m ≥ TENSOR_CORE_MIN_M rows: at least two 64-row blocks per SM of a large GPU), n fits one block
+# column (A is read once), TSM2's region (k past ISM2's cut-off), every operand on 16-byte chunks (the
+# kernel's fast copies; elsewhere it runs at a few percent of the floor) and cp.async exists (sm_80), the
+# entry point runs this kernel on one GEMM.  Its f32 accumulation matches TSM2's for h.
+TENSOR_CORE_KERNELS = {"h": "wmmablock_h_blk64x64x64_w2x2_s3_f32_b1"}
+TENSOR_CORE_MIN_M = 16384
+
+
+@dataclass(frozen=True)
+class TensorCoreRoute:
+    precision: str
+    kernel: object        # the wmma block spec (generator.wmma), built and launched through its strided launcher
+    min_m: int
+    max_n: int            # its block's columns
+    cc: int
+
+    def to_json(self) -> dict:
+        return {"precision": self.precision, "kernel": self.kernel.name, "min_m": self.min_m,
+                "max_n": self.max_n, "from_cc": self.cc}
+
+
 DEFAULT_ISM2_MAX_K = 32
 MAX_TCF_CUTS = 4
 

@@ -81,7 +81,8 @@ GEMMGEN_API const char* gemmgen_selected_kernel_strided(const char* precision, i
                                                        long long strideC);
 /* 1 if the tall-and-skinny families cover precision and n (any m, k). */
 GEMMGEN_API int gemmgen_tallskinny_is_generated(const char* precision, int n);
-/* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL. */
+/* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL (for packed
+   operands, lda = m and ldb = k, on 16-byte boundaries: the h route to Tensor Cores needs them). */
 GEMMGEN_API const char* gemmgen_tallskinny_selected_kernel(const char* precision, int m, int n, int k);
 
 /* h: fp16 storage; alpha·op(A)·op(B) + beta·C formed in fp32.  The sums of

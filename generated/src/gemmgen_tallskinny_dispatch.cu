@@ -2,7 +2,8 @@
 //
 // gemmgen_?gemm_tallskinny: argument checks (BLAS numbering), the quick returns of the contract,
 // and the choice between TSM2 and ISM2 (optimization 1 or 2) by m, k and n from the cut-offs of the
-// architecture's tuning table (or the performance model's choice where nothing was tuned).
+// architecture's tuning table (or the performance model's choice where nothing was tuned).  In h, a
+// tall A on 16-byte chunks goes to a Tensor Core block kernel instead of TSM2 (the route below).
 // The k-groups of TSM2 and ISM2's tcf are chosen at launch (tcf from the tuned m cut-offs when
 // there are some).
 //
@@ -469,6 +470,10 @@ extern "C" int tsm2_d_n8_t64x8x4_r4_s4(char, char, int, int, double, const doubl
 extern "C" int tsm2_d_n9_t64x9x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 #endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY && GEMMGEN_WITH_WMMA
+extern "C" int wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided(char, char, int, int, int, float, const __half*, int,
+    long long, const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
+#endif
 
 namespace {
 
@@ -490,6 +495,28 @@ struct TsEntry {
     int tcf[4];
 };
 
+// The Tensor Core route (generator/tallskinny.py says why and where it was measured): from compute
+// capability cc, m >= min_m, n <= max_n, k in TSM2's region and every operand on 16-byte chunks, one GEMM
+// through a wmma block kernel's strided launcher.  name = nullptr: no route.
+template <typename S, typename Scalar>
+using TcLaunch = int (*)(char, char, int, int, int, Scalar, const S*, int, long long, const S*, int, long long,
+                         Scalar, S*, int, long long, int, cudaStream_t);
+
+template <typename S, typename Scalar>
+struct TcRoute {
+    const char* name;
+    TcLaunch<S, Scalar> launch;
+    long long min_m;
+    int max_n;
+    int cc;
+};
+
+const TcRoute<__half, float> tc_h =
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY && GEMMGEN_WITH_WMMA
+    {"wmmablock_h_blk64x64x64_w2x2_s3_f32_b1", wmmablock_h_blk64x64x64_w2x2_s3_f32_b1_strided, 16384LL, 64, 80};
+#else
+    {nullptr, nullptr, 0, 0, 0};
+#endif
 const TsEntry<__half, float> ts_h[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_h_n1_t64x1x8_r2_s4", tsm2_h_n1_t64x1x8_r2_s4,
@@ -624,6 +651,8 @@ const TsEntry<__half, float> ts_h[] = {
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
+const TcRoute<float, float> tc_s =
+    {nullptr, nullptr, 0, 0, 0};
 const TsEntry<float, float> ts_s[] = {
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_s_n1_t128x1x4_r2_s8", tsm2_s_n1_t128x1x4_r2_s8,
@@ -758,6 +787,8 @@ const TsEntry<float, float> ts_s[] = {
     {0, 0, nullptr, nullptr, {nullptr, nullptr}, {nullptr, nullptr}, 0, 0, {0}, {0}},
 };
 
+const TcRoute<double, double> tc_d =
+    {nullptr, nullptr, 0, 0, 0};
 const TsEntry<double, double> ts_d[] = {
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_TALLSKINNY
     {1, 75, "tsm2_d_n1_t128x1x4_r2_s4", tsm2_d_n1_t128x1x4_r2_s4,
@@ -947,8 +978,20 @@ int first_failure(const Check (&checks)[L])
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
 
+// Whether the route serves a call that TSM2 would (which == 0) on this device.  The block kernel's fast
+// copies move 16-byte chunks: a leading dimension off them, or a base pointer off 16 bytes, would send it
+// down its element-by-element path, far slower than TSM2.
 template <typename S, typename Scalar>
-int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m, int n, int k, Scalar alpha,
+bool route_serves(const TcRoute<S, Scalar>& route, int which, int cc, int m, int n, bool on_chunks)
+{
+    return route.name && which == 0 && cc >= route.cc && m >= route.min_m && n <= route.max_n && on_chunks;
+}
+
+template <typename S>
+bool ld_on_chunks(int ld) { return ld % (16 / (int)sizeof(S)) == 0; }
+
+template <typename S, typename Scalar>
+int tallskinny(const TsEntry<S, Scalar>* table, const TcRoute<S, Scalar>& route, char transa, char transb, int m, int n, int k, Scalar alpha,
                const S* A, int lda, const S* B, int ldb, Scalar beta, S* C, int ldc, cudaStream_t stream)
 {
     constexpr bool COMPLEX = gemmgen::IsComplex<S>::value;
@@ -979,19 +1022,27 @@ int tallskinny(const TsEntry<S, Scalar>* table, char transa, char transb, int m,
         return gemmgen::ts::scale(m, n, beta, C, ldc, stream);
     int tcf = 0;
     const int which = choose(e, m, k, &tcf);
+    const bool chunks = ld_on_chunks<S>(lda) && ld_on_chunks<S>(ldb) && ld_on_chunks<S>(ldc) &&
+                        gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
+    if (route_serves(route, which, cc, m, n, chunks))
+        return route.launch(ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
     if (which == 0)
         return e->tsm2(ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc, 0, stream);
     return e->ism2[which - 1](ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc, tcf, stream);
 }
 
+// For packed operands (lda = m, ldb = k: NN) on 16-byte boundaries, as a caller's own allocations are.
 template <typename S, typename Scalar>
-const char* selected(const TsEntry<S, Scalar>* table, int m, int n, int k)
+const char* selected(const TsEntry<S, Scalar>* table, const TcRoute<S, Scalar>& route, int m, int n, int k)
 {
-    const TsEntry<S, Scalar>* e = find_entry(table, n, device_cc());
+    const int cc = device_cc();
+    const TsEntry<S, Scalar>* e = find_entry(table, n, cc);
     if (!e)
         return nullptr;
     int tcf = 0;
     const int which = choose(e, m, k, &tcf);
+    if (route_serves(route, which, cc, m, n, ld_on_chunks<S>(m) && ld_on_chunks<S>(k)))
+        return route.name;
     return which == 0 ? e->tsm2_name : e->ism2_name[which - 1];
 }
 
@@ -1015,11 +1066,11 @@ extern "C" const char* gemmgen_tallskinny_selected_kernel(const char* precision,
     if (!precision)
         return nullptr;
     if (!std::strcmp(precision, "h"))
-        return selected(ts_h, m, n, k);
+        return selected(ts_h, tc_h, m, n, k);
     if (!std::strcmp(precision, "s"))
-        return selected(ts_s, m, n, k);
+        return selected(ts_s, tc_s, m, n, k);
     if (!std::strcmp(precision, "d"))
-        return selected(ts_d, m, n, k);
+        return selected(ts_d, tc_d, m, n, k);
     return nullptr;
 }
 
@@ -1027,7 +1078,7 @@ extern "C" int gemmgen_hgemm_tallskinny(char transa, char transb, int m, int n, 
     float alpha, const __half* A, int lda, const __half* B, int ldb,
     float beta, __half* C, int ldc, cudaStream_t stream)
 {
-    return tallskinny(ts_h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
+    return tallskinny(ts_h, tc_h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 extern "C" int gemmgen_hcgemm_tallskinny(char transa, char transb, int m, int n, int k,
@@ -1035,22 +1086,22 @@ extern "C" int gemmgen_hcgemm_tallskinny(char transa, char transb, int m, int n,
     cuFloatComplex beta, __half2* C, int ldc, cudaStream_t stream)
 {
     // Not emitted for this precision: argument checks, then GEMMGEN_NOT_GENERATED.
-    return tallskinny<__half2, cuFloatComplex>(nullptr, transa, transb, m, n, k, alpha, A, lda, B, ldb,
-                                            beta, C, ldc, stream);
+    return tallskinny<__half2, cuFloatComplex>(nullptr, {nullptr, nullptr, 0, 0, 0}, transa, transb, m, n, k,
+                                            alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 extern "C" int gemmgen_sgemm_tallskinny(char transa, char transb, int m, int n, int k,
     float alpha, const float* A, int lda, const float* B, int ldb,
     float beta, float* C, int ldc, cudaStream_t stream)
 {
-    return tallskinny(ts_s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
+    return tallskinny(ts_s, tc_s, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 extern "C" int gemmgen_dgemm_tallskinny(char transa, char transb, int m, int n, int k,
     double alpha, const double* A, int lda, const double* B, int ldb,
     double beta, double* C, int ldc, cudaStream_t stream)
 {
-    return tallskinny(ts_d, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
+    return tallskinny(ts_d, tc_d, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 extern "C" int gemmgen_cgemm_tallskinny(char transa, char transb, int m, int n, int k,
@@ -1058,8 +1109,8 @@ extern "C" int gemmgen_cgemm_tallskinny(char transa, char transb, int m, int n, 
     cuFloatComplex beta, cuFloatComplex* C, int ldc, cudaStream_t stream)
 {
     // Not emitted for this precision: argument checks, then GEMMGEN_NOT_GENERATED.
-    return tallskinny<cuFloatComplex, cuFloatComplex>(nullptr, transa, transb, m, n, k, alpha, A, lda, B, ldb,
-                                            beta, C, ldc, stream);
+    return tallskinny<cuFloatComplex, cuFloatComplex>(nullptr, {nullptr, nullptr, 0, 0, 0}, transa, transb, m, n, k,
+                                            alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 
 extern "C" int gemmgen_zgemm_tallskinny(char transa, char transb, int m, int n, int k,
@@ -1067,7 +1118,7 @@ extern "C" int gemmgen_zgemm_tallskinny(char transa, char transb, int m, int n, 
     cuDoubleComplex beta, cuDoubleComplex* C, int ldc, cudaStream_t stream)
 {
     // Not emitted for this precision: argument checks, then GEMMGEN_NOT_GENERATED.
-    return tallskinny<cuDoubleComplex, cuDoubleComplex>(nullptr, transa, transb, m, n, k, alpha, A, lda, B, ldb,
-                                            beta, C, ldc, stream);
+    return tallskinny<cuDoubleComplex, cuDoubleComplex>(nullptr, {nullptr, nullptr, 0, 0, 0}, transa, transb, m, n, k,
+                                            alpha, A, lda, B, ldb, beta, C, ldc, stream);
 }
 

@@ -256,6 +256,32 @@ def exact_extent_cases(entries, rng: np.random.Generator) -> Iterator[TsCase]:
         yield TsCase(p, _odd(rng, 33, 400), n, _odd(rng, 1, 300), ta, tb, NULL_AB_KIND, 0.0, 0.5, pad=1)
 
 
+def tensor_core_route_cases(entries, routes: list[dict], rng: np.random.Generator) -> Iterator[TsCase]:
+    """Per (precision, n) that a Tensor Core route serves (manifest: tallskinny.tensor_core): the public API
+    on an A tall enough for it (m from the route's min_m, k in TSM2's region) with every leading dimension
+    on 16-byte chunks, in the four transposes (op(B) transposed keeps ldb = n, on chunks only where n is a
+    multiple of the chunk: TSM2 serves the others), lda past m, beta = 0 over NaN; and the same shapes one
+    element off 16 bytes, where TSM2 serves instead."""
+    by_precision = {r["precision"]: r for r in routes}
+    for e in _one_per_n(entries):
+        route = by_precision.get(e.precision)
+        if route is None or e.n > route["max_n"]:
+            continue
+        chunk = 16 // ref.host_dtype(e.precision).itemsize
+
+        def tall():
+            m = route["min_m"] + chunk * int(rng.integers(0, 64))
+            k = chunk * (e.ism2_max_k // chunk + int(rng.integers(1, 48)))
+            return m, k
+        for ta, tb in TRANS:
+            m, k = tall()
+            yield TsCase(e.precision, m, e.n, k, ta, tb, "tensor-core route", 0.75, -0.5, pad=0)
+        m, k = tall()
+        yield TsCase(e.precision, m, e.n, k, "N", "N", "tensor-core route", 1.25, 0.0, pad=chunk)
+        yield TsCase(e.precision, m, e.n, k, "T", "N", "beta0-nan", 1.0, 0.0, pad=0)
+        yield TsCase(e.precision, m, e.n, k, "N", "N", "tensor-core route, A off 16 bytes", 1.0, 0.5, pad=0, offset=1)
+
+
 def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None,
               exact_buffers: bool = False) -> list[CaseResult]:
     rng = np.random.default_rng(seed)
@@ -351,7 +377,8 @@ def entries_from_manifest(manifest: dict) -> list:
 
     out = []
     for e in manifest.get("tallskinny", {}).get("dispatch", []):
-        out.append(SimpleNamespace(precision=e["precision"], n=e["n"], tsm2=parse_spec(e["tsm2"]),
+        out.append(SimpleNamespace(precision=e["precision"], n=e["n"], ism2_max_k=e["ism2_max_k"],
+                                   tsm2=parse_spec(e["tsm2"]),
                                    ism2_reachable=tuple(e[key] and parse_spec(e[key])
                                                         for key in ("ism2_opt1", "ism2_opt2"))))
     return out
@@ -368,7 +395,8 @@ def manifest_cases(manifest: dict, rng: np.random.Generator, quick: bool = False
     exact = list(exact_extent_cases(entries, rng))
     if quick:
         exact = [c for c in exact if c.target == "api"]
-    return cases + list(edge_cases(entries)) + exact
+    routes = manifest["tallskinny"].get("tensor_core", [])
+    return cases + list(edge_cases(entries)) + exact + list(tensor_core_route_cases(entries, routes, rng))
 
 
 def run_manifest_checks(lib, manifest: dict, quick: bool = False,
