@@ -43,7 +43,7 @@ DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 
 # The compute capability from which cp.async exists: code that uses it branches on
 # `__CUDA_ARCH__ >= 800`, and its sources say so with a `gemmgen-code-paths:` line (see
-# harness.build.gencode_flags), so builds give each side of the branch its own PTX.  The fp64 Tensor
+# harness.core.build.gencode_flags), so builds give each side of the branch its own PTX.  The fp64 Tensor
 # Cores (mma.sync.m8n8k4.f64, the small family's `mma` knob) start there too and branch the same way.
 CP_ASYNC_MIN_CC = 80
 # The tensor copy engine (cp.async.bulk.tensor, mbarrier transaction counts): the wmma whole-GEMM path.

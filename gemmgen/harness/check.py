@@ -33,7 +33,7 @@ def device_arch() -> tuple[str, str]:
 
 
 def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int):
-    """The set compiled by harness.build.build_library, with a progress bar on a terminal and, in a
+    """The set compiled by harness.core.build.build_library, with a progress bar on a terminal and, in a
     log (no terminal), a line at every tenth of the units with the time so far and an estimate of
     the rest (units go largest first, so the estimate errs long)."""
     label = ",".join(archs)
@@ -62,7 +62,7 @@ def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int)
 class BuiltSet:
     manifest: dict
     archs: tuple[str, ...]
-    result: object          # harness.build.BuildResult
+    result: object          # harness.core.build.BuildResult
     has_gpu: bool
     device_name: str | None
 

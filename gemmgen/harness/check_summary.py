@@ -1,5 +1,5 @@
 """A check report in short: what docs/perf keeps of a `gemmgen check --report` (or of a report with
-the same cases, as tallskinny_device_run's), the whole report staying in git history.
+the same cases, as tallskinny.device_run's), the whole report staying in git history.
 
 The summary keeps every field of the report but its lists of cases (a list of more than LIST_MAX
 items, as a build's local-memory kernels, becomes its length), and for each list of cases: the cases,
@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-CASE_LISTS = ("results", "results_tuned")   # the report's lists of check cases (harness.check_small.CaseResult)
+CASE_LISTS = ("results", "results_tuned")   # the report's lists of check cases (harness.core.cases.CaseResult)
 LIST_MAX = 8
 WHERE = ("m", "n", "k", "transa", "transb", "interface", "batch", "kind", "note")   # a case, in short
 

@@ -14,7 +14,7 @@
 // first store, except the two chunks it shares with its neighbours, element by element.
 // Taken with beta ≠ 0 only: with beta = 0 it loses to the register-staged kernel, its phases (lay out,
 // multiply, write C) separated by barriers and its loops running over the whole block whatever the
-// GEMM's size (docs/design.md, "The packed ring").
+// GEMM's size (docs/experiments/wmma_packed_ring/README.md).
 #pragma once
 
 #include "gemmgen_wmma_common.cuh"

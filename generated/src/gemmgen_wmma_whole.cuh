@@ -16,9 +16,9 @@
 // with the same padding and written back in one copy.
 // Taken only for updates of rank k ≤ 16 with C of at least 64×64 elements (4096), where C's traffic
 // dominates and it wins; squares lose: their Tensor Core phase is long and runs on one or two blocks per
-// SM, where the ring overlaps it across more blocks (docs/design.md, "Whole GEMMs through the tensor copy
-// engine").  One cp.async.bulk per stored column instead of tensor maps was 3-4 times slower than the
-// ring: the copy engine serves hundreds of small requests per GEMM one after another.
+// SM, where the ring overlaps it across more blocks (docs/experiments/wmma_whole/README.md).  One
+// cp.async.bulk per stored column instead of tensor maps was 3-4 times slower than the ring: the copy
+// engine serves hundreds of small requests per GEMM one after another.
 // sm_90 up to sm_110: the tensor copy is sm_90's, not an arch-specific instruction, so sm_100 and sm_110
 // compile this path from the portable PTX; on sm_120 and sm_121 ptxas 13.0 gives the kernel a stack frame,
 // and from compute_120 PTX spills, so there it is compiled empty and not launched: sources with this path

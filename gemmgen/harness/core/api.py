@@ -105,7 +105,7 @@ class TallSkinnyLibrary:
 def variant_function(lib, name: str, interface: str):
     """A small or wmma kernel's own launcher `<name>_strided` or `<name>_array` with its argument
     types: the C API's arguments without the precision, and without m, n, k for fixed-shape
-    kernels (small, tiny wmma); scalars as harness.api.scalar makes them."""
+    kernels (small, tiny wmma); scalars as harness.core.api.scalar makes them."""
     prec = name.split("_")[1]
     f = getattr(lib, f"{name}_{'strided' if interface == 'strided' else 'array'}")
     f.restype = _i
@@ -120,7 +120,7 @@ def spec_launcher(lib, spec):
 
 def strided_function(lib, symbol: str, prec: str):
     """`symbol` of `lib` with the argument types of the public strided entry point of `prec` (m, n, k
-    included; scalars as harness.api.scalar makes them): the entry points themselves, and launchers of that
+    included; scalars as harness.core.api.scalar makes them): the entry points themselves, and launchers of that
     signature such as gemmgen_wgmma_hc_strided and the experiments' own."""
     f = getattr(lib, symbol)
     f.restype = _i

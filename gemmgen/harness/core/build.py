@@ -206,7 +206,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     """Compile every .cu of an emitted set (or `sources`) and link them into one shared library.
     With tolerate_failures a source that does not compile is recorded and left out (the tuner's
     sweep goes on); otherwise it raises BuildError.  unity > 0 compiles the per-variant sources in
-    units of that many (harness.unity; the default set then builds in about 60 % of the time);
+    units of that many (harness.core.unity; the default set then builds in about 60 % of the time);
     resources then name the unit, and `units` lists what each unit holds.  A sweep that tolerates
     failures keeps one source per compile."""
     nvcc = find_nvcc()

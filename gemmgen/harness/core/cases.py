@@ -1,5 +1,5 @@
 """GPU checks of the small family through the generated C API (libgemmgen.so via ctypes, data
-through CuPy), against the float64 NumPy reference of harness.reference.
+through CuPy), against the float64 NumPy reference of harness.core.reference.
 
 Every case draws fresh inputs, uses leading dimensions and strides larger than the matrices,
 poisons C's padding and the gaps between batch entries and checks they come back untouched."""
@@ -82,7 +82,7 @@ def _stored_shape(trans: str, rows: int, cols: int) -> tuple[int, int]:
 @dataclass
 class Prepared:
     """A case's inputs: values (float64/complex128) for the reference and stored arrays for the
-    library under test.  Shared by the GPU checks here and the CPU checks (harness.cpu_check)."""
+    library under test.  Shared by the GPU checks here and the CPU checks (harness.cpu.check)."""
     case: Case             # alpha and beta already rounded as the C API receives them
     lda: int
     ldb: int

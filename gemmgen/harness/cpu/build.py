@@ -123,7 +123,7 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
     """Compile and link.  link: "shared" (lib for ctypes), "runner" (the check runner executable),
     or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them).
     unity > 0 compiles the kernel sources of each ISA and precision in units of that many
-    (harness.unity); a sweep that tolerates failures keeps one source per compile.  optimization:
+    (harness.core.unity); a sweep that tolerates failures keeps one source per compile.  optimization:
     g++'s -O flag (the tests use -Og, see DEFAULT_OPTIMIZATION).  extra_flags go to every compile
     and link (e.g. -fsanitize=..., which both need)."""
     generated = generated.resolve()
