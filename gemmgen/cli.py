@@ -294,9 +294,7 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
     import contextlib
     import shlex
 
-    from gemmgen.harness import tune_plan
-
-    from gemmgen.harness import tune_run
+    from gemmgen.harness import distributed, tune_plan, tune_run
 
     from .generator.tuning import tables_from
 
@@ -309,7 +307,8 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
     need_gpu = any(f in tune_plan.GPU_FAMILIES for f in fams)
     cluster = contextlib.ExitStack()
     try:
-        runner = _tune_workers(cluster, gpus, scheduler, ctx) if need_gpu else None
+        gpus_given = ctx.get_parameter_source("gpus") is not click.core.ParameterSource.DEFAULT
+        runner = distributed.runner(cluster, gpus, gpus_given, scheduler) if need_gpu else None
         runner = runner or tune_run.make_runner(need_gpu)
     except tune_run.NoGpu:
         raise click.ClickException("no CUDA GPU found; `gemmgen tune --plan` works without one") from None
@@ -331,32 +330,6 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
                                                                deadline=clock.deadline), clock,
                               command + (f" --budget {shlex.quote(budget)}" if budget is not None else ""))
     sys.exit(status)
-
-
-def _tune_workers(cluster, gpus: str, scheduler: str | None, ctx):
-    """The runner of `--gpus` (more than one) or `--scheduler` (harness.distributed), its cluster and
-    client closed with `cluster` (an ExitStack); None for one GPU, today's run without Dask."""
-    from gemmgen.harness import distributed
-
-    if scheduler is not None:
-        if ctx.get_parameter_source("gpus") is not click.core.ParameterSource.DEFAULT:
-            raise click.ClickException("--gpus or --scheduler, not both (a cluster's GPUs are its workers)")
-        return distributed.Workers(cluster.enter_context(distributed.connect(scheduler)))
-    if ctx.get_parameter_source("gpus") is click.core.ParameterSource.DEFAULT:
-        return None
-    count = distributed.gpu_count()
-    if not count:
-        from gemmgen.harness.tune_run import NoGpu
-
-        raise NoGpu
-    try:
-        ids = distributed.parse_gpus(gpus, count)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    if ids == [0]:
-        return None
-    local = cluster.enter_context(distributed.start_local(ids))
-    return distributed.Workers(cluster.enter_context(distributed.connect(None, local)))
 
 
 @tune.command("small")

@@ -36,6 +36,7 @@ The summary adds, per worker (GPU), its seconds compiling, on the GPU and the GP
 run's wall time."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -146,6 +147,29 @@ def connect(address: str | None, cluster=None):
         raise click.ClickException(f"--scheduler {address}: the scheduler has no worker "
                                    f"(none joined in {CONNECT_SECONDS} s)") from None
     return client
+
+
+def runner(cluster: contextlib.ExitStack, gpus: str, gpus_given: bool, scheduler: str | None):
+    """The runner of `--gpus` (more than one; `gpus_given`: not its default) or `--scheduler`, its cluster
+    and client closed with `cluster`; None for one GPU, a run without Dask.  Bad options: a one-line
+    ClickException; no GPU: tune_run.NoGpu."""
+    if scheduler is not None:
+        if gpus_given:
+            raise click.ClickException("--gpus or --scheduler, not both (a cluster's GPUs are its workers)")
+        return Workers(cluster.enter_context(connect(scheduler)))
+    if not gpus_given:
+        return None
+    count = gpu_count()
+    if not count:
+        raise tune_run.NoGpu
+    try:
+        ids = parse_gpus(gpus, count)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    if ids == [0]:
+        return None
+    local = cluster.enter_context(start_local(ids))
+    return Workers(cluster.enter_context(connect(None, local)))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The wmma family (Abdelfattah et al.): Tensor Core batched HGEMM and half-complex HCGEMM for any
-M, N, K.  `spec`: the kernel variants and their rules (general, tiny, warp, block); `sweep`: the
-tuning space as data; `dispatch`: which tuple serves which problems.  Everything public is
-re-exported here, so callers write wmma.WmmaSpec, wmma.sweep_space, wmma.build_ranges."""
+M, N, K.  `spec`: the kernel variants and their rules (general, tiny, warp); `block`: the block
+kernels and their sweep; `sweep`: the general and tiny tuning space as data; `dispatch`: which tuple
+serves which problems.  Everything public is re-exported here, so callers write wmma.WmmaSpec,
+wmma.sweep_space, wmma.build_ranges, and `parse_name` gives any of the family's kernel names back
+as its spec."""
 from .spec import (  # noqa: F401
     PRECISIONS_WMMA,
     TC_SHAPES,
@@ -14,7 +16,6 @@ from .spec import (  # noqa: F401
     ASYNC_TC,
     WARP_MAX_SIZE,
     WARP_MAX_ACC_REGISTERS,
-    BLOCK_MAX_ACC_REGISTERS,
     WmmaSpec,
     WmmaTinySpec,
     WmmaWarpSpec,
@@ -23,18 +24,20 @@ from .spec import (  # noqa: F401
     warp_k_slots,
     warp_k,
     warp_k_stride,
-    WmmaBlockSpec,
-    SWEEP_BLOCK,
-    BLOCK_MIN_SIZE,
     WGMMA_HC_MIN_SIZE,
     WGMMA_HC_MIN_K,
     WGMMA_HC_SOURCE,
-    block_candidates,
     SWEEP_WARP,
     WARP_ACC_HC,
     WARP_MIN_SIZE_HC,
     warp_candidates,
-    parse_name,
+)
+from .block import (  # noqa: F401
+    BLOCK_MAX_ACC_REGISTERS,
+    WmmaBlockSpec,
+    SWEEP_BLOCK,
+    BLOCK_MIN_SIZE,
+    block_candidates,
 )
 from .sweep import (  # noqa: F401
     SWEEP_BLK_MN,
@@ -61,3 +64,12 @@ from .dispatch import (  # noqa: F401
     fixed_shapes,
     shape_choice,
 )
+
+
+def parse_name(name: str):
+    """Any kernel name of the family (wmma_, wmmatiny_, wmmawarp_, wmmablock_) -> its spec, validated."""
+    if name.startswith("wmmawarp_"):
+        return WmmaWarpSpec.parse(name)
+    if name.startswith("wmmablock_"):
+        return WmmaBlockSpec.parse(name)
+    return (WmmaTinySpec if name.startswith("wmmatiny_") else WmmaSpec).parse(name)

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from ..arch import ARCHS
 from ..spec import SpecError
-from .spec import WmmaBlockSpec, WmmaSpec
+from .block import WmmaBlockSpec
+from .spec import WmmaSpec
 from .sweep import heuristic
 
 
