@@ -1,6 +1,7 @@
 """Shared fixtures: the repository root, and one build of the default emitted set per session."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,10 @@ import pytest
 from gemmgen.harness.core.toolchain import gpu_available
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The tests' builds share a cache of their own inside the checkout (build/ is ignored), not the user's
+# (~/.cache/gemmgen): a test run neither fills nor reads a cache outside the tree.
+os.environ.setdefault("GEMMGEN_CACHE_DIR", str(ROOT / "build" / "cache"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from gemmgen.generator.arch import ARCHS, code_path_tokens
 
-from gemmgen.harness.core import busy
+from gemmgen.harness.core import busy, cache
 from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
 from gemmgen.harness.core.unity import largest_first, unity_units
 
@@ -165,6 +165,11 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
     report = obj.with_suffix(".ptxas.txt")
     if obj.exists() and stamp.exists() and stamp.read_text() == key and report.exists():
         return report.read_text()
+    shared = cache.shared("nvcc")
+    entry = {"object.o": obj, "ptxas.txt": report}
+    if shared is not None and shared.fetch(key, entry):
+        write_atomically(stamp, key)
+        return report.read_text()
     obj.parent.mkdir(parents=True, exist_ok=True)
     # nvcc writes to a name of this process's own and the object, report and stamp are renamed into
     # place, the stamp last: workers of `gemmgen tune --gpus` share one build folder, and a reader
@@ -178,6 +183,8 @@ def compile_object(nvcc: Path, source: Path, obj: Path, include_dirs: list[Path]
     partial.replace(obj)
     write_atomically(report, proc.stderr)
     write_atomically(stamp, key)
+    if shared is not None:
+        shared.store(key, entry)
     return proc.stderr
 
 
@@ -261,6 +268,9 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
             done += 1
             if progress:
                 progress(done, len(order))
+    shared = cache.shared("nvcc")
+    if shared is not None and shared.root.is_dir():
+        shared.trim()
     library = None
     if link and built:
         library = build_dir / library_name

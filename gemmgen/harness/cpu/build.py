@@ -6,6 +6,7 @@ The flags are those a vendoring project would use: no -m<isa> flag, the ISA of e
 from its target pragma; -Wall -Wextra -Werror so a warning in any emitted source fails the check."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from gemmgen.harness.core import cache
 from gemmgen.harness.core.unity import largest_first, unity_units
 
 HERE = Path(__file__).resolve().parent
@@ -94,24 +96,41 @@ def _headers_digest(generated: Path) -> bytes:
     return h.digest()
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_version(cxx: str) -> str:
+    """`g++ --version`: part of every object's key, so another compiler rebuilds everything."""
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.strip()
+
+
 def compile_object(tc: Toolchain, source: Path, obj: Path, includes: list[Path], flags: tuple[str, ...],
                    headers: bytes, members: tuple[Path, ...] = ()) -> Path:
     """Compile one source (a unity unit: `members` are the sources it includes, hashed for the
-    cache); skipped when the object is up to date."""
-    cmd = [tc.cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(obj)]
+    cache); skipped when the object is up to date, copied from the shared cache (core.cache) where
+    an earlier build compiled the same.  The key hashes the compiler's version, the flags, the
+    headers and the sources by name and text, no path (a unity unit includes its members by path:
+    the members are hashed instead of it)."""
     digest = hashlib.sha256(headers)
-    digest.update(source.read_bytes())
-    for member in members:
-        digest.update(member.read_bytes())
-    digest.update(" ".join(cmd).encode())
+    digest.update(compiler_version(tc.cxx).encode())
+    for part in members or (source,):
+        digest.update(part.name.encode())
+        digest.update(part.read_bytes())
+    digest.update(" ".join((tc.cxx, *flags)).encode())
+    key = digest.hexdigest()
     stamp = obj.with_suffix(".sha256")
-    if obj.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
+    if obj.exists() and stamp.exists() and stamp.read_text() == key:
+        return obj
+    shared = cache.shared(Path(tc.cxx).name)
+    if shared is not None and shared.fetch(key, {"object.o": obj}):
+        stamp.write_text(key)
         return obj
     obj.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [tc.cxx, *flags, *(f"-I{i}" for i in includes), "-c", str(source), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise CpuBuildError(f"{tc.cxx} failed on {source}:\n{proc.stderr[-4000:]}")
-    stamp.write_text(digest.hexdigest())
+    stamp.write_text(key)
+    if shared is not None:
+        shared.store(key, {"object.o": obj})
     return obj
 
 
