@@ -158,8 +158,8 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
 @click.option("--generated", "gen_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT,
               show_default=True, help="Emitted set to build and check.")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
-@click.option("--arch", default="", help="Architectures to compile (default: those of the set, "
-              "or only the GPU's when one is present).")
+@click.option("--arch", default="", help="Architectures to compile, or 'all' for every one of the set "
+              "(default: the GPU's when one is present, else the newest of the set).")
 @click.option("--jobs", "-j", type=int, default=0,
               help="Parallel nvcc processes, and processes running the GPU checks (at most 8) "
                    "(default: all cores).")
@@ -171,6 +171,8 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
                    "NEON under qemu-aarch64 where installed).")
 @click.option("--cpu-report", type=click.Path(path_type=Path), default=None,
               help="Write the CPU check results as JSON here.")
+@click.option("--recheck", is_flag=True,
+              help="Run the CPU checks even where they all passed on an identical build before.")
 @click.option("--sanitize", "sanitize_tools", default="", metavar="TOOLS",
               help="Run the GPU checks under compute-sanitizer instead, once per tool (memcheck, racecheck, "
                    "synccheck, initcheck, or all), every operand in an allocation of exactly its bytes; "
@@ -180,8 +182,8 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
               help="With --sanitize: only these parts of each precision's checks (e.g. 0-3 or 4,5; h and hc "
                    "are split into 8 parts, s, d and c into 2, the others are one part, 0), so that a long "
                    "tool can be run in pieces.")
-def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, sanitize_tools, only,
-          sanitize_parts):
+def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, recheck, sanitize_tools,
+          only, sanitize_parts):
     """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
@@ -210,7 +212,7 @@ def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, c
     if with_cpu and (gen_dir / "src" / "cpu").is_dir():
         from gemmgen.harness.cpu.check import run_cpu_check
 
-        status = max(status, run_cpu_check(gen_dir, build_dir, quick, cpu_report, click.echo))
+        status = max(status, run_cpu_check(gen_dir, build_dir, quick, cpu_report, click.echo, recheck))
     sys.exit(status)
 
 

@@ -79,3 +79,36 @@ def test_a_cpu_object_compiled_in_one_folder_is_not_compiled_again_in_another(mo
     (tmp_path / "two" / "src" / "k.cpp").write_text("int gemmgen_answer() { return 43; }\n")
     with pytest.raises(AssertionError, match="compiled again"):
         cpu_build.compile_object(tc, tmp_path / "two" / "src" / "k.cpp", tmp_path / "two" / "k.o", [], flags, b"")
+
+
+def test_cpu_checks_that_passed_on_an_identical_build_are_not_run_again(monkeypatch, tmp_path):
+    from gemmgen.harness.core.cases import CaseResult
+    from gemmgen.harness.cpu import check as cpu_check
+
+    runs = []
+
+    def result(passed, error=0.5):
+        return CaseResult("d", 2, 2, 2, "N", "N", "strided", 3, "random", 0, error, 1.0, True, None, passed)
+
+    outcome = [result(True), result(True, float("nan"))]
+    monkeypatch.setattr(cpu_check, "run_checks", lambda executor, cases, note="": runs.append(note) or list(outcome))
+    binary = tmp_path / "lib.so"
+    binary.write_bytes(b"one build")
+    cases = ["case a", "case b"]
+    lines = []
+    first = cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", echo=lines.append)
+    again = cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", echo=lines.append)
+    assert runs == ["avx2"] and len(again) == 2 and again[0] == first[0]
+    assert all(r.passed for r in again) and again[1].max_error != again[1].max_error   # NaN comes back NaN
+    assert lines == ["cpu: avx2: 2 checks passed on an identical build before, not run again (--recheck runs them)"]
+    cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", recheck=True, echo=lines.append)
+    cpu_check.checks_once(tmp_path, binary, None, cases, "neon", echo=lines.append)     # another ISA
+    cpu_check.checks_once(tmp_path, binary, None, cases[:1], "avx2", echo=lines.append)   # other cases
+    binary.write_bytes(b"another build")
+    cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", echo=lines.append)
+    assert runs == ["avx2", "avx2", "neon", "avx2", "avx2"]
+    outcome[:] = [result(False)]                    # a failure is never recorded: it runs every time
+    binary.write_bytes(b"a broken build")
+    cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", echo=lines.append)
+    cpu_check.checks_once(tmp_path, binary, None, cases, "avx2", echo=lines.append)
+    assert runs[-2:] == ["avx2", "avx2"]

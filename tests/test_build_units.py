@@ -115,8 +115,9 @@ def test_object_cache_key_follows_content_not_location(tmp_path):
         (root / "include").mkdir(parents=True)
         (root / "include" / "gemmgen.h").write_text(header)
         members = []
+        (root / "include" / "unused.cuh").write_text(f"// {root.name}\n")   # included by nothing
         for name in ("a.cu", "b.cu"):
-            (root / name).write_text(f"// {name}\n")
+            (root / name).write_text(f'#include "gemmgen.h"\n// {name}\n')
             members.append(root / name)
         unit = root / "unit.cu"
         unit.write_text("".join(f'#include "{m}"\n' for m in members))   # absolute paths
@@ -132,6 +133,12 @@ def test_object_cache_key_follows_content_not_location(tmp_path):
     assert object_key("nvcc 13.0", flags, one[0], one[1], one[2][::-1]) != key
     three = checkout(tmp_path / "three", header="// h changed\n")
     assert object_key("nvcc 13.0", flags, three[0], three[1], three[2]) != key
+    # through another header too; a header nothing includes changes nothing (the "unused.cuh" above)
+    four = checkout(tmp_path / "four", header='#include "deep.cuh"\n')
+    (tmp_path / "four" / "include" / "deep.cuh").write_text("// 1\n")
+    before = object_key("nvcc 13.0", flags, four[0], four[1], four[2])
+    (tmp_path / "four" / "include" / "deep.cuh").write_text("// 2\n")
+    assert object_key("nvcc 13.0", flags, four[0], four[1], four[2]) != before
 
 
 def test_ptxas_reports_of_arch_specific_code_count():
@@ -174,3 +181,21 @@ def test_two_writers_of_one_build_folder_share_its_objects(tmp_path):
     before = source.stat().st_mtime_ns
     write_if_changed(source, source.read_text())
     assert source.stat().st_mtime_ns == before
+
+
+def test_check_without_a_gpu_compiles_the_newest_architecture_unless_all_are_asked(monkeypatch, tmp_path, capsys):
+    import json
+
+    from gemmgen.harness import check
+    from gemmgen.harness.core.build import BuildResult
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"archs": ["sm_75", "sm_90", "sm_80"]}))
+    asked = []
+    monkeypatch.setattr(check, "gpu_available", lambda: False)
+    monkeypatch.setattr(check, "build_set", lambda gen, build, archs, jobs: asked.append(archs) or BuildResult(None, []))
+    assert check.build_for_check(tmp_path, tmp_path / "b", "", 1).archs == ("sm_90",)
+    assert "compiling for sm_90, the newest architecture of the set (--arch all: sm_75,sm_90,sm_80)" in capsys.readouterr().out
+    assert check.build_for_check(tmp_path, tmp_path / "b", "all", 1).archs == ("sm_75", "sm_90", "sm_80")
+    assert check.build_for_check(tmp_path, tmp_path / "b", "sm_80", 1).archs == ("sm_80",)
+    assert asked == [("sm_90",), ("sm_75", "sm_90", "sm_80"), ("sm_80",)]
+    assert check.build_for_check(tmp_path, tmp_path / "b", "sm_7", 1) == 2   # a bad --arch: exit status 2

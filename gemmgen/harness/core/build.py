@@ -129,20 +129,42 @@ def compiler_version(nvcc: Path) -> str:
     return proc.stdout.strip()
 
 
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def included_headers(texts: Iterable[str], include_dirs: list[Path]) -> list[Path]:
+    """The headers of include_dirs that these texts include, directly or through one another, in a
+    fixed order.  Every #include "..." counts, whatever #if surrounds it (a superset is safe); the
+    toolkit's own headers (<...>) are the compiler's version's business."""
+    found: dict[str, Path] = {}
+    pending = [name for text in texts for name in _INCLUDE.findall(text)]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        for inc in include_dirs:
+            if (inc / name).is_file():
+                found[name] = inc / name
+                pending += _INCLUDE.findall(found[name].read_text())
+                break
+    return [found[name] for name in sorted(found)]
+
+
 def object_key(compiler: str, flags: list[str], source: Path, include_dirs: list[Path],
                members: tuple[Path, ...] = ()) -> str:
     """The cache key of one object: the compiler's version, the flags, the source (and a unity
-    source's members, in order: the unit itself only #includes them by absolute path) and every
-    header it may include, by name and content.  No path enters it, so a build folder carried to
-    another checkout or machine with the same toolkit is reused there."""
+    source's members, in order: the unit itself only #includes them by absolute path) and the
+    headers it includes, by name and content.  No path enters it, so a build folder carried to
+    another checkout or machine with the same toolkit is reused there, and a changed header
+    rebuilds only the sources that include it."""
     digest = hashlib.sha256(compiler.encode())
-    for part in members or (source,):
+    parts = members or (source,)
+    for part in parts:
         digest.update(part.name.encode())
         digest.update(part.read_bytes())
-    for inc in include_dirs:   # every header a source may include (.h and .cuh)
-        for header in sorted(p for p in inc.iterdir() if p.suffix in (".h", ".cuh", ".hpp")):
-            digest.update(header.name.encode())
-            digest.update(header.read_bytes())
+    for header in included_headers((p.read_text() for p in parts), include_dirs):
+        digest.update(header.name.encode())
+        digest.update(header.read_bytes())
     digest.update(" ".join(flags).encode())
     return digest.hexdigest()
 

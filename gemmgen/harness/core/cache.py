@@ -15,6 +15,7 @@ the cache unwritable goes on without it.  The cache keeps itself under $GEMMGEN_
 5): a build that adds to it removes the entries used least recently beyond that."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
@@ -115,3 +116,26 @@ def shared(kind: str) -> ObjectCache | None:
     """The shared cache for one compiler, or None where it is turned off."""
     root = cache_root()
     return None if root is None else ObjectCache(root, kind)
+
+
+# ---- results of checks that passed on an identical build ---------------------------------------------------
+def _harness_digest() -> bytes:
+    """The text of the harness (cases, references, error bounds, runners): a change to any of it checks
+    again."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.digest()
+
+
+def passed_before(folder: Path, binary: Path, label: str, cases: list) -> Path:
+    """Where the results of running `cases` on `binary` (a library or runner, by its bytes) under
+    `label` are kept once they all passed: the same bytes, cases and harness check the same, so a
+    second `gemmgen check` of an unchanged build reports them instead of running them again."""
+    digest = hashlib.sha256(_harness_digest())
+    digest.update(binary.read_bytes())
+    digest.update(label.encode())
+    digest.update(repr(cases).encode())
+    return folder / "passed" / f"{digest.hexdigest()}.json"

@@ -293,11 +293,35 @@ def summarize(results: list[CaseResult]) -> Iterator[str]:
                f"exact {r.exact_ok} {r.note}")
 
 
+def checks_once(folder: Path, binary: Path, executor, cases: list, label: str, recheck: bool = False,
+                echo=print) -> list[CaseResult]:
+    """run_checks, unless the same cases already all passed on a binary of the same bytes under the
+    same harness (core.cache.passed_before): then their recorded results.  A run with a failure is not
+    recorded, so it runs again."""
+    import json as _json
+
+    from gemmgen.harness.core.cache import passed_before
+
+    record = passed_before(folder, binary, label, cases)
+    if record.exists() and not recheck:
+        results = [CaseResult(**{**r, "max_error": float("nan") if r["max_error"] is None else r["max_error"]})
+                   for r in _json.loads(record.read_text())]
+        echo(f"cpu: {label}: {len(results)} checks passed on an identical build before, not run again "
+             "(--recheck runs them)")
+        return results
+    results = run_checks(executor, cases, note=label)
+    if all(r.passed for r in results):
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(_json.dumps([r.to_json() for r in results]))
+    return results
+
+
 def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: Path | None = None,
-                  echo=print) -> int:
+                  echo=print, recheck: bool = False) -> int:
     """`gemmgen check`'s CPU step: build the set's CPU kernels with g++ (-Werror, every ISA), run
     every check on each ISA this machine runs (ctypes), and NEON under qemu-aarch64 where the cross
-    compiler and qemu-user are installed."""
+    compiler and qemu-user are installed.  Checks that all passed on an identical build are reported,
+    not run again, unless `recheck` (checks_once)."""
     import json as _json
 
     from gemmgen.harness.cpu import build as cpu_build
@@ -319,7 +343,8 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
         if not lib.supports(isa):
             echo(f"cpu: this CPU has no {isa}: compiled, not run")
             continue
-        results += run_checks(CtypesExecutor(lib, isa), cases, note=isa)
+        results += checks_once(build_dir / "cpu_native", build.output, CtypesExecutor(lib, isa), cases, isa,
+                               recheck, echo)
         echo(f"cpu: {isa} checked")
     if x86:
         # 64-bit offsets on a square of the set (s 4x4x4 where the set has it: the default set)
@@ -329,7 +354,9 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
         if cpu_build.AARCH64.available():
             runner = cpu_build.build(gen_dir, build_dir / "cpu_aarch64", cpu_build.AARCH64, isas=["generic", "neon"],
                                      link="runner", unity=cpu_build.UNITY_SOURCES).output
-            results += run_checks(RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix), cases, note="neon (qemu)")
+            results += checks_once(build_dir / "cpu_aarch64", runner,
+                                   RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix), cases, "neon (qemu)",
+                                   recheck, echo)
             echo("cpu: neon checked under qemu-aarch64")
         else:
             echo("cpu: aarch64-linux-gnu-g++ or qemu-aarch64 missing: NEON not checked")
