@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "test_cpu"
 X86 = platform.machine() in ("x86_64", "AMD64")
 # g++ -Og, not -O2: five times faster on these unrolled kernels, which keeps CI on two cores under
-# its limit (harness.cpu_build.DEFAULT_OPTIMIZATION); `gemmgen check` checks the -O2 build.
+# its limit (harness.cpu.build.DEFAULT_OPTIMIZATION); `gemmgen check` checks the -O2 build.
 OPT = "-Og"
 
 
@@ -243,7 +243,7 @@ def test_aarch64_under_qemu(aarch64_runner, cases, lean_cases, isa):
 # (128-bit vectors, whole 2 x 2 products, grouped ones), 3 and 5 (partial vectors), 9 (a last
 # vector narrower than the tile's), 13 (op(B) held in registers, software prefetch); every ISA, the
 # strided and pointer-array loops, packing, the epilogues, and the regression cases of
-# harness.cpu_check (misaligned operands, the quick return of beta = 1).  The runner places A, B and
+# harness.cpu.check (misaligned operands, the quick return of beta = 1).  The runner places A, B and
 # C in allocations of exactly their size.
 SANITIZED_SIZES = (1, 2, 3, 5, 9, 13)
 

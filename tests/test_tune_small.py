@@ -52,7 +52,7 @@ def test_latest_time_counts_and_refusals_stand(tmp_path):
 
 
 def test_a_sweep_build_refusal_gives_way_to_a_later_clean_build(tmp_path):
-    # the same rule as tune wmma's (harness.results.standing_refusals): local memory at the sweep's
+    # the same rule as tune wmma's (harness.core.results.standing_refusals): local memory at the sweep's
     # own build is the code of its day; a later sweep that built it clean and measured it counts
     refused = {**_row("small_s_m19n19k19_dim5x7_tba4_hoist", status="local-memory"),
                "reason": "ptxas reported stack or spills"}
