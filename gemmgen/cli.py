@@ -343,7 +343,7 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
                                       "appended to through gzip).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build/tune"), show_default=True)
 @click.option("--megabytes", type=int, default=256, show_default=True,
-              help="Data moved per launch (A, B and C), far above L2.")
+              help="Data moved per launch (A, B and C); below 200 MB the timed launches rotate over copies of the operands so that none is timed from L2.")
 @click.option("--write-table/--no-write-table", default=True, show_default=True,
               help="Write gemmgen/generator/tuning/<arch>.json from the results.")
 @click.option("--around-table", is_flag=True,
@@ -357,13 +357,27 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
               help="Measure nothing: compile the results' winners with every transpose for the default "
                    "architectures (nvcc, no GPU), refuse those with local memory, write the table.")
 @click.option("--table-arch", default="sm_90", show_default=True,
-              help="With --table-only: the architecture whose table is written (--arch always names a target).")
+              help="With --table-only or --narrow-rows: the architecture whose table is written (--arch always "
+                   "names a target).")
+@click.option("--narrow-rows", is_flag=True,
+              help="Measure nothing: from --results, a device's sweep at a launch past 128 MB and at one "
+                   "below it (--megabytes 256 and 50), write the table rows for that device and for its "
+                   "launches up to 128 MB where another tuple beats the shape's row by 3% or more "
+                   "(docs/tuning.md).")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
-               arrays, table_only, table_arch, jobs):
+               arrays, table_only, table_arch, narrow_rows, jobs):
     """Sweep tba, the N̂ blocking and the staging of the small family."""
     from gemmgen.harness.small import tune as tuner
 
+    if narrow_rows:
+        from gemmgen.harness.small.narrow import write_narrow_rows
+
+        if not results.exists():
+            raise click.ClickException(f"{results} does not exist")
+        for line in write_narrow_rows([results], table_arch, f"gemmgen tune small --narrow-rows --results {results}"):
+            click.echo(line)
+        return
     if table_only:
         devices = [r["device"] for r in tuner.load_results(results) if r.get("arch") == table_arch]
         if not devices:
@@ -388,7 +402,8 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
               help="Only write the wmma section of gemmgen/generator/tuning/<arch>.json from the results, after "
                    "compiling its kernels with every transpose for the default architectures (nvcc, no GPU).")
 @click.option("--table-arch", default="sm_90", show_default=True,
-              help="With --table-only: the architecture whose table is written (--arch always names a target).")
+              help="With --table-only or --narrow-rows: the architecture whose table is written (--arch always "
+                   "names a target).")
 @click.option("--max-tuples", type=int, default=12, show_default=True,
               help="wmma tuples per precision kept in the table (greedy cover of the sizes).")
 @click.option("--async-only", is_flag=True,

@@ -8,6 +8,7 @@ from gemmgen.cli import main
 from gemmgen.generator.precision import PRECISION_ORDER
 from gemmgen.harness import bench_workload as bw
 from gemmgen.harness.core.workload import batch_for_megabytes, bytes_moved
+from gemmgen.harness.core import workload
 
 
 def test_full_grid_has_every_small_size_and_the_unaligned_large_ones():
@@ -55,8 +56,8 @@ def test_rotation_exceeds_200_mb_where_a_graph_can():
             continue
         sets, launches = bw.rotation(point)
         footprint = bytes_moved(point.prec, point.m, point.n, point.k, point.batch, False)
-        assert sets <= launches and sets * footprint <= max(footprint, bw.ROTATE_LIMIT_BYTES)
-        assert sets * footprint > bw.ROTATE_BYTES or sets == bw.MAX_LAUNCHES_PER_GRAPH
+        assert sets <= launches and sets * footprint <= max(footprint, workload.ROTATE_LIMIT_BYTES)
+        assert sets * footprint > workload.ROTATE_BYTES or sets == workload.MAX_LAUNCHES_PER_GRAPH
 
 
 def _result(ours_floor, ratio, baseline="cublas", copy=None):

@@ -14,6 +14,7 @@ from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.generator.tuning import TABLE_DIR, TableError, load_table, tables_from, usable_tables
 from gemmgen.harness.cpu import tune as cpu_tune
 from gemmgen.harness import tune_plan
+from gemmgen.harness.core.workload import batch_for_megabytes
 from gemmgen.harness import tune_run
 from gemmgen.harness.small import tune as tune_small
 from gemmgen.harness.core.results import append_result, load_results
@@ -37,7 +38,8 @@ def fake(monkeypatch, tmp_path):
     clock = Clock()
     monkeypatch.setattr(tune_run, "now", clock)
     packaged = {(r["precision"], r["m"]): small.SmallSpec.from_row(r).name
-                for r in json.loads((TABLE_DIR / "sm_90.json").read_text())["small"] if r["m"] == r["n"] == r["k"]}
+                for r in json.loads((TABLE_DIR / "sm_90.json").read_text())["small"]
+                if r["m"] == r["n"] == r["k"] and "for_device" not in r}
     refused = set()
 
     def time_us(name):
@@ -48,7 +50,8 @@ def fake(monkeypatch, tmp_path):
         for spec in todo:
             if stop():
                 break
-            row = {**base, **tune_small._spec_fields(spec), "batch": 1000}
+            row = {**base, **tune_small._spec_fields(spec),
+                   "batch": batch_for_megabytes(spec.precision, spec.m, spec.n, spec.k, megabytes)}
             if not refused:   # one refusal, so that the summary has a reason to give
                 refused.add(spec.name)
                 append_result(results_path, {**row, "status": "local-memory", "reason": "fake"})

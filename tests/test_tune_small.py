@@ -4,7 +4,7 @@ import json
 from gemmgen.harness.small.tune import best_variants
 
 
-def _row(name, status="ok", time_us=None, tba=4, batch=1000):
+def _row(name, status="ok", time_us=None, tba=4, batch=1_000_000):   # launches past narrow.NARROW_MEGABYTES
     row = {"arch": "sm_90", "device": "H100", "name": name, "precision": "s", "m": 19, "n": 19,
            "k": 19, "dim_m": 5, "dim_n": 7, "tba": tba, "status": status, "batch": batch}
     if time_us is not None:
@@ -20,11 +20,11 @@ def _write(tmp_path, rows):
 
 def test_runs_of_different_sizes_compare_time_per_gemm(tmp_path):
     # a run with --megabytes 256 times a larger batch than one with 200: the longer time can be the faster kernel
-    rows = [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0, batch=1000),
-            _row("small_s_m19n19k19_dim5x7_tba8", time_us=9.0, tba=8, batch=1280)]
+    rows = [_row("small_s_m19n19k19_dim5x7_tba4", time_us=8.0, batch=1_000_000),
+            _row("small_s_m19n19k19_dim5x7_tba8", time_us=9.0, tba=8, batch=1_280_000)]
     best = best_variants(_write(tmp_path, rows), "H100", "sm_90")
     assert best[("s", 19, 19, 19)]["name"] == "small_s_m19n19k19_dim5x7_tba8"
-    rows[1]["batch"] = 1100
+    rows[1]["batch"] = 1_100_000
     assert best_variants(_write(tmp_path, rows), "H100", "sm_90")[("s", 19, 19, 19)]["name"] == \
         "small_s_m19n19k19_dim5x7_tba4"
 

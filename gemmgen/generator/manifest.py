@@ -7,14 +7,14 @@ paper's heuristic).  `gemmgen list` and `gemmgen generate --dry-run` print it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import cpu, small, tallskinny, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .families import family_of
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, format_ranges, parse_ranges
-from .tuning import load_table, section_file, tables_from
+from .tuning import KEYED_ROW_FIELDS, load_table, row_key_label, section_file, tables_from
 
 Shape = tuple[int, int, int]
 
@@ -129,6 +129,10 @@ class DispatchEntry:
     kernel: small.SmallSpec | wmma.WmmaTinySpec | wmma.WmmaWarpSpec
     source: str   # "tuned (device, time)" or "heuristic"
     prefer_general: bool = False   # h/hc: the tuned general wmma kernel beats this one here
+    # A narrower entry, from a table row keyed by them (tuning.KEYED_ROW_FIELDS): only on the GPU of
+    # this name (cudaDeviceProp.name), only for launches whose A, B and C take at most this many MB.
+    device: str = ""
+    max_megabytes: int = 0
 
 
 @dataclass
@@ -200,7 +204,9 @@ class Manifest:
             "kernels": listing(self.kernels),
             "dispatch": [
                 {"precision": e.precision, "m": e.m, "n": e.n, "k": e.k, "from_cc": e.cc,
-                 "kernel": e.kernel.name, "source": e.source, "prefer_general": e.prefer_general}
+                 "kernel": e.kernel.name, "source": e.source, "prefer_general": e.prefer_general,
+                 **({"device": e.device} if e.device else {}),
+                 **({"max_megabytes": e.max_megabytes} if e.max_megabytes else {})}
                 for e in self.dispatch
             ],
             "wmma": {
@@ -236,9 +242,36 @@ def _tuned_section(arch: str, section: str) -> tuple[str | None, list[dict]]:
     return source, load_table(source)[section]
 
 
-def _tuned_small(arch: str) -> dict[tuple[str, int, int, int], dict]:
+def _tuned_small(arch: str) -> tuple[dict[tuple[str, int, int, int], dict], dict[tuple[str, int, int, int], list]]:
+    """The small rows serving `arch`, per shape: the row for every device and launch, and the rows
+    keyed to one device or to launches up to a size (those only from `arch`'s own table: they were
+    measured on a GPU of that architecture)."""
     source, rows = _tuned_section(arch, "small")
-    return {(r["precision"], r["m"], r["n"], r["k"]): {**r, "arch": source} for r in rows}
+    plain, keyed = {}, {}
+    for r in rows:
+        shape = (r["precision"], r["m"], r["n"], r["k"])
+        if not any(f in r for f in KEYED_ROW_FIELDS):
+            plain[shape] = {**r, "arch": source}
+        elif source == arch:
+            keyed.setdefault(shape, []).append({**r, "arch": source})
+    return plain, keyed
+
+
+def _keyed_entries(rows: list[dict], base: DispatchEntry, arch: str, notes: list) -> list[DispatchEntry]:
+    """The narrower entries of a shape (rows for one device, or for launches up to a size) where
+    their kernel differs from the one the shape's entry runs."""
+    out = []
+    for row in rows:
+        try:
+            spec = small.SmallSpec.from_row(row, base.precision, (base.m, base.n, base.k)).validate(arch)
+        except SpecError as err:
+            notes.append(f"{arch} table row for {base.precision} {base.m}x{base.n}x{base.k} "
+                         f"({row_key_label(row)}) refused: {err}")
+            continue
+        if spec != base.kernel:
+            out.append(replace(base, kernel=spec, source=_tuned_label(row, row["arch"], arch),
+                               device=row.get("for_device", ""), max_megabytes=row.get("max_megabytes", 0)))
+    return out
 
 
 def _tuned_label(row: dict, source: str, arch: str) -> str:
@@ -254,7 +287,9 @@ def build_manifest(selection: Selection) -> Manifest:
 
 def _build_manifest(selection: Selection) -> Manifest:
     notes: list[str] = []
-    tuned = {arch: _tuned_small(arch) for arch in selection.archs}
+    tuned, keyed = {}, {}
+    for arch in selection.archs:
+        tuned[arch], keyed[arch] = _tuned_small(arch)
     wmma_rows = {}
     for arch in selection.archs:
         source, rows = _tuned_section(arch, "wmma")
@@ -299,9 +334,12 @@ def _build_manifest(selection: Selection) -> Manifest:
                 if spec is None:
                     spec = small.heuristic(precision, m, n, k).validate(arch)
                 entry = DispatchEntry(precision, m, n, k, ARCHS[arch].cc, spec, source, prefer_general)
+                narrower = ([] if prefer_general or not isinstance(spec, small.SmallSpec)
+                            else _keyed_entries(keyed[arch].get((precision, m, n, k), []), entry, arch, notes))
                 if previous is None or (spec, prefer_general) != (previous.kernel, previous.prefer_general):
                     entries.append(entry)
                     previous = entry
+                entries += narrower
     # Like the other families, an architecture without a tall-skinny table borrows the nearest
     # tuned one's (the same kernels: nothing more to compile; before sm_80 the cp.async ring of a
     # borrowed kernel copies synchronously).
@@ -359,4 +397,4 @@ def _shape_choice(rows, m: int, n: int, k: int, arch: str, notes: list) -> dict 
 
 
 def _entry_key(e: DispatchEntry):
-    return (PRECISION_ORDER.index(e.precision), e.m, e.n, e.k, e.cc)
+    return (PRECISION_ORDER.index(e.precision), e.m, e.n, e.k, e.cc, e.device, -e.max_megabytes)

@@ -31,7 +31,8 @@ from gemmgen.generator.precision import PRECISION_ORDER
 
 from gemmgen.harness.tallskinny import workload as ts
 from gemmgen.harness.core.timing import copy_kernel_launch, copy_bandwidth, headless_pyplot, timed
-from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
+from gemmgen.harness.core.workload import (MAX_LAUNCHES_PER_GRAPH, ROTATE_BYTES, Workload, batch_for_megabytes,
+                                           bytes_moved, flops, rotation_sets)
 
 FAMILIES = ("small", "large", "rect", "tallskinny")
 SMALL_SIZES = tuple(range(1, 33))
@@ -61,10 +62,7 @@ SINGLE_LABEL = "single GEMM"
 BETAS = (0.0, 1.0)
 
 LAUNCHES_PER_GRAPH = 10
-MAX_LAUNCHES_PER_GRAPH = 32    # where more sets are needed to rotate past L2 (small batch-1000 launches)
 REPEATS = 11
-ROTATE_BYTES = 200e6           # data a graph's launches rotate over: 4× the H100's 50 MB L2
-ROTATE_LIMIT_BYTES = 2e9       # never more device memory than this for the copies
 
 # hc: cuBLAS has no interleaved fp16 complex GEMM, so the ratio is against the planar one
 # (four fp16 GEMMs, as bench wmma does); the interleaved call is timed too, its refusal kept.
@@ -119,12 +117,10 @@ def grid(quick: bool = False, precisions=PRECISION_ORDER, families=FAMILIES,
 
 
 def rotation(point: Point) -> tuple[int, int]:
-    """(sets, launches per graph): enough copies of the launch's A, B and C that a graph's launches
-    rotate over more than ROTATE_BYTES, as many as the graph has launches (a graph replays the same
-    pointers, so more copies than launches would never be read) and within ROTATE_LIMIT_BYTES."""
-    footprint = bytes_moved(point.prec, point.m, point.n, point.k, point.batch, False)
-    sets = max(1, min(MAX_LAUNCHES_PER_GRAPH, int(ROTATE_BYTES // footprint) + 1,
-                      int(ROTATE_LIMIT_BYTES // footprint)))
+    """(sets, launches per graph): core.workload.rotation_sets copies of the launch's A, B and C,
+    and at least as many launches in a graph (a graph replays the same pointers, so more copies than
+    launches would never be read)."""
+    sets = rotation_sets(bytes_moved(point.prec, point.m, point.n, point.k, point.batch, False))
     return sets, max(LAUNCHES_PER_GRAPH, sets)
 
 
@@ -162,7 +158,7 @@ def measure_batched(lib, point: Point, bandwidth: float) -> dict:
     sets, launches = rotation(point)
     footprint = bytes_moved(prec, m, n, k, batch, False)
     row = {**asdict(point), "sets": sets, "launches_per_graph": launches,
-           "rotated_mb": sets * footprint / 1e6, "kernel": lib.selected_kernel_packed(prec, m, n, k),
+           "rotated_mb": sets * footprint / 1e6, "kernel": lib.selected_kernel_packed(prec, m, n, k, batch),
            "baseline": BASELINE[prec]}
     work = Workload(prec, m, n, k, batch, sets=sets)
     planar = Planar(work) if prec == "hc" else None

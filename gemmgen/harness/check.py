@@ -7,7 +7,8 @@ import os
 import platform
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -154,6 +155,23 @@ def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
     return shapes
 
 
+def narrow_entry_cases(manifest: dict, cases: list) -> Iterator:
+    """Where a shape has a row for one GPU model or for launches up to a size next to its plain row, the
+    public entry points reach one of its kernels on the device present (and the checks' launches are
+    small): every kernel of such a shape runs the shape's strided cases through its own launcher (the
+    only interface those rows serve)."""
+    narrowed: dict[tuple, set] = {}
+    for e in manifest["dispatch"]:
+        narrowed.setdefault((e["precision"], e["m"], e["n"], e["k"]), set()).add(e["kernel"])
+    keyed = {(e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
+             if e.get("device") or e.get("max_megabytes")}
+    for case in cases:
+        shape = (case.precision, case.m, case.n, case.k)
+        if shape in keyed and not case.kernel and case.interface == "strided" and case.alpha != 0:
+            for name in sorted(narrowed[shape]):
+                yield replace(case, kernel=name)
+
+
 def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions: tuple[str, ...] = (),
                progress_lines: bool = False, part: tuple[int, int] = (0, 1)) -> list:
     """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
@@ -182,6 +200,7 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     ring_shapes = frozenset((e["precision"], e["m"], e["n"], e["k"]) for e in manifest["dispatch"]
                             if parse_kernel(e["kernel"]).copies_through_ring)
     cases = list(check_cases.default_cases(shapes, rng, thorough=not quick, ring_shapes=ring_shapes))
+    cases += list(narrow_entry_cases(manifest, cases))
     cases += list(check_cases.edge_cases(list(shapes)))
     if manifest.get("wmma", {}).get("kernels"):
         from gemmgen.harness.wmma import check as check_wmma

@@ -72,13 +72,20 @@ GEMMGEN_API int gemmgen_small_is_generated(const char* precision, int m, int n, 
 GEMMGEN_API int gemmgen_kernel_count(void);
 GEMMGEN_API const char* gemmgen_kernel_name(int i);
 /* The name of the kernel the batched dispatch would run on the current device, or NULL (for operands
- * whose stored columns start on 16-byte boundaries, as in a packed batch of sizes that keep them there). */
+ * whose stored columns start on 16-byte boundaries, as in a packed batch of sizes that keep them there).
+ * Without a batch count it names the kernel of launches past the launch-size rows of the table (a shape
+ * may have a row for this GPU model, or for launches up to a size): gemmgen_selected_kernel_strided_batch
+ * names the one a given batch runs. */
 GEMMGEN_API const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
 /* The same for a strided batch with these leading dimensions and strides (base pointers on 16-byte boundaries):
  * where a stored column starts off a 16-byte boundary, h and hc take kernels that do not copy in 16-byte chunks. */
 GEMMGEN_API const char* gemmgen_selected_kernel_strided(const char* precision, int m, int n, int k, int lda,
                                                        long long strideA, int ldb, long long strideB, int ldc,
                                                        long long strideC);
+/* The same for a batch of `batch` GEMMs. */
+GEMMGEN_API const char* gemmgen_selected_kernel_strided_batch(const char* precision, int m, int n, int k, int lda,
+                                                             long long strideA, int ldb, long long strideB, int ldc,
+                                                             long long strideC, int batch);
 /* 1 if the tall-and-skinny families cover precision and n (any m, k). */
 GEMMGEN_API int gemmgen_tallskinny_is_generated(const char* precision, int n);
 /* The kernel gemmgen_?gemm_tallskinny would run for m, n, k on the current device, or NULL (for packed

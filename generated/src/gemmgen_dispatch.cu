@@ -2,9 +2,10 @@
 //
 // The C API of gemmgen.h: argument checks with BLAS numbering, the quick returns of the
 // contract, and the choice of kernel for a precision, shape and device from the table the
-// generator built (a tuned row where one exists for the architecture, else the paper's heuristic).
-#include <atomic>
+// generator built (a tuned row where one exists for the architecture, else the paper's heuristic;
+// narrower rows for one GPU model or for launches up to a size take precedence where they apply).
 #include <cstring>
+#include <mutex>
 
 #include "gemmgen.h"
 #include "gemmgen_device.cuh"
@@ -109,6 +110,18 @@ extern "C" int small_c_m24n24k24_dim8x12_tba1_hoist_array(char, char, cuFloatCom
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+extern "C" int small_c_m25n25k25_dim13x9_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
+extern "C" int small_c_m25n25k25_dim13x9_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+extern "C" int small_c_m25n25k25_dim7x9_tba2_hoist_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
+extern "C" int small_c_m25n25k25_dim7x9_tba2_hoist_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m25n25k25_dim9x13_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
@@ -139,6 +152,12 @@ extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array(char, char, cuF
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+extern "C" int small_c_m29n29k29_dim8x10_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
+extern "C" int small_c_m29n29k29_dim8x10_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
@@ -148,6 +167,12 @@ extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, con
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
+    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+extern "C" int small_c_m31n31k31_dim8x11_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
+    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
+extern "C" int small_c_m31n31k31_dim8x11_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
@@ -223,9 +248,21 @@ extern "C" int small_d_m12n12k12_dim6x4_tba4_array(char, char, double, const dou
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m13n13k13_dim4x4_tba2_hoist_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m13n13k13_dim4x4_tba2_hoist_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m13n13k13_dim7x7_tba2_hoist_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m13n13k13_dim7x7_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -238,6 +275,18 @@ extern "C" int small_d_m14n14k14_dim7x7_tba2_hoist_array(char, char, double, con
 extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m15n15k15_dim4x4_tba2_aring2_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m15n15k15_dim8x5_tba4_hoist_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m15n15k15_dim8x5_tba4_hoist_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m15n15k15_dim8x8_tba2_hoist_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m15n15k15_dim8x8_tba2_hoist_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -256,6 +305,12 @@ extern "C" int small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array(char, char, doub
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m19n19k19_dim10x10_tba4_hoist_ring2_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m19n19k19_dim10x10_tba4_hoist_ring2_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -307,6 +362,18 @@ extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array(char, char, doub
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m25n25k25_dim9x9_tba2_ring2_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m25n25k25_dim9x9_tba2_ring2_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
@@ -319,6 +386,18 @@ extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array(char, char, dou
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m27n27k27_dim14x9_tba4_ring2_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m27n27k27_dim14x9_tba4_ring2_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_mma_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_mma_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double, const double* const*, int,
@@ -328,6 +407,12 @@ extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m29n29k29_dim8x8_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m29n29k29_dim8x8_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -346,6 +431,12 @@ extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_array(char, char, double
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array(char, char, double, const double* const*, int,
+    const double* const*, int, double, double* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
+    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
+extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -1081,6 +1172,12 @@ extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_array(char, char, float, cons
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+extern "C" int small_s_m13n13k13_dim5x7_tba4_hoist_strided(char, char, float, const float*, int, long long,
+    const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
+extern "C" int small_s_m13n13k13_dim5x7_tba4_hoist_array(char, char, float, const float* const*, int,
+    const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_array(char, char, float, const float* const*, int,
@@ -1171,6 +1268,12 @@ extern "C" int small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array(char, char, float
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+extern "C" int small_s_m27n27k27_dim9x9_tba4_ring2_strided(char, char, float, const float*, int, long long,
+    const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
+extern "C" int small_s_m27n27k27_dim9x9_tba4_ring2_array(char, char, float, const float* const*, int,
+    const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, float, const float* const*, int,
@@ -1180,6 +1283,12 @@ extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, flo
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
+    const float* const*, int, float, float* const*, int, int, cudaStream_t);
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+extern "C" int small_s_m29n29k29_dim8x10_tba4_ring3_strided(char, char, float, const float*, int, long long,
+    const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
+extern "C" int small_s_m29n29k29_dim8x10_tba4_ring3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
@@ -2740,6 +2849,8 @@ struct SmallEntry {
     int (*array)(char, char, Scalar, const S* const*, int, const S* const*, int,
                  Scalar, S* const*, int, int, cudaStream_t);
     int prefer_general; // the tuned general (wmma) kernel is faster for this shape
+    const char* device; // serves only the GPU of this name (cudaDeviceProp.name); nullptr: any
+    long long max_bytes; // serves only launches whose A, B and C take at most this many bytes; 0: any
 };
 
 // The general Tensor Core kernel (h, hc): any shape; the tuned tuple depends on the kind of
@@ -2759,660 +2870,660 @@ struct GeneralEntry {
 
 const SmallEntry<__half, float> small_h[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba256_hoist_ring3", small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
+    {1, 1, 1, 75, "small_h_m1n1k1_dim1x1_tba256_hoist_ring3", small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {1, 1, 16, 75, "small_h_m1n1k16_dim1x1_tba64_hoist_ring2", small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided, small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array, 0},
+    {1, 1, 16, 75, "small_h_m1n1k16_dim1x1_tba64_hoist_ring2", small_h_m1n1k16_dim1x1_tba64_hoist_ring2_strided, small_h_m1n1k16_dim1x1_tba64_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0},
+    {2, 2, 2, 75, "small_h_m2n2k2_dim1x1_tba256_ring2", small_h_m2n2k2_dim1x1_tba256_ring2_strided, small_h_m2n2k2_dim1x1_tba256_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {2, 2, 16, 75, "small_h_m2n2k16_dim1x2_tba16_ring2", small_h_m2n2k16_dim1x2_tba16_ring2_strided, small_h_m2n2k16_dim1x2_tba16_ring2_array, 0},
+    {2, 2, 16, 75, "small_h_m2n2k16_dim1x2_tba16_ring2", small_h_m2n2k16_dim1x2_tba16_ring2_strided, small_h_m2n2k16_dim1x2_tba16_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist_aring3", small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
+    {3, 3, 3, 75, "small_h_m3n3k3_dim1x1_tba32_hoist_aring3", small_h_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_h_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {3, 3, 16, 75, "small_h_m3n3k16_dim3x3_tba32_hoist_ring2", small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided, small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array, 0},
+    {3, 3, 16, 75, "small_h_m3n3k16_dim3x3_tba32_hoist_ring2", small_h_m3n3k16_dim3x3_tba32_hoist_ring2_strided, small_h_m3n3k16_dim3x3_tba32_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0},
+    {4, 4, 4, 75, "small_h_m4n4k4_dim2x2_tba64_hoist_ring2", small_h_m4n4k4_dim2x2_tba64_hoist_ring2_strided, small_h_m4n4k4_dim2x2_tba64_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {4, 4, 16, 75, "small_h_m4n4k16_dim4x4_tba16_ring3", small_h_m4n4k16_dim4x4_tba16_ring3_strided, small_h_m4n4k16_dim4x4_tba16_ring3_array, 0},
+    {4, 4, 16, 75, "small_h_m4n4k16_dim4x4_tba16_ring3", small_h_m4n4k16_dim4x4_tba16_ring3_strided, small_h_m4n4k16_dim4x4_tba16_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_h_m5n5k5_dim3x2_tba32_ring2", small_h_m5n5k5_dim3x2_tba32_ring2_strided, small_h_m5n5k5_dim3x2_tba32_ring2_array, 0},
+    {5, 5, 5, 75, "small_h_m5n5k5_dim3x2_tba32_ring2", small_h_m5n5k5_dim3x2_tba32_ring2_strided, small_h_m5n5k5_dim3x2_tba32_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {5, 5, 16, 75, "small_h_m5n5k16_dim3x2_tba32_ring2", small_h_m5n5k16_dim3x2_tba32_ring2_strided, small_h_m5n5k16_dim3x2_tba32_ring2_array, 0},
+    {5, 5, 16, 75, "small_h_m5n5k16_dim3x2_tba32_ring2", small_h_m5n5k16_dim3x2_tba32_ring2_strided, small_h_m5n5k16_dim3x2_tba32_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16_ring2", small_h_m6n6k6_dim3x2_tba16_ring2_strided, small_h_m6n6k6_dim3x2_tba16_ring2_array, 0},
+    {6, 6, 6, 75, "small_h_m6n6k6_dim3x2_tba16_ring2", small_h_m6n6k6_dim3x2_tba16_ring2_strided, small_h_m6n6k6_dim3x2_tba16_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {6, 6, 16, 75, "small_h_m6n6k16_dim6x3_tba16_hoist_ring2", small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
+    {6, 6, 16, 75, "small_h_m6n6k16_dim6x3_tba16_hoist_ring2", small_h_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_h_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_h_m7n7k7_dim4x3_tba32_hoist_ring3", small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided, small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array, 0},
+    {7, 7, 7, 75, "small_h_m7n7k7_dim4x3_tba32_hoist_ring3", small_h_m7n7k7_dim4x3_tba32_hoist_ring3_strided, small_h_m7n7k7_dim4x3_tba32_hoist_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0},
+    {7, 7, 16, 75, "small_h_m7n7k16_dim4x3_tba8_hoist_ring2", small_h_m7n7k16_dim4x3_tba8_hoist_ring2_strided, small_h_m7n7k16_dim4x3_tba8_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0},
+    {8, 8, 8, 75, "small_h_m8n8k8_dim4x4_tba16_ring2", small_h_m8n8k8_dim4x4_tba16_ring2_strided, small_h_m8n8k8_dim4x4_tba16_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0},
+    {8, 8, 16, 75, "small_h_m8n8k16_dim4x4_tba2_ring2", small_h_m8n8k16_dim4x4_tba2_ring2_strided, small_h_m8n8k16_dim4x4_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba16_ring2_pairs", small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided, small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array, 0},
+    {9, 9, 9, 75, "small_h_m9n9k9_dim3x5_tba16_ring2_pairs", small_h_m9n9k9_dim3x5_tba16_ring2_pairs_strided, small_h_m9n9k9_dim3x5_tba16_ring2_pairs_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0},
+    {9, 9, 16, 75, "small_h_m9n9k16_dim5x3_tba4_hoist_ring2", small_h_m9n9k16_dim5x3_tba4_hoist_ring2_strided, small_h_m9n9k16_dim5x3_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_h_m10n10k10_dim4x5_tba16_hoist_ring2", small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided, small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array, 0},
+    {10, 10, 10, 75, "small_h_m10n10k10_dim4x5_tba16_hoist_ring2", small_h_m10n10k10_dim4x5_tba16_hoist_ring2_strided, small_h_m10n10k10_dim4x5_tba16_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0},
+    {10, 10, 16, 75, "small_h_m10n10k16_dim4x4_tba8_ring2", small_h_m10n10k16_dim4x4_tba8_ring2_strided, small_h_m10n10k16_dim4x4_tba8_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16", small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array, 0},
+    {11, 11, 11, 75, "small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16", small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m11n11k11_dim6x4_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0},
+    {11, 11, 16, 75, "small_h_m11n11k16_dim6x4_tba4_ring2", small_h_m11n11k16_dim6x4_tba4_ring2_strided, small_h_m11n11k16_dim6x4_tba4_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0},
+    {12, 12, 12, 75, "small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16", small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_strided, small_h_m12n12k12_dim6x4_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0},
+    {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0},
+    {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0},
+    {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0},
+    {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+    {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0},
+    {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0},
+    {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+    {15, 15, 16, 75, "small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16", small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_strided, small_h_m15n15k16_dim8x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0},
+    {16, 16, 16, 75, "small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16", small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m16n16k16_dim8x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0},
+    {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0},
+    {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0},
+    {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0},
+    {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f32", wmmawarp_h_m19n19k16_w8_s2_f32_strided, wmmawarp_h_m19n19k16_w8_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w4_s2_f32", wmmawarp_h_m19n19k19_w4_s2_f32_strided, wmmawarp_h_m19n19k19_w4_s2_f32_array, 0},
+    {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0},
+    {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w4_s2_f32", wmmawarp_h_m20n20k16_w4_s2_f32_strided, wmmawarp_h_m20n20k16_w4_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w4_s2_f16", wmmawarp_h_m20n20k20_w4_s2_f16_strided, wmmawarp_h_m20n20k20_w4_s2_f16_array, 0},
+    {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f32", wmmawarp_h_m19n19k16_w8_s2_f32_strided, wmmawarp_h_m19n19k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0},
+    {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f32", wmmawarp_h_m21n21k21_w8_s2_f32_strided, wmmawarp_h_m21n21k21_w8_s2_f32_array, 0},
+    {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w4_s2_f32", wmmawarp_h_m19n19k19_w4_s2_f32_strided, wmmawarp_h_m19n19k19_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0},
+    {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s3_f16", wmmawarp_h_m22n22k16_w4_s3_f16_strided, wmmawarp_h_m22n22k16_w4_s3_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f32", wmmawarp_h_m22n22k22_w8_s2_f32_strided, wmmawarp_h_m22n22k22_w8_s2_f32_array, 0},
+    {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w4_s2_f32", wmmawarp_h_m20n20k16_w4_s2_f32_strided, wmmawarp_h_m20n20k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0},
+    {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s2_f32", wmmawarp_h_m23n23k16_w4_s2_f32_strided, wmmawarp_h_m23n23k16_w4_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w8_s2_f32", wmmawarp_h_m23n23k23_w8_s2_f32_strided, wmmawarp_h_m23n23k23_w8_s2_f32_array, 0},
+    {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w4_s2_f16", wmmawarp_h_m20n20k20_w4_s2_f16_strided, wmmawarp_h_m20n20k20_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0},
+    {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0},
+    {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0},
+    {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w8_s2_f32", wmmawarp_h_m25n25k25_w8_s2_f32_strided, wmmawarp_h_m25n25k25_w8_s2_f32_array, 0},
+    {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f32", wmmawarp_h_m21n21k21_w8_s2_f32_strided, wmmawarp_h_m21n21k21_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0},
+    {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s2_f32", wmmawarp_h_m26n26k16_w8_s2_f32_strided, wmmawarp_h_m26n26k16_w8_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f16", wmmawarp_h_m26n26k26_w4_s2_f16_strided, wmmawarp_h_m26n26k26_w4_s2_f16_array, 0},
+    {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s3_f16", wmmawarp_h_m22n22k16_w4_s3_f16_strided, wmmawarp_h_m22n22k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0},
+    {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w4_s3_f32", wmmawarp_h_m27n27k16_w4_s3_f32_strided, wmmawarp_h_m27n27k16_w4_s3_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {27, 27, 27, 75, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 1},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {27, 27, 27, 80, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 0},
+    {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f32", wmmawarp_h_m22n22k22_w8_s2_f32_strided, wmmawarp_h_m22n22k22_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0},
+    {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w4_s3_f32", wmmawarp_h_m28n28k16_w4_s3_f32_strided, wmmawarp_h_m28n28k16_w4_s3_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {28, 28, 28, 80, "wmmawarp_h_m28n28k28_w4_s2_f16", wmmawarp_h_m28n28k28_w4_s2_f16_strided, wmmawarp_h_m28n28k28_w4_s2_f16_array, 0},
+    {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s2_f32", wmmawarp_h_m23n23k16_w4_s2_f32_strided, wmmawarp_h_m23n23k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0},
+    {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f32", wmmawarp_h_m29n29k16_w4_s2_f32_strided, wmmawarp_h_m29n29k16_w4_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 1},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 0},
+    {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w8_s2_f32", wmmawarp_h_m23n23k23_w8_s2_f32_strided, wmmawarp_h_m23n23k23_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0},
+    {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {30, 30, 16, 80, "wmmawarp_h_m30n30k16_w8_s2_f16", wmmawarp_h_m30n30k16_w8_s2_f16_strided, wmmawarp_h_m30n30k16_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s2_f32", wmmawarp_h_m30n30k30_w8_s2_f32_strided, wmmawarp_h_m30n30k30_w8_s2_f32_array, 0},
+    {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f32", wmmawarp_h_m31n31k16_w8_s2_f32_strided, wmmawarp_h_m31n31k16_w8_s2_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 1},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 0},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 1},
-#endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 0},
+    {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
-    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+    {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {33, 33, 16, 75, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 1},
+    {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w8_s2_f32", wmmawarp_h_m25n25k25_w8_s2_f32_strided, wmmawarp_h_m25n25k25_w8_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s2_f32", wmmawarp_h_m26n26k16_w8_s2_f32_strided, wmmawarp_h_m26n26k16_w8_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f16", wmmawarp_h_m26n26k26_w4_s2_f16_strided, wmmawarp_h_m26n26k26_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w4_s3_f32", wmmawarp_h_m27n27k16_w4_s3_f32_strided, wmmawarp_h_m27n27k16_w4_s3_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {27, 27, 27, 75, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 1, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {27, 27, 27, 80, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w4_s3_f32", wmmawarp_h_m28n28k16_w4_s3_f32_strided, wmmawarp_h_m28n28k16_w4_s3_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {28, 28, 28, 80, "wmmawarp_h_m28n28k28_w4_s2_f16", wmmawarp_h_m28n28k28_w4_s2_f16_strided, wmmawarp_h_m28n28k28_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f32", wmmawarp_h_m29n29k16_w4_s2_f32_strided, wmmawarp_h_m29n29k16_w4_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 1, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {30, 30, 16, 80, "wmmawarp_h_m30n30k16_w8_s2_f16", wmmawarp_h_m30n30k16_w8_s2_f16_strided, wmmawarp_h_m30n30k16_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s2_f32", wmmawarp_h_m30n30k30_w8_s2_f32_strided, wmmawarp_h_m30n30k30_w8_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f32", wmmawarp_h_m31n31k16_w8_s2_f32_strided, wmmawarp_h_m31n31k16_w8_s2_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 1, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 1, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+    {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+    {33, 33, 16, 75, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 1, nullptr, 0},
+#endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {33, 33, 16, 80, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 0},
+    {33, 33, 16, 80, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {33, 33, 33, 75, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 1},
+    {33, 33, 33, 75, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {33, 33, 33, 80, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 0},
+    {33, 33, 33, 80, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {34, 34, 16, 75, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 1},
+    {34, 34, 16, 75, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {34, 34, 16, 80, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 0},
+    {34, 34, 16, 80, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {34, 34, 34, 75, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 1},
+    {34, 34, 34, 75, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {34, 34, 34, 80, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 0},
+    {34, 34, 34, 80, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 1},
+    {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 0},
+    {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 1},
+    {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 0},
+    {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 1},
+    {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 0},
+    {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 1},
+    {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 0},
+    {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 1},
+    {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 0},
+    {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {37, 37, 37, 75, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 1},
+    {37, 37, 37, 75, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {37, 37, 37, 80, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 0},
+    {37, 37, 37, 80, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 1},
+    {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 0},
+    {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {38, 38, 38, 75, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 1},
+    {38, 38, 38, 75, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {38, 38, 38, 80, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 0},
+    {38, 38, 38, 80, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {39, 39, 16, 75, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 1},
+    {39, 39, 16, 75, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {39, 39, 16, 80, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 0},
+    {39, 39, 16, 80, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 1},
+    {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 0},
+    {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 1},
+    {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 0},
+    {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 1},
+    {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 0},
+    {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 1},
+    {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 0},
+    {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {41, 41, 41, 75, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 1},
+    {41, 41, 41, 75, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {41, 41, 41, 80, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 0},
+    {41, 41, 41, 80, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 1},
+    {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 0},
+    {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 1},
+    {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 0},
+    {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 1},
+    {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 0},
+    {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 1},
+    {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 0},
+    {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {44, 44, 16, 75, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 1},
+    {44, 44, 16, 75, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {44, 44, 16, 80, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 0},
+    {44, 44, 16, 80, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 1},
+    {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 0},
+    {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 1},
+    {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 0},
+    {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {45, 45, 45, 75, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 1},
+    {45, 45, 45, 75, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {45, 45, 45, 80, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 0},
+    {45, 45, 45, 80, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {46, 46, 16, 75, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 1},
+    {46, 46, 16, 75, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {46, 46, 16, 80, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 0},
+    {46, 46, 16, 80, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 1},
+    {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 0},
+    {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {47, 47, 16, 75, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 1},
+    {47, 47, 16, 75, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {47, 47, 16, 80, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 0},
+    {47, 47, 16, 80, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {47, 47, 47, 75, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 1},
+    {47, 47, 47, 75, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0},
+    {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1},
+    {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0},
+    {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 1},
+    {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 0},
+    {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 1},
+    {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 0},
+    {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 1},
+    {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 0},
+    {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 1},
+    {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 0},
+    {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 1},
+    {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 0},
+    {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 1},
+    {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 0},
+    {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 1},
+    {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 0},
+    {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 1},
+    {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 0},
+    {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 1},
+    {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 0},
+    {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 1},
+    {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 0},
+    {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {53, 53, 53, 75, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 1},
+    {53, 53, 53, 75, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {53, 53, 53, 80, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 0},
+    {53, 53, 53, 80, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 1},
+    {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 0},
+    {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {54, 54, 54, 75, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 1},
+    {54, 54, 54, 75, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {54, 54, 54, 80, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 0},
+    {54, 54, 54, 80, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {55, 55, 16, 75, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 1},
+    {55, 55, 16, 75, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0},
+    {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1},
+    {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0},
+    {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1},
+    {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0},
+    {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1},
+    {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0},
+    {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1},
+    {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0},
+    {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1},
+    {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 0},
+    {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 1},
+    {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 0},
+    {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {58, 58, 58, 75, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 1},
+    {58, 58, 58, 75, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {58, 58, 58, 80, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 0},
+    {58, 58, 58, 80, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 1},
+    {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 0},
+    {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 1},
+    {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 0},
+    {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {60, 60, 16, 75, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 1},
+    {60, 60, 16, 75, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {60, 60, 16, 80, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 0},
+    {60, 60, 16, 80, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {60, 60, 60, 75, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 1},
+    {60, 60, 60, 75, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {60, 60, 60, 80, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 0},
+    {60, 60, 60, 80, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 1},
+    {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 0},
+    {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {61, 61, 61, 75, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 1},
+    {61, 61, 61, 75, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {61, 61, 61, 80, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 0},
+    {61, 61, 61, 80, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {62, 62, 16, 75, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 1},
+    {62, 62, 16, 75, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {62, 62, 16, 80, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 0},
+    {62, 62, 16, 80, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {62, 62, 62, 75, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 1},
+    {62, 62, 62, 75, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0},
+    {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 1},
+    {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 0},
+    {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {63, 63, 63, 75, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 1},
+    {63, 63, 63, 75, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
-    {63, 63, 63, 80, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 0},
+    {63, 63, 63, 80, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<__half, float> general_h[] = {
@@ -3664,597 +3775,597 @@ const GeneralEntry<__half, float> general_h[] = {
 
 const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3", small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0},
+    {1, 1, 1, 75, "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3", small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided, small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {1, 1, 16, 75, "small_hc_m1n1k16_dim1x1_tba128_ring2", small_hc_m1n1k16_dim1x1_tba128_ring2_strided, small_hc_m1n1k16_dim1x1_tba128_ring2_array, 0},
+    {1, 1, 16, 75, "small_hc_m1n1k16_dim1x1_tba128_ring2", small_hc_m1n1k16_dim1x1_tba128_ring2_strided, small_hc_m1n1k16_dim1x1_tba128_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0},
+    {2, 2, 2, 75, "small_hc_m2n2k2_dim2x1_tba128_hoist_ring2", small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_strided, small_hc_m2n2k2_dim2x1_tba128_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {2, 2, 16, 75, "small_hc_m2n2k16_dim1x2_tba64_ring2", small_hc_m2n2k16_dim1x2_tba64_ring2_strided, small_hc_m2n2k16_dim1x2_tba64_ring2_array, 0},
+    {2, 2, 16, 75, "small_hc_m2n2k16_dim1x2_tba64_ring2", small_hc_m2n2k16_dim1x2_tba64_ring2_strided, small_hc_m2n2k16_dim1x2_tba64_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3", small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0},
+    {3, 3, 3, 75, "small_hc_m3n3k3_dim1x1_tba32_hoist_aring3", small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_strided, small_hc_m3n3k3_dim1x1_tba32_hoist_aring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {3, 3, 16, 75, "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2", small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided, small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array, 0},
+    {3, 3, 16, 75, "small_hc_m3n3k16_dim3x2_tba32_hoist_ring2", small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_strided, small_hc_m3n3k16_dim3x2_tba32_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0},
+    {4, 4, 4, 75, "small_hc_m4n4k4_dim2x4_tba32_ring2", small_hc_m4n4k4_dim2x4_tba32_ring2_strided, small_hc_m4n4k4_dim2x4_tba32_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {4, 4, 16, 75, "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2", small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array, 0},
+    {4, 4, 16, 75, "small_hc_m4n4k16_dim4x4_tba2_hoist_ring2", small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m4n4k16_dim4x4_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2", small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided, small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array, 0},
+    {5, 5, 5, 75, "small_hc_m5n5k5_dim2x3_tba32_hoist_ring2", small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_strided, small_hc_m5n5k5_dim2x3_tba32_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {5, 5, 16, 75, "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2", small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array, 0},
+    {5, 5, 16, 75, "small_hc_m5n5k16_dim5x3_tba8_hoist_ring2", small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m5n5k16_dim5x3_tba8_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0},
+    {6, 6, 6, 75, "small_hc_m6n6k6_dim2x2_tba8_hoist", small_hc_m6n6k6_dim2x2_tba8_hoist_strided, small_hc_m6n6k6_dim2x2_tba8_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {6, 6, 16, 75, "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2", small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0},
+    {6, 6, 16, 75, "small_hc_m6n6k16_dim6x3_tba16_hoist_ring2", small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_strided, small_hc_m6n6k16_dim6x3_tba16_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16", small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided, small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array, 0},
+    {7, 7, 7, 75, "small_hc_m7n7k7_dim4x4_tba16_ring2_acc16", small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_strided, small_hc_m7n7k7_dim4x4_tba16_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0},
+    {7, 7, 16, 75, "small_hc_m7n7k16_dim4x4_tba8_hoist_ring2", small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_strided, small_hc_m7n7k16_dim4x4_tba8_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0},
+    {8, 8, 8, 75, "small_hc_m8n8k8_dim4x4_tba8_hoist_ring2", small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_strided, small_hc_m8n8k8_dim4x4_tba8_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0},
+    {8, 8, 16, 75, "small_hc_m8n8k16_dim4x4_tba2_ring2", small_hc_m8n8k16_dim4x4_tba2_ring2_strided, small_hc_m8n8k16_dim4x4_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0},
+    {9, 9, 9, 75, "small_hc_m9n9k9_dim3x5_tba16_ring2_acc16", small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_strided, small_hc_m9n9k9_dim3x5_tba16_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0},
+    {9, 9, 16, 75, "small_hc_m9n9k16_dim5x3_tba8_hoist_ring2", small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_strided, small_hc_m9n9k16_dim5x3_tba8_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0},
+    {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0},
+    {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0},
+    {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0},
+    {11, 11, 11, 75, "small_hc_m11n11k11_dim4x6_tba16_ring2_acc16", small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_strided, small_hc_m11n11k11_dim4x6_tba16_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0},
+    {11, 11, 16, 75, "small_hc_m11n11k16_dim4x4_tba8_ring2", small_hc_m11n11k16_dim4x4_tba8_ring2_strided, small_hc_m11n11k16_dim4x4_tba8_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0},
+    {12, 12, 12, 75, "small_hc_m12n12k12_dim4x4_tba4_hoist_ring2", small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_strided, small_hc_m12n12k12_dim4x4_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0},
+    {12, 12, 16, 75, "small_hc_m12n12k16_dim4x4_tba2_hoist_ring2", small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m12n12k16_dim4x4_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0},
+    {13, 13, 13, 75, "small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16", small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_strided, small_hc_m13n13k13_dim7x7_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0},
+    {13, 13, 16, 75, "small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16", small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_strided, small_hc_m13n13k16_dim7x13_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {14, 14, 16, 75, "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0},
+    {14, 14, 14, 75, "small_hc_m14n14k14_dim7x7_tba8_ring2_acc16", small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_strided, small_hc_m14n14k14_dim7x7_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0},
+    {14, 14, 16, 75, "small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_hc_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0},
+    {15, 15, 15, 75, "small_hc_m15n15k15_dim5x8_tba8_ring2_acc16", small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_strided, small_hc_m15n15k15_dim5x8_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0},
+    {15, 15, 16, 75, "small_hc_m15n15k16_dim8x8_tba2_ring2_acc16", small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_strided, small_hc_m15n15k16_dim8x8_tba2_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0},
+    {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0},
+    {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0},
+    {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0},
+    {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s2_f16", wmmawarp_hc_m19n19k16_w4_s2_f16_strided, wmmawarp_hc_m19n19k16_w4_s2_f16_array, 0},
+    {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0},
+    {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {19, 19, 19, 80, "wmmawarp_hc_m19n19k19_w8_s2_f16", wmmawarp_hc_m19n19k19_w8_s2_f16_strided, wmmawarp_hc_m19n19k19_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {20, 20, 16, 80, "wmmawarp_hc_m20n20k16_w8_s2_f16", wmmawarp_hc_m20n20k16_w8_s2_f16_strided, wmmawarp_hc_m20n20k16_w8_s2_f16_array, 0},
+    {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array, 0},
+    {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {20, 20, 20, 80, "wmmawarp_hc_m20n20k20_w4_s2_f16", wmmawarp_hc_m20n20k20_w4_s2_f16_strided, wmmawarp_hc_m20n20k20_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {21, 21, 16, 80, "wmmawarp_hc_m21n21k16_w8_s2_f16", wmmawarp_hc_m21n21k16_w8_s2_f16_strided, wmmawarp_hc_m21n21k16_w8_s2_f16_array, 0},
+    {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array, 0},
+    {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {21, 21, 21, 80, "wmmawarp_hc_m21n21k21_w8_s2_f16", wmmawarp_hc_m21n21k21_w8_s2_f16_strided, wmmawarp_hc_m21n21k21_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {22, 22, 16, 80, "wmmawarp_hc_m22n22k16_w4_s2_f16", wmmawarp_hc_m22n22k16_w4_s2_f16_strided, wmmawarp_hc_m22n22k16_w4_s2_f16_array, 0},
+    {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s2_f16", wmmawarp_hc_m19n19k16_w4_s2_f16_strided, wmmawarp_hc_m19n19k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0},
+    {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {22, 22, 22, 80, "wmmawarp_hc_m22n22k22_w4_s2_f16", wmmawarp_hc_m22n22k22_w4_s2_f16_strided, wmmawarp_hc_m22n22k22_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w8_s2_f16", wmmawarp_hc_m23n23k16_w8_s2_f16_strided, wmmawarp_hc_m23n23k16_w8_s2_f16_array, 0},
+    {19, 19, 19, 80, "wmmawarp_hc_m19n19k19_w8_s2_f16", wmmawarp_hc_m19n19k19_w8_s2_f16_strided, wmmawarp_hc_m19n19k19_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0},
+    {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {24, 24, 16, 80, "wmmawarp_hc_m24n24k16_w4_s2_f16", wmmawarp_hc_m24n24k16_w4_s2_f16_strided, wmmawarp_hc_m24n24k16_w4_s2_f16_array, 0},
+    {20, 20, 16, 80, "wmmawarp_hc_m20n20k16_w8_s2_f16", wmmawarp_hc_m20n20k16_w8_s2_f16_strided, wmmawarp_hc_m20n20k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0},
+    {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {20, 20, 20, 80, "wmmawarp_hc_m20n20k20_w4_s2_f16", wmmawarp_hc_m20n20k20_w4_s2_f16_strided, wmmawarp_hc_m20n20k20_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0},
+    {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {25, 25, 16, 80, "wmmawarp_hc_m25n25k16_w4_s2_f16", wmmawarp_hc_m25n25k16_w4_s2_f16_strided, wmmawarp_hc_m25n25k16_w4_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {25, 25, 25, 75, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 1},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {25, 25, 25, 80, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 0},
+    {21, 21, 16, 80, "wmmawarp_hc_m21n21k16_w8_s2_f16", wmmawarp_hc_m21n21k16_w8_s2_f16_strided, wmmawarp_hc_m21n21k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0},
+    {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w8_s2_f16", wmmawarp_hc_m26n26k16_w8_s2_f16_strided, wmmawarp_hc_m26n26k16_w8_s2_f16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0},
-#endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w4_s2_f16", wmmawarp_hc_m26n26k26_w4_s2_f16_strided, wmmawarp_hc_m26n26k26_w4_s2_f16_array, 0},
+    {21, 21, 21, 80, "wmmawarp_hc_m21n21k21_w8_s2_f16", wmmawarp_hc_m21n21k21_w8_s2_f16_strided, wmmawarp_hc_m21n21k21_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
-    {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0},
+    {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w8_s2_f16", wmmawarp_hc_m27n27k16_w8_s2_f16_strided, wmmawarp_hc_m27n27k16_w8_s2_f16_array, 0},
+    {22, 22, 16, 80, "wmmawarp_hc_m22n22k16_w4_s2_f16", wmmawarp_hc_m22n22k16_w4_s2_f16_strided, wmmawarp_hc_m22n22k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {22, 22, 22, 80, "wmmawarp_hc_m22n22k22_w4_s2_f16", wmmawarp_hc_m22n22k22_w4_s2_f16_strided, wmmawarp_hc_m22n22k22_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w8_s2_f16", wmmawarp_hc_m23n23k16_w8_s2_f16_strided, wmmawarp_hc_m23n23k16_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {24, 24, 16, 80, "wmmawarp_hc_m24n24k16_w4_s2_f16", wmmawarp_hc_m24n24k16_w4_s2_f16_strided, wmmawarp_hc_m24n24k16_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {25, 25, 16, 80, "wmmawarp_hc_m25n25k16_w4_s2_f16", wmmawarp_hc_m25n25k16_w4_s2_f16_strided, wmmawarp_hc_m25n25k16_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {25, 25, 25, 75, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 1, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {25, 25, 25, 80, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w8_s2_f16", wmmawarp_hc_m26n26k16_w8_s2_f16_strided, wmmawarp_hc_m26n26k16_w8_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w4_s2_f16", wmmawarp_hc_m26n26k26_w4_s2_f16_strided, wmmawarp_hc_m26n26k26_w4_s2_f16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+    {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+    {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w8_s2_f16", wmmawarp_hc_m27n27k16_w8_s2_f16_strided, wmmawarp_hc_m27n27k16_w8_s2_f16_array, 0, nullptr, 0},
+#endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {27, 27, 27, 75, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 1},
+    {27, 27, 27, 75, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {27, 27, 27, 80, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 0},
+    {27, 27, 27, 80, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {28, 28, 16, 75, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 1},
+    {28, 28, 16, 75, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {28, 28, 16, 80, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 0},
+    {28, 28, 16, 80, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {28, 28, 28, 75, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 1},
+    {28, 28, 28, 75, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {28, 28, 28, 80, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 0},
+    {28, 28, 28, 80, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 1},
+    {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 0},
+    {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {29, 29, 29, 75, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 1},
+    {29, 29, 29, 75, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {29, 29, 29, 80, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 0},
+    {29, 29, 29, 80, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {30, 30, 16, 75, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 1},
+    {30, 30, 16, 75, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {30, 30, 16, 80, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 0},
+    {30, 30, 16, 80, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {30, 30, 30, 75, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 1},
+    {30, 30, 30, 75, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {30, 30, 30, 80, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 0},
+    {30, 30, 30, 80, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1},
+    {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0},
+    {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {31, 31, 31, 75, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 1},
+    {31, 31, 31, 75, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {31, 31, 31, 80, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 0},
+    {31, 31, 31, 80, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1},
+    {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0},
+    {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {32, 32, 32, 75, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 1},
+    {32, 32, 32, 75, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {32, 32, 32, 80, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 0},
+    {32, 32, 32, 80, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1},
+    {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0},
+    {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {33, 33, 33, 75, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 1},
+    {33, 33, 33, 75, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {33, 33, 33, 80, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 0},
+    {33, 33, 33, 80, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {34, 34, 16, 75, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 1},
+    {34, 34, 16, 75, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {34, 34, 16, 80, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 0},
+    {34, 34, 16, 80, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {34, 34, 34, 75, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 1},
+    {34, 34, 34, 75, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {34, 34, 34, 80, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 0},
+    {34, 34, 34, 80, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {35, 35, 16, 75, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 1},
+    {35, 35, 16, 75, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {35, 35, 16, 80, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 0},
+    {35, 35, 16, 80, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {35, 35, 35, 75, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 1},
+    {35, 35, 35, 75, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {35, 35, 35, 80, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 0},
+    {35, 35, 35, 80, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {36, 36, 16, 75, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 1},
+    {36, 36, 16, 75, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {36, 36, 16, 80, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 0},
+    {36, 36, 16, 80, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 1},
+    {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 0},
+    {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 1},
+    {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 0},
+    {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {37, 37, 37, 75, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 1},
+    {37, 37, 37, 75, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {37, 37, 37, 80, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 0},
+    {37, 37, 37, 80, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 1},
+    {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 0},
+    {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {38, 38, 38, 75, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 1},
+    {38, 38, 38, 75, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {38, 38, 38, 80, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 0},
+    {38, 38, 38, 80, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 1},
+    {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 0},
+    {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {39, 39, 39, 75, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 1},
+    {39, 39, 39, 75, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {39, 39, 39, 80, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 0},
+    {39, 39, 39, 80, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {40, 40, 16, 75, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 1},
+    {40, 40, 16, 75, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {40, 40, 16, 80, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 0},
+    {40, 40, 16, 80, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {40, 40, 40, 75, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 1},
+    {40, 40, 40, 75, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {40, 40, 40, 80, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 0},
+    {40, 40, 40, 80, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {41, 41, 16, 75, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 1},
+    {41, 41, 16, 75, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {41, 41, 16, 80, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 0},
+    {41, 41, 16, 80, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {41, 41, 41, 75, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 1},
+    {41, 41, 41, 75, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {41, 41, 41, 80, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 0},
+    {41, 41, 41, 80, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 1},
+    {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 0},
+    {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {42, 42, 42, 75, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 1},
+    {42, 42, 42, 75, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {42, 42, 42, 80, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 0},
+    {42, 42, 42, 80, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {43, 43, 16, 75, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 1},
+    {43, 43, 16, 75, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {43, 43, 16, 80, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 0},
+    {43, 43, 16, 80, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {43, 43, 43, 75, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 1},
+    {43, 43, 43, 75, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {43, 43, 43, 80, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 0},
+    {43, 43, 43, 80, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {44, 44, 16, 75, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 1},
+    {44, 44, 16, 75, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {44, 44, 16, 80, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 0},
+    {44, 44, 16, 80, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {44, 44, 44, 75, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 1},
+    {44, 44, 44, 75, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {44, 44, 44, 80, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 0},
+    {44, 44, 44, 80, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 1},
+    {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 0},
+    {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {45, 45, 45, 75, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 1},
+    {45, 45, 45, 75, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {45, 45, 45, 80, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 0},
+    {45, 45, 45, 80, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {46, 46, 16, 75, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 1},
+    {46, 46, 16, 75, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {46, 46, 16, 80, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 0},
+    {46, 46, 16, 80, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 1},
+    {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 0},
+    {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {47, 47, 16, 75, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 1},
+    {47, 47, 16, 75, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {47, 47, 16, 80, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 0},
+    {47, 47, 16, 80, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {47, 47, 47, 75, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 1},
+    {47, 47, 47, 75, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0},
+    {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1},
+    {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0},
+    {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {48, 48, 48, 75, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 1},
+    {48, 48, 48, 75, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {48, 48, 48, 80, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 0},
+    {48, 48, 48, 80, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1},
+    {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0},
+    {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1},
+    {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 0},
+    {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 1},
+    {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 0},
+    {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {50, 50, 50, 75, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 1},
+    {50, 50, 50, 75, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {50, 50, 50, 80, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 0},
+    {50, 50, 50, 80, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 1},
+    {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 0},
+    {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 1},
+    {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 0},
+    {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {52, 52, 16, 75, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 1},
+    {52, 52, 16, 75, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {52, 52, 16, 80, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 0},
+    {52, 52, 16, 80, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {53, 53, 16, 75, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 1},
+    {53, 53, 16, 75, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {53, 53, 16, 80, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 0},
+    {53, 53, 16, 80, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 1},
+    {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 0},
+    {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 1},
+    {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 0},
+    {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {56, 56, 16, 75, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 1},
+    {56, 56, 16, 75, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {56, 56, 16, 80, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 0},
+    {56, 56, 16, 80, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {57, 57, 16, 75, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 1},
+    {57, 57, 16, 75, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {57, 57, 16, 80, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 0},
+    {57, 57, 16, 80, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {58, 58, 16, 75, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 1},
+    {58, 58, 16, 75, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0},
+    {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1},
+    {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0},
+    {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {60, 60, 16, 75, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 1},
+    {60, 60, 16, 75, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {60, 60, 16, 80, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 0},
+    {60, 60, 16, 80, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1},
+    {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0},
+    {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1},
+    {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0},
+    {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1},
+    {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0},
+    {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {64, 64, 16, 75, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 1},
+    {64, 64, 16, 75, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
-    {64, 64, 16, 80, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 0},
+    {64, 64, 16, 80, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
@@ -4584,102 +4695,111 @@ const GeneralEntry<__half2, cuFloatComplex> general_hc[] = {
 
 const SmallEntry<float, float> small_s[] = {
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128_hoist", small_s_m1n1k1_dim1x1_tba128_hoist_strided, small_s_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_s_m1n1k1_dim1x1_tba128_hoist", small_s_m1n1k1_dim1x1_tba128_hoist_strided, small_s_m1n1k1_dim1x1_tba128_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba128_hoist", small_s_m2n2k2_dim1x1_tba128_hoist_strided, small_s_m2n2k2_dim1x1_tba128_hoist_array, 0},
+    {2, 2, 2, 75, "small_s_m2n2k2_dim1x1_tba128_hoist", small_s_m2n2k2_dim1x1_tba128_hoist_strided, small_s_m2n2k2_dim1x1_tba128_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32_hoist", small_s_m3n3k3_dim1x1_tba32_hoist_strided, small_s_m3n3k3_dim1x1_tba32_hoist_array, 0},
+    {3, 3, 3, 75, "small_s_m3n3k3_dim1x1_tba32_hoist", small_s_m3n3k3_dim1x1_tba32_hoist_strided, small_s_m3n3k3_dim1x1_tba32_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array, 0},
+    {4, 4, 4, 75, "small_s_m4n4k4_dim2x2_tba16", small_s_m4n4k4_dim2x2_tba16_strided, small_s_m4n4k4_dim2x2_tba16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16_hoist", small_s_m5n5k5_dim2x3_tba16_hoist_strided, small_s_m5n5k5_dim2x3_tba16_hoist_array, 0},
+    {5, 5, 5, 75, "small_s_m5n5k5_dim2x3_tba16_hoist", small_s_m5n5k5_dim2x3_tba16_hoist_strided, small_s_m5n5k5_dim2x3_tba16_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba8_hoist", small_s_m6n6k6_dim2x2_tba8_hoist_strided, small_s_m6n6k6_dim2x2_tba8_hoist_array, 0},
+    {6, 6, 6, 75, "small_s_m6n6k6_dim2x2_tba8_hoist", small_s_m6n6k6_dim2x2_tba8_hoist_strided, small_s_m6n6k6_dim2x2_tba8_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0},
+    {7, 7, 7, 75, "small_s_m7n7k7_dim4x4_tba4", small_s_m7n7k7_dim4x4_tba4_strided, small_s_m7n7k7_dim4x4_tba4_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0},
+    {8, 8, 8, 75, "small_s_m8n8k8_dim4x4_tba4", small_s_m8n8k8_dim4x4_tba4_strided, small_s_m8n8k8_dim4x4_tba4_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist_aring2", small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided, small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array, 0},
+    {9, 9, 9, 75, "small_s_m9n9k9_dim5x3_tba4_hoist_aring2", small_s_m9n9k9_dim5x3_tba4_hoist_aring2_strided, small_s_m9n9k9_dim5x3_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0},
+    {10, 10, 10, 75, "small_s_m10n10k10_dim5x5_tba8", small_s_m10n10k10_dim5x5_tba8_strided, small_s_m10n10k10_dim5x5_tba8_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4_hoist", small_s_m11n11k11_dim4x4_tba4_hoist_strided, small_s_m11n11k11_dim4x4_tba4_hoist_array, 0},
+    {11, 11, 11, 75, "small_s_m11n11k11_dim4x4_tba4_hoist", small_s_m11n11k11_dim4x4_tba4_hoist_strided, small_s_m11n11k11_dim4x4_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0},
+    {12, 12, 12, 75, "small_s_m12n12k12_dim4x3_tba8", small_s_m12n12k12_dim4x3_tba8_strided, small_s_m12n12k12_dim4x3_tba8_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0},
+    {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0},
+    {13, 13, 13, 90, "small_s_m13n13k13_dim5x7_tba4_hoist", small_s_m13n13k13_dim5x7_tba4_hoist_strided, small_s_m13n13k13_dim5x7_tba4_hoist_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist_aring2", small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided, small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array, 0},
+    {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_s_m16n16k16_dim8x16_tba2_ring2", small_s_m16n16k16_dim8x16_tba2_ring2_strided, small_s_m16n16k16_dim8x16_tba2_ring2_array, 0},
+    {15, 15, 15, 75, "small_s_m15n15k15_dim8x8_tba4_hoist_aring2", small_s_m15n15k15_dim8x8_tba4_hoist_aring2_strided, small_s_m15n15k15_dim8x8_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist_aring2", small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided, small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array, 0},
+    {16, 16, 16, 75, "small_s_m16n16k16_dim8x16_tba2_ring2", small_s_m16n16k16_dim8x16_tba2_ring2_strided, small_s_m16n16k16_dim8x16_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0},
+    {17, 17, 17, 75, "small_s_m17n17k17_dim6x6_tba4_hoist_aring2", small_s_m17n17k17_dim6x6_tba4_hoist_aring2_strided, small_s_m17n17k17_dim6x6_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist_aring2", small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided, small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array, 0},
+    {18, 18, 18, 75, "small_s_m18n18k18_dim6x5_tba1_hoist", small_s_m18n18k18_dim6x5_tba1_hoist_strided, small_s_m18n18k18_dim6x5_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_s_m20n20k20_dim10x10_tba1_hoist_ring2", small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided, small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array, 0},
+    {19, 19, 19, 75, "small_s_m19n19k19_dim5x7_tba4_hoist_aring2", small_s_m19n19k19_dim5x7_tba4_hoist_aring2_strided, small_s_m19n19k19_dim5x7_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_s_m21n21k21_dim7x7_tba4_hoist_ring2", small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array, 0},
+    {20, 20, 20, 75, "small_s_m20n20k20_dim10x10_tba1_hoist_ring2", small_s_m20n20k20_dim10x10_tba1_hoist_ring2_strided, small_s_m20n20k20_dim10x10_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_s_m21n21k21_dim7x7_tba4_hoist_ring2", small_s_m21n21k21_dim7x7_tba4_hoist_ring2_strided, small_s_m21n21k21_dim7x7_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist_aring2", small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided, small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array, 0},
+    {22, 22, 22, 75, "small_s_m22n22k22_dim8x8_tba1_hoist", small_s_m22n22k22_dim8x8_tba1_hoist_strided, small_s_m22n22k22_dim8x8_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2_aring2", small_s_m24n24k24_dim8x6_tba2_aring2_strided, small_s_m24n24k24_dim8x6_tba2_aring2_array, 0},
+    {23, 23, 23, 75, "small_s_m23n23k23_dim8x6_tba4_hoist_aring2", small_s_m23n23k23_dim8x6_tba4_hoist_aring2_strided, small_s_m23n23k23_dim8x6_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0},
+    {24, 24, 24, 75, "small_s_m24n24k24_dim8x6_tba2_aring2", small_s_m24n24k24_dim8x6_tba2_aring2_strided, small_s_m24n24k24_dim8x6_tba2_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0},
+    {25, 25, 25, 75, "small_s_m25n25k25_dim9x7_tba4_hoist_ring2", small_s_m25n25k25_dim9x7_tba4_hoist_ring2_strided, small_s_m25n25k25_dim9x7_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
+    {26, 26, 26, 75, "small_s_m26n26k26_dim7x9_tba1_hoist", small_s_m26n26k26_dim7x9_tba1_hoist_strided, small_s_m26n26k26_dim7x9_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {28, 28, 28, 75, "small_s_m28n28k28_dim14x10_tba1_hoist_ring2", small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
+    {27, 27, 27, 75, "small_s_m27n27k27_dim9x7_tba4_hoist_ring3", small_s_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_s_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0},
+    {27, 27, 27, 90, "small_s_m27n27k27_dim9x9_tba4_ring2", small_s_m27n27k27_dim9x9_tba4_ring2_strided, small_s_m27n27k27_dim9x9_tba4_ring2_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_s_m28n28k28_dim14x10_tba1_hoist_ring2", small_s_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0},
+    {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0},
+    {29, 29, 29, 90, "small_s_m29n29k29_dim8x10_tba4_ring3", small_s_m29n29k29_dim8x10_tba4_ring3_strided, small_s_m29n29k29_dim8x10_tba4_ring3_array, 0, "NVIDIA H200", 0},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    {31, 31, 31, 75, "small_s_m31n31k31_dim8x11_tba4_hoist_ring2", small_s_m31n31k31_dim8x11_tba4_hoist_ring2_strided, small_s_m31n31k31_dim8x11_tba4_hoist_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    {32, 32, 32, 75, "small_s_m32n32k32_dim8x8_tba1_hoist", small_s_m32n32k32_dim8x8_tba1_hoist_strided, small_s_m32n32k32_dim8x8_tba1_hoist_array, 0, nullptr, 0},
+#endif
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<float, float> general_s[] = {
@@ -4688,102 +4808,135 @@ const GeneralEntry<float, float> general_s[] = {
 
 const SmallEntry<double, double> small_d[] = {
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128_hoist", small_d_m1n1k1_dim1x1_tba128_hoist_strided, small_d_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_d_m1n1k1_dim1x1_tba128_hoist", small_d_m1n1k1_dim1x1_tba128_hoist_strided, small_d_m1n1k1_dim1x1_tba128_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_d_m2n2k2_dim2x1_tba64", small_d_m2n2k2_dim2x1_tba64_strided, small_d_m2n2k2_dim2x1_tba64_array, 0},
+    {2, 2, 2, 75, "small_d_m2n2k2_dim2x1_tba64", small_d_m2n2k2_dim2x1_tba64_strided, small_d_m2n2k2_dim2x1_tba64_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba16_hoist", small_d_m3n3k3_dim2x1_tba16_hoist_strided, small_d_m3n3k3_dim2x1_tba16_hoist_array, 0},
+    {3, 3, 3, 75, "small_d_m3n3k3_dim2x1_tba16_hoist", small_d_m3n3k3_dim2x1_tba16_hoist_strided, small_d_m3n3k3_dim2x1_tba16_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_d_m4n4k4_dim2x4_tba8", small_d_m4n4k4_dim2x4_tba8_strided, small_d_m4n4k4_dim2x4_tba8_array, 0},
+    {4, 4, 4, 75, "small_d_m4n4k4_dim2x4_tba8", small_d_m4n4k4_dim2x4_tba8_strided, small_d_m4n4k4_dim2x4_tba8_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4_hoist", small_d_m5n5k5_dim5x3_tba4_hoist_strided, small_d_m5n5k5_dim5x3_tba4_hoist_array, 0},
+    {5, 5, 5, 75, "small_d_m5n5k5_dim5x3_tba4_hoist", small_d_m5n5k5_dim5x3_tba4_hoist_strided, small_d_m5n5k5_dim5x3_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_d_m6n6k6_dim2x3_tba8", small_d_m6n6k6_dim2x3_tba8_strided, small_d_m6n6k6_dim2x3_tba8_array, 0},
+    {6, 6, 6, 75, "small_d_m6n6k6_dim2x3_tba8", small_d_m6n6k6_dim2x3_tba8_strided, small_d_m6n6k6_dim2x3_tba8_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2_hoist", small_d_m7n7k7_dim7x4_tba2_hoist_strided, small_d_m7n7k7_dim7x4_tba2_hoist_array, 0},
+    {7, 7, 7, 75, "small_d_m7n7k7_dim7x4_tba2_hoist", small_d_m7n7k7_dim7x4_tba2_hoist_strided, small_d_m7n7k7_dim7x4_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba16", small_d_m8n8k8_dim4x4_tba16_strided, small_d_m8n8k8_dim4x4_tba16_array, 0},
+    {8, 8, 8, 75, "small_d_m8n8k8_dim4x4_tba16", small_d_m8n8k8_dim4x4_tba16_strided, small_d_m8n8k8_dim4x4_tba16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2_hoist", small_d_m9n9k9_dim9x5_tba2_hoist_strided, small_d_m9n9k9_dim9x5_tba2_hoist_array, 0},
+    {9, 9, 9, 75, "small_d_m9n9k9_dim9x5_tba2_hoist", small_d_m9n9k9_dim9x5_tba2_hoist_strided, small_d_m9n9k9_dim9x5_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2_hoist", small_d_m10n10k10_dim5x5_tba2_hoist_strided, small_d_m10n10k10_dim5x5_tba2_hoist_array, 0},
+    {10, 10, 10, 75, "small_d_m10n10k10_dim5x5_tba2_hoist", small_d_m10n10k10_dim5x5_tba2_hoist_strided, small_d_m10n10k10_dim5x5_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist_aring2", small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
+    {11, 11, 11, 75, "small_d_m11n11k11_dim4x4_tba2_hoist_aring2", small_d_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_d_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_d_m12n12k12_dim6x4_tba4", small_d_m12n12k12_dim6x4_tba4_strided, small_d_m12n12k12_dim6x4_tba4_array, 0},
+    {12, 12, 12, 75, "small_d_m12n12k12_dim6x4_tba4", small_d_m12n12k12_dim6x4_tba4_strided, small_d_m12n12k12_dim6x4_tba4_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist_aring2", small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
+    {13, 13, 13, 75, "small_d_m13n13k13_dim4x4_tba4_hoist_aring2", small_d_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_d_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0},
+    {13, 13, 13, 90, "small_d_m13n13k13_dim7x7_tba2_hoist", small_d_m13n13k13_dim7x7_tba2_hoist_strided, small_d_m13n13k13_dim7x7_tba2_hoist_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2_aring2", small_d_m15n15k15_dim4x4_tba2_aring2_strided, small_d_m15n15k15_dim4x4_tba2_aring2_array, 0},
+    {13, 13, 13, 90, "small_d_m13n13k13_dim4x4_tba2_hoist", small_d_m13n13k13_dim4x4_tba2_hoist_strided, small_d_m13n13k13_dim4x4_tba2_hoist_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_d_m16n16k16_dim8x6_tba2_hoist", small_d_m16n16k16_dim8x6_tba2_hoist_strided, small_d_m16n16k16_dim8x6_tba2_hoist_array, 0},
+    {14, 14, 14, 75, "small_d_m14n14k14_dim7x7_tba2_hoist", small_d_m14n14k14_dim7x7_tba2_hoist_strided, small_d_m14n14k14_dim7x7_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_d_m17n17k17_dim6x5_tba2_hoist_aring2", small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided, small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array, 0},
+    {15, 15, 15, 75, "small_d_m15n15k15_dim4x4_tba2_aring2", small_d_m15n15k15_dim4x4_tba2_aring2_strided, small_d_m15n15k15_dim4x4_tba2_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0},
+    {15, 15, 15, 90, "small_d_m15n15k15_dim8x8_tba2_hoist", small_d_m15n15k15_dim8x8_tba2_hoist_strided, small_d_m15n15k15_dim8x8_tba2_hoist_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_d_m19n19k19_dim10x7_tba2_hoist_aring2", small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided, small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array, 0},
+    {15, 15, 15, 90, "small_d_m15n15k15_dim8x5_tba4_hoist", small_d_m15n15k15_dim8x5_tba4_hoist_strided, small_d_m15n15k15_dim8x5_tba4_hoist_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_d_m20n20k20_dim16x8_tba1_hoist_mma", small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided, small_d_m20n20k20_dim16x8_tba1_hoist_mma_array, 0},
+    {16, 16, 16, 75, "small_d_m16n16k16_dim8x6_tba2_hoist", small_d_m16n16k16_dim8x6_tba2_hoist_strided, small_d_m16n16k16_dim8x6_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma", small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_strided, small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_array, 0},
+    {17, 17, 17, 75, "small_d_m17n17k17_dim6x5_tba2_hoist_aring2", small_d_m17n17k17_dim6x5_tba2_hoist_aring2_strided, small_d_m17n17k17_dim6x5_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_d_m22n22k22_dim8x8_tba1_hoist_mma", small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided, small_d_m22n22k22_dim8x8_tba1_hoist_mma_array, 0},
+    {18, 18, 18, 75, "small_d_m18n18k18_dim6x9_tba1_hoist", small_d_m18n18k18_dim6x9_tba1_hoist_strided, small_d_m18n18k18_dim6x9_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_d_m23n23k23_dim8x12_tba2_hoist_mma", small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided, small_d_m23n23k23_dim8x12_tba2_hoist_mma_array, 0},
+    {19, 19, 19, 75, "small_d_m19n19k19_dim10x7_tba2_hoist_aring2", small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided, small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_d_m24n24k24_dim8x8_tba1_hoist_mma", small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided, small_d_m24n24k24_dim8x8_tba1_hoist_mma_array, 0},
+    {19, 19, 19, 90, "small_d_m19n19k19_dim10x10_tba4_hoist_ring2", small_d_m19n19k19_dim10x10_tba4_hoist_ring2_strided, small_d_m19n19k19_dim10x10_tba4_hoist_ring2_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0},
+    {20, 20, 20, 75, "small_d_m20n20k20_dim16x8_tba1_hoist_mma", small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided, small_d_m20n20k20_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_d_m26n26k26_dim8x8_tba1_hoist_mma", small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided, small_d_m26n26k26_dim8x8_tba1_hoist_mma_array, 0},
+    {21, 21, 21, 75, "small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma", small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_strided, small_d_m21n21k21_dim8x8_tba2_hoist_aring2_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0},
+    {22, 22, 22, 75, "small_d_m22n22k22_dim8x8_tba1_hoist_mma", small_d_m22n22k22_dim8x8_tba1_hoist_mma_strided, small_d_m22n22k22_dim8x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {28, 28, 28, 75, "small_d_m28n28k28_dim8x16_tba1_hoist_mma", small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided, small_d_m28n28k28_dim8x16_tba1_hoist_mma_array, 0},
+    {23, 23, 23, 75, "small_d_m23n23k23_dim8x12_tba2_hoist_mma", small_d_m23n23k23_dim8x12_tba2_hoist_mma_strided, small_d_m23n23k23_dim8x12_tba2_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 75, "small_d_m29n29k29_dim10x10_tba2_hoist_aring2", small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided, small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array, 0},
+    {24, 24, 24, 75, "small_d_m24n24k24_dim8x8_tba1_hoist_mma", small_d_m24n24k24_dim8x8_tba1_hoist_mma_strided, small_d_m24n24k24_dim8x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {30, 30, 30, 75, "small_d_m30n30k30_dim16x8_tba1_hoist_mma", small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim16x8_tba1_hoist_mma_array, 0},
+    {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma", small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided, small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array, 0},
+    {25, 25, 25, 90, "small_d_m25n25k25_dim9x9_tba2_ring2", small_d_m25n25k25_dim9x9_tba2_ring2_strided, small_d_m25n25k25_dim9x9_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_hoist_aring3", small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided, small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array, 0},
+    {25, 25, 25, 90, "small_d_m25n25k25_dim9x7_tba2_hoist_ring3", small_d_m25n25k25_dim9x7_tba2_hoist_ring3_strided, small_d_m25n25k25_dim9x7_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {26, 26, 26, 75, "small_d_m26n26k26_dim8x8_tba1_hoist_mma", small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided, small_d_m26n26k26_dim8x8_tba1_hoist_mma_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {27, 27, 27, 90, "small_d_m27n27k27_dim14x9_tba4_ring2", small_d_m27n27k27_dim14x9_tba4_ring2_strided, small_d_m27n27k27_dim14x9_tba4_ring2_array, 0, "NVIDIA H200", 128000000LL},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {27, 27, 27, 90, "small_d_m27n27k27_dim8x8_tba2_hoist_mma", small_d_m27n27k27_dim8x8_tba2_hoist_mma_strided, small_d_m27n27k27_dim8x8_tba2_hoist_mma_array, 0, "NVIDIA H200", 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {28, 28, 28, 75, "small_d_m28n28k28_dim8x16_tba1_hoist_mma", small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided, small_d_m28n28k28_dim8x16_tba1_hoist_mma_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {29, 29, 29, 75, "small_d_m29n29k29_dim10x10_tba2_hoist_aring2", small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided, small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {29, 29, 29, 90, "small_d_m29n29k29_dim8x8_tba2_hoist_ring3", small_d_m29n29k29_dim8x8_tba2_hoist_ring3_strided, small_d_m29n29k29_dim8x8_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {30, 30, 30, 75, "small_d_m30n30k30_dim16x8_tba1_hoist_mma", small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma", small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided, small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {31, 31, 31, 90, "small_d_m31n31k31_dim8x8_tba2_hoist_ring3", small_d_m31n31k31_dim8x8_tba2_hoist_ring3_strided, small_d_m31n31k31_dim8x8_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_hoist_aring3", small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided, small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array, 0, nullptr, 0},
+#endif
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<double, double> general_d[] = {
@@ -4792,102 +4945,114 @@ const GeneralEntry<double, double> general_d[] = {
 
 const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128_hoist", small_c_m1n1k1_dim1x1_tba128_hoist_strided, small_c_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_c_m1n1k1_dim1x1_tba128_hoist", small_c_m1n1k1_dim1x1_tba128_hoist_strided, small_c_m1n1k1_dim1x1_tba128_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_c_m2n2k2_dim2x1_tba32", small_c_m2n2k2_dim2x1_tba32_strided, small_c_m2n2k2_dim2x1_tba32_array, 0},
+    {2, 2, 2, 75, "small_c_m2n2k2_dim2x1_tba32", small_c_m2n2k2_dim2x1_tba32_strided, small_c_m2n2k2_dim2x1_tba32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_c_m3n3k3_dim2x1_tba16_hoist", small_c_m3n3k3_dim2x1_tba16_hoist_strided, small_c_m3n3k3_dim2x1_tba16_hoist_array, 0},
+    {3, 3, 3, 75, "small_c_m3n3k3_dim2x1_tba16_hoist", small_c_m3n3k3_dim2x1_tba16_hoist_strided, small_c_m3n3k3_dim2x1_tba16_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0},
+    {4, 4, 4, 75, "small_c_m4n4k4_dim2x4_tba8", small_c_m4n4k4_dim2x4_tba8_strided, small_c_m4n4k4_dim2x4_tba8_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0},
+    {5, 5, 5, 75, "small_c_m5n5k5_dim5x3_tba4_hoist", small_c_m5n5k5_dim5x3_tba4_hoist_strided, small_c_m5n5k5_dim5x3_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4_aring2", small_c_m6n6k6_dim2x3_tba4_aring2_strided, small_c_m6n6k6_dim2x3_tba4_aring2_array, 0},
+    {6, 6, 6, 75, "small_c_m6n6k6_dim2x3_tba4_aring2", small_c_m6n6k6_dim2x3_tba4_aring2_strided, small_c_m6n6k6_dim2x3_tba4_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2_hoist", small_c_m7n7k7_dim4x7_tba2_hoist_strided, small_c_m7n7k7_dim4x7_tba2_hoist_array, 0},
+    {7, 7, 7, 75, "small_c_m7n7k7_dim4x7_tba2_hoist", small_c_m7n7k7_dim4x7_tba2_hoist_strided, small_c_m7n7k7_dim4x7_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_c_m8n8k8_dim8x4_tba4", small_c_m8n8k8_dim8x4_tba4_strided, small_c_m8n8k8_dim8x4_tba4_array, 0},
+    {8, 8, 8, 75, "small_c_m8n8k8_dim8x4_tba4", small_c_m8n8k8_dim8x4_tba4_strided, small_c_m8n8k8_dim8x4_tba4_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2_hoist", small_c_m9n9k9_dim9x5_tba2_hoist_strided, small_c_m9n9k9_dim9x5_tba2_hoist_array, 0},
+    {9, 9, 9, 75, "small_c_m9n9k9_dim9x5_tba2_hoist", small_c_m9n9k9_dim9x5_tba2_hoist_strided, small_c_m9n9k9_dim9x5_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4_hoist", small_c_m10n10k10_dim5x5_tba4_hoist_strided, small_c_m10n10k10_dim5x5_tba4_hoist_array, 0},
+    {10, 10, 10, 75, "small_c_m10n10k10_dim5x5_tba4_hoist", small_c_m10n10k10_dim5x5_tba4_hoist_strided, small_c_m10n10k10_dim5x5_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist_aring2", small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0},
+    {11, 11, 11, 75, "small_c_m11n11k11_dim4x4_tba2_hoist_aring2", small_c_m11n11k11_dim4x4_tba2_hoist_aring2_strided, small_c_m11n11k11_dim4x4_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8_aring2", small_c_m12n12k12_dim4x6_tba8_aring2_strided, small_c_m12n12k12_dim4x6_tba8_aring2_array, 0},
+    {12, 12, 12, 75, "small_c_m12n12k12_dim4x6_tba8_aring2", small_c_m12n12k12_dim4x6_tba8_aring2_strided, small_c_m12n12k12_dim4x6_tba8_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist_aring2", small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0},
+    {13, 13, 13, 75, "small_c_m13n13k13_dim4x4_tba4_hoist_aring2", small_c_m13n13k13_dim4x4_tba4_hoist_aring2_strided, small_c_m13n13k13_dim4x4_tba4_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0},
+    {14, 14, 14, 75, "small_c_m14n14k14_dim7x7_tba2_hoist", small_c_m14n14k14_dim7x7_tba2_hoist_strided, small_c_m14n14k14_dim7x7_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2_aring2", small_c_m15n15k15_dim4x4_tba2_aring2_strided, small_c_m15n15k15_dim4x4_tba2_aring2_array, 0},
+    {15, 15, 15, 75, "small_c_m15n15k15_dim4x4_tba2_aring2", small_c_m15n15k15_dim4x4_tba2_aring2_strided, small_c_m15n15k15_dim4x4_tba2_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0},
+    {16, 16, 16, 75, "small_c_m16n16k16_dim8x8_tba2_hoist", small_c_m16n16k16_dim8x8_tba2_hoist_strided, small_c_m16n16k16_dim8x8_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist_aring2", small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0},
+    {17, 17, 17, 75, "small_c_m17n17k17_dim6x6_tba2_hoist_aring2", small_c_m17n17k17_dim6x6_tba2_hoist_aring2_strided, small_c_m17n17k17_dim6x6_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0},
+    {18, 18, 18, 75, "small_c_m18n18k18_dim6x9_tba2_hoist", small_c_m18n18k18_dim6x9_tba2_hoist_strided, small_c_m18n18k18_dim6x9_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_c_m19n19k19_dim7x7_tba4_ring2", small_c_m19n19k19_dim7x7_tba4_ring2_strided, small_c_m19n19k19_dim7x7_tba4_ring2_array, 0},
+    {19, 19, 19, 75, "small_c_m19n19k19_dim7x7_tba4_ring2", small_c_m19n19k19_dim7x7_tba4_ring2_strided, small_c_m19n19k19_dim7x7_tba4_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0},
+    {20, 20, 20, 75, "small_c_m20n20k20_dim10x20_tba2_hoist_ring2", small_c_m20n20k20_dim10x20_tba2_hoist_ring2_strided, small_c_m20n20k20_dim10x20_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist_aring2", small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0},
+    {21, 21, 21, 75, "small_c_m21n21k21_dim11x7_tba2_hoist_aring2", small_c_m21n21k21_dim11x7_tba2_hoist_aring2_strided, small_c_m21n21k21_dim11x7_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0},
+    {22, 22, 22, 75, "small_c_m22n22k22_dim8x11_tba2_ring2", small_c_m22n22k22_dim8x11_tba2_ring2_strided, small_c_m22n22k22_dim8x11_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist_aring2", small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0},
+    {23, 23, 23, 75, "small_c_m23n23k23_dim8x8_tba2_hoist_aring2", small_c_m23n23k23_dim8x8_tba2_hoist_aring2_strided, small_c_m23n23k23_dim8x8_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0},
+    {24, 24, 24, 75, "small_c_m24n24k24_dim8x12_tba1_hoist", small_c_m24n24k24_dim8x12_tba1_hoist_strided, small_c_m24n24k24_dim8x12_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 75, "small_c_m25n25k25_dim9x13_tba2_ring2", small_c_m25n25k25_dim9x13_tba2_ring2_strided, small_c_m25n25k25_dim9x13_tba2_ring2_array, 0},
+    {25, 25, 25, 75, "small_c_m25n25k25_dim9x13_tba2_ring2", small_c_m25n25k25_dim9x13_tba2_ring2_strided, small_c_m25n25k25_dim9x13_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0},
+    {25, 25, 25, 90, "small_c_m25n25k25_dim13x9_tba2_ring2", small_c_m25n25k25_dim13x9_tba2_ring2_strided, small_c_m25n25k25_dim13x9_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0},
+    {25, 25, 25, 90, "small_c_m25n25k25_dim7x9_tba2_hoist", small_c_m25n25k25_dim7x9_tba2_hoist_strided, small_c_m25n25k25_dim7x9_tba2_hoist_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {28, 28, 28, 75, "small_c_m28n28k28_dim14x10_tba1_hoist_ring2", small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0},
+    {26, 26, 26, 75, "small_c_m26n26k26_dim13x9_tba2_hoist_ring2", small_c_m26n26k26_dim13x9_tba2_hoist_ring2_strided, small_c_m26n26k26_dim13x9_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0},
+    {27, 27, 27, 75, "small_c_m27n27k27_dim9x7_tba4_hoist_ring3", small_c_m27n27k27_dim9x7_tba4_hoist_ring3_strided, small_c_m27n27k27_dim9x7_tba4_hoist_ring3_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0},
+    {28, 28, 28, 75, "small_c_m28n28k28_dim14x10_tba1_hoist_ring2", small_c_m28n28k28_dim14x10_tba1_hoist_ring2_strided, small_c_m28n28k28_dim14x10_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0},
+    {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {32, 32, 32, 75, "small_c_m32n32k32_dim16x11_tba2_hoist_ring2", small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array, 0},
+    {29, 29, 29, 90, "small_c_m29n29k29_dim8x10_tba2_ring2", small_c_m29n29k29_dim8x10_tba2_ring2_strided, small_c_m29n29k29_dim8x10_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0, nullptr, 0},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    {31, 31, 31, 90, "small_c_m31n31k31_dim8x11_tba2_ring2", small_c_m31n31k31_dim8x11_tba2_ring2_strided, small_c_m31n31k31_dim8x11_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    {32, 32, 32, 75, "small_c_m32n32k32_dim16x11_tba2_hoist_ring2", small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array, 0, nullptr, 0},
+#endif
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
@@ -4896,102 +5061,102 @@ const GeneralEntry<cuFloatComplex, cuFloatComplex> general_c[] = {
 
 const SmallEntry<cuDoubleComplex, cuDoubleComplex> small_z[] = {
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba128_hoist", small_z_m1n1k1_dim1x1_tba128_hoist_strided, small_z_m1n1k1_dim1x1_tba128_hoist_array, 0},
+    {1, 1, 1, 75, "small_z_m1n1k1_dim1x1_tba128_hoist", small_z_m1n1k1_dim1x1_tba128_hoist_strided, small_z_m1n1k1_dim1x1_tba128_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba64", small_z_m2n2k2_dim2x2_tba64_strided, small_z_m2n2k2_dim2x2_tba64_array, 0},
+    {2, 2, 2, 75, "small_z_m2n2k2_dim2x2_tba64", small_z_m2n2k2_dim2x2_tba64_strided, small_z_m2n2k2_dim2x2_tba64_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16_hoist", small_z_m3n3k3_dim3x3_tba16_hoist_strided, small_z_m3n3k3_dim3x3_tba16_hoist_array, 0},
+    {3, 3, 3, 75, "small_z_m3n3k3_dim3x3_tba16_hoist", small_z_m3n3k3_dim3x3_tba16_hoist_strided, small_z_m3n3k3_dim3x3_tba16_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8_hoist", small_z_m4n4k4_dim4x4_tba8_hoist_strided, small_z_m4n4k4_dim4x4_tba8_hoist_array, 0},
+    {4, 4, 4, 75, "small_z_m4n4k4_dim4x4_tba8_hoist", small_z_m4n4k4_dim4x4_tba8_hoist_strided, small_z_m4n4k4_dim4x4_tba8_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2_hoist", small_z_m5n5k5_dim5x5_tba2_hoist_strided, small_z_m5n5k5_dim5x5_tba2_hoist_array, 0},
+    {5, 5, 5, 75, "small_z_m5n5k5_dim5x5_tba2_hoist", small_z_m5n5k5_dim5x5_tba2_hoist_strided, small_z_m5n5k5_dim5x5_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba4_hoist", small_z_m6n6k6_dim6x3_tba4_hoist_strided, small_z_m6n6k6_dim6x3_tba4_hoist_array, 0},
+    {6, 6, 6, 75, "small_z_m6n6k6_dim6x3_tba4_hoist", small_z_m6n6k6_dim6x3_tba4_hoist_strided, small_z_m6n6k6_dim6x3_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1_hoist", small_z_m7n7k7_dim7x7_tba1_hoist_strided, small_z_m7n7k7_dim7x7_tba1_hoist_array, 0},
+    {7, 7, 7, 75, "small_z_m7n7k7_dim7x7_tba1_hoist", small_z_m7n7k7_dim7x7_tba1_hoist_strided, small_z_m7n7k7_dim7x7_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {8, 8, 8, 75, "small_z_m8n8k8_dim4x8_tba1", small_z_m8n8k8_dim4x8_tba1_strided, small_z_m8n8k8_dim4x8_tba1_array, 0},
+    {8, 8, 8, 75, "small_z_m8n8k8_dim4x8_tba1", small_z_m8n8k8_dim4x8_tba1_strided, small_z_m8n8k8_dim4x8_tba1_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2_hoist", small_z_m9n9k9_dim5x9_tba2_hoist_strided, small_z_m9n9k9_dim5x9_tba2_hoist_array, 0},
+    {9, 9, 9, 75, "small_z_m9n9k9_dim5x9_tba2_hoist", small_z_m9n9k9_dim5x9_tba2_hoist_strided, small_z_m9n9k9_dim5x9_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1_hoist", small_z_m10n10k10_dim10x5_tba1_hoist_strided, small_z_m10n10k10_dim10x5_tba1_hoist_array, 0},
+    {10, 10, 10, 75, "small_z_m10n10k10_dim10x5_tba1_hoist", small_z_m10n10k10_dim10x5_tba1_hoist_strided, small_z_m10n10k10_dim10x5_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba2_hoist", small_z_m11n11k11_dim6x11_tba2_hoist_strided, small_z_m11n11k11_dim6x11_tba2_hoist_array, 0},
+    {11, 11, 11, 75, "small_z_m11n11k11_dim6x11_tba2_hoist", small_z_m11n11k11_dim6x11_tba2_hoist_strided, small_z_m11n11k11_dim6x11_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2_hoist", small_z_m12n12k12_dim12x6_tba2_hoist_strided, small_z_m12n12k12_dim12x6_tba2_hoist_array, 0},
+    {12, 12, 12, 75, "small_z_m12n12k12_dim12x6_tba2_hoist", small_z_m12n12k12_dim12x6_tba2_hoist_strided, small_z_m12n12k12_dim12x6_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist_aring2", small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided, small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array, 0},
+    {13, 13, 13, 75, "small_z_m13n13k13_dim7x13_tba1_hoist_aring2", small_z_m13n13k13_dim7x13_tba1_hoist_aring2_strided, small_z_m13n13k13_dim7x13_tba1_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0},
+    {14, 14, 14, 75, "small_z_m14n14k14_dim14x7_tba1_hoist", small_z_m14n14k14_dim14x7_tba1_hoist_strided, small_z_m14n14k14_dim14x7_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0},
+    {15, 15, 15, 75, "small_z_m15n15k15_dim8x8_tba1_hoist", small_z_m15n15k15_dim8x8_tba1_hoist_strided, small_z_m15n15k15_dim8x8_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1_hoist_mma", small_z_m16n16k16_dim16x8_tba1_hoist_mma_strided, small_z_m16n16k16_dim16x8_tba1_hoist_mma_array, 0},
+    {16, 16, 16, 75, "small_z_m16n16k16_dim16x8_tba1_hoist_mma", small_z_m16n16k16_dim16x8_tba1_hoist_mma_strided, small_z_m16n16k16_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {17, 17, 17, 75, "small_z_m17n17k17_dim6x5_tba2_hoist", small_z_m17n17k17_dim6x5_tba2_hoist_strided, small_z_m17n17k17_dim6x5_tba2_hoist_array, 0},
+    {17, 17, 17, 75, "small_z_m17n17k17_dim6x5_tba2_hoist", small_z_m17n17k17_dim6x5_tba2_hoist_strided, small_z_m17n17k17_dim6x5_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {18, 18, 18, 75, "small_z_m18n18k18_dim6x6_tba2_hoist", small_z_m18n18k18_dim6x6_tba2_hoist_strided, small_z_m18n18k18_dim6x6_tba2_hoist_array, 0},
+    {18, 18, 18, 75, "small_z_m18n18k18_dim6x6_tba2_hoist", small_z_m18n18k18_dim6x6_tba2_hoist_strided, small_z_m18n18k18_dim6x6_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_ring2", small_z_m19n19k19_dim10x10_tba2_ring2_strided, small_z_m19n19k19_dim10x10_tba2_ring2_array, 0},
+    {19, 19, 19, 75, "small_z_m19n19k19_dim10x10_tba2_ring2", small_z_m19n19k19_dim10x10_tba2_ring2_strided, small_z_m19n19k19_dim10x10_tba2_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {20, 20, 20, 75, "small_z_m20n20k20_dim8x16_tba1_hoist_mma", small_z_m20n20k20_dim8x16_tba1_hoist_mma_strided, small_z_m20n20k20_dim8x16_tba1_hoist_mma_array, 0},
+    {20, 20, 20, 75, "small_z_m20n20k20_dim8x16_tba1_hoist_mma", small_z_m20n20k20_dim8x16_tba1_hoist_mma_strided, small_z_m20n20k20_dim8x16_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {21, 21, 21, 75, "small_z_m21n21k21_dim7x7_tba1_hoist", small_z_m21n21k21_dim7x7_tba1_hoist_strided, small_z_m21n21k21_dim7x7_tba1_hoist_array, 0},
+    {21, 21, 21, 75, "small_z_m21n21k21_dim7x7_tba1_hoist", small_z_m21n21k21_dim7x7_tba1_hoist_strided, small_z_m21n21k21_dim7x7_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {22, 22, 22, 75, "small_z_m22n22k22_dim8x8_tba1_hoist", small_z_m22n22k22_dim8x8_tba1_hoist_strided, small_z_m22n22k22_dim8x8_tba1_hoist_array, 0},
+    {22, 22, 22, 75, "small_z_m22n22k22_dim8x8_tba1_hoist", small_z_m22n22k22_dim8x8_tba1_hoist_strided, small_z_m22n22k22_dim8x8_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba1_hoist", small_z_m23n23k23_dim8x8_tba1_hoist_strided, small_z_m23n23k23_dim8x8_tba1_hoist_array, 0},
+    {23, 23, 23, 75, "small_z_m23n23k23_dim8x8_tba1_hoist", small_z_m23n23k23_dim8x8_tba1_hoist_strided, small_z_m23n23k23_dim8x8_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {24, 24, 24, 75, "small_z_m24n24k24_dim12x8_tba1_hoist_mma", small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided, small_z_m24n24k24_dim12x8_tba1_hoist_mma_array, 0},
+    {24, 24, 24, 75, "small_z_m24n24k24_dim12x8_tba1_hoist_mma", small_z_m24n24k24_dim12x8_tba1_hoist_mma_strided, small_z_m24n24k24_dim12x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0},
+    {25, 25, 25, 75, "small_z_m25n25k25_dim7x9_tba1_hoist", small_z_m25n25k25_dim7x9_tba1_hoist_strided, small_z_m25n25k25_dim7x9_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba1_hoist", small_z_m26n26k26_dim7x9_tba1_hoist_strided, small_z_m26n26k26_dim7x9_tba1_hoist_array, 0},
+    {26, 26, 26, 75, "small_z_m26n26k26_dim7x9_tba1_hoist", small_z_m26n26k26_dim7x9_tba1_hoist_strided, small_z_m26n26k26_dim7x9_tba1_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 75, "small_z_m27n27k27_dim16x16_tba1_hoist_mma", small_z_m27n27k27_dim16x16_tba1_hoist_mma_strided, small_z_m27n27k27_dim16x16_tba1_hoist_mma_array, 0},
+    {27, 27, 27, 75, "small_z_m27n27k27_dim16x16_tba1_hoist_mma", small_z_m27n27k27_dim16x16_tba1_hoist_mma_strided, small_z_m27n27k27_dim16x16_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {28, 28, 28, 75, "small_z_m28n28k28_dim16x16_tba1_hoist_mma", small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided, small_z_m28n28k28_dim16x16_tba1_hoist_mma_array, 0},
+    {28, 28, 28, 75, "small_z_m28n28k28_dim16x16_tba1_hoist_mma", small_z_m28n28k28_dim16x16_tba1_hoist_mma_strided, small_z_m28n28k28_dim16x16_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 75, "small_z_m29n29k29_dim16x8_tba1_hoist_mma", small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided, small_z_m29n29k29_dim16x8_tba1_hoist_mma_array, 0},
+    {29, 29, 29, 75, "small_z_m29n29k29_dim16x8_tba1_hoist_mma", small_z_m29n29k29_dim16x8_tba1_hoist_mma_strided, small_z_m29n29k29_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {30, 30, 30, 75, "small_z_m30n30k30_dim16x16_tba1_hoist_mma", small_z_m30n30k30_dim16x16_tba1_hoist_mma_strided, small_z_m30n30k30_dim16x16_tba1_hoist_mma_array, 0},
+    {30, 30, 30, 75, "small_z_m30n30k30_dim16x16_tba1_hoist_mma", small_z_m30n30k30_dim16x16_tba1_hoist_mma_strided, small_z_m30n30k30_dim16x16_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 75, "small_z_m31n31k31_dim8x16_tba1_hoist_mma", small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided, small_z_m31n31k31_dim8x16_tba1_hoist_mma_array, 0},
+    {31, 31, 31, 75, "small_z_m31n31k31_dim8x16_tba1_hoist_mma", small_z_m31n31k31_dim8x16_tba1_hoist_mma_strided, small_z_m31n31k31_dim8x16_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
-    {32, 32, 32, 75, "small_z_m32n32k32_dim16x8_tba1_hoist_mma", small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided, small_z_m32n32k32_dim16x8_tba1_hoist_mma_array, 0},
+    {32, 32, 32, 75, "small_z_m32n32k32_dim16x8_tba1_hoist_mma", small_z_m32n32k32_dim16x8_tba1_hoist_mma_strided, small_z_m32n32k32_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
-    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0},
+    {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
 };
 
 const GeneralEntry<cuDoubleComplex, cuDoubleComplex> general_z[] = {
@@ -5048,6 +5213,12 @@ const char* const kernel_names[] = {
     "small_c_m24n24k24_dim8x12_tba1_hoist",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    "small_c_m25n25k25_dim13x9_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    "small_c_m25n25k25_dim7x9_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m25n25k25_dim9x13_tba2_ring2",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
@@ -5063,10 +5234,16 @@ const char* const kernel_names[] = {
     "small_c_m29n29k29_dim10x8_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    "small_c_m29n29k29_dim8x10_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m2n2k2_dim2x1_tba32",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
+#endif
+#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
+    "small_c_m31n31k31_dim8x11_tba2_ring2",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
@@ -5105,13 +5282,25 @@ const char* const kernel_names[] = {
     "small_d_m12n12k12_dim6x4_tba4",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m13n13k13_dim4x4_tba2_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m13n13k13_dim4x4_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m13n13k13_dim7x7_tba2_hoist",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m14n14k14_dim7x7_tba2_hoist",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m15n15k15_dim4x4_tba2_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m15n15k15_dim8x5_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m15n15k15_dim8x8_tba2_hoist",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m16n16k16_dim8x6_tba2_hoist",
@@ -5121,6 +5310,9 @@ const char* const kernel_names[] = {
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m18n18k18_dim6x9_tba1_hoist",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m19n19k19_dim10x10_tba4_hoist_ring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m19n19k19_dim10x7_tba2_hoist_aring2",
@@ -5147,16 +5339,31 @@ const char* const kernel_names[] = {
     "small_d_m25n25k25_dim9x7_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m25n25k25_dim9x7_tba2_hoist_ring3",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m25n25k25_dim9x9_tba2_ring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m26n26k26_dim8x8_tba1_hoist_mma",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m27n27k27_dim14x9_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m27n27k27_dim14x9_tba4_ring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m27n27k27_dim8x8_tba2_hoist_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m28n28k28_dim8x16_tba1_hoist_mma",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m29n29k29_dim10x10_tba2_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m29n29k29_dim8x8_tba2_hoist_ring3",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m2n2k2_dim2x1_tba64",
@@ -5166,6 +5373,9 @@ const char* const kernel_names[] = {
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma",
+#endif
+#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
+    "small_d_m31n31k31_dim8x8_tba2_hoist_ring3",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m32n32k32_dim8x8_tba1_hoist_aring3",
@@ -5534,6 +5744,9 @@ const char* const kernel_names[] = {
     "small_s_m13n13k13_dim4x4_tba4_hoist",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    "small_s_m13n13k13_dim5x7_tba4_hoist",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m14n14k14_dim4x4_tba2_hoist",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
@@ -5579,10 +5792,16 @@ const char* const kernel_names[] = {
     "small_s_m27n27k27_dim9x7_tba4_hoist_ring3",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    "small_s_m27n27k27_dim9x9_tba4_ring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m28n28k28_dim14x10_tba1_hoist_ring2",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m29n29k29_dim8x10_tba4_hoist_aring2",
+#endif
+#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
+    "small_s_m29n29k29_dim8x10_tba4_ring3",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m2n2k2_dim1x1_tba128_hoist",
@@ -6356,37 +6575,77 @@ const char* const kernel_names[] = {
 };
 constexpr int kernel_count = (int)(sizeof(kernel_names) / sizeof(kernel_names[0])) - 1;
 
-// Compute capability of the current device, read once per device.
-int device_cc()
+// The current device: its compute capability and name, read once per device.
+struct Device {
+    int cc;             // -1: unknown
+    char name[256];
+};
+
+Device query_device(int dev)
 {
-    static std::atomic<int> cached[64];
+    Device d{-1, {0}};
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+        d.cc = prop.major * 10 + prop.minor;
+        std::memcpy(d.name, prop.name, sizeof(d.name));
+        d.name[sizeof(d.name) - 1] = 0;
+    }
+    return d;
+}
+
+Device current_device()
+{
+    constexpr int CACHED = 64;
+    static Device cached[CACHED];
+    static std::once_flag once[CACHED];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess)
-        return -1;
-    if (dev >= 0 && dev < 64 && cached[dev].load(std::memory_order_relaxed) > 0)
-        return cached[dev].load(std::memory_order_relaxed);
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
-        return -1;
-    const int cc = prop.major * 10 + prop.minor;
-    if (dev >= 0 && dev < 64)
-        cached[dev].store(cc, std::memory_order_relaxed);
-    return cc;
+        return Device{-1, {0}};
+    if (dev < 0 || dev >= CACHED)
+        return query_device(dev);
+    std::call_once(once[dev], [dev] { cached[dev] = query_device(dev); });
+    return cached[dev];
+}
+
+int device_cc() { return current_device().cc; }
+
+// Whether a narrower entry (one GPU model, launches up to a size) serves this call; launch_bytes < 0:
+// unknown (a kernel name asked for without a batch), where only entries for any launch do.
+template <class Entry>
+bool entry_serves(const Entry* e, const char* device, long long launch_bytes)
+{
+    if (e->device && (!device || std::strcmp(e->device, device) != 0))
+        return false;
+    return !e->max_bytes || (launch_bytes >= 0 && launch_bytes <= e->max_bytes);
+}
+
+// How specific an entry is: one for a GPU model over one for any; one for launches up to a size over
+// one for any, the smaller bound first.
+template <class Entry>
+bool narrower(const Entry* a, const Entry* b)
+{
+    if (!a->device != !b->device)
+        return a->device != nullptr;
+    if (!a->max_bytes != !b->max_bytes)
+        return a->max_bytes != 0;
+    return a->max_bytes < b->max_bytes;
 }
 
 // The entry for this shape with the highest cc not above the device's (the lowest one if the
-// device is older than every entry), or nullptr when the shape was not generated.
+// device is older than every entry) and, among those of that cc, the narrowest that serves this
+// device and launch; nullptr when the shape was not generated.
 template <class Entry>
-const Entry* find_kernel(const Entry* table, int m, int n, int k, int cc)
+const Entry* find_kernel(const Entry* table, int m, int n, int k, int cc, const char* device = nullptr,
+                         long long launch_bytes = -1)
 {
     const Entry* best = nullptr;
     const Entry* lowest = nullptr;
     for (const Entry* e = table; e->name; ++e) {
-        if (e->m != m || e->n != n || e->k != k)
+        if (e->m != m || e->n != n || e->k != k || !entry_serves(e, device, launch_bytes))
             continue;
         if (!lowest || e->cc < lowest->cc)
             lowest = e;
-        if (e->cc <= cc && (!best || e->cc > best->cc))
+        if (e->cc <= cc && (!best || e->cc > best->cc || (e->cc == best->cc && narrower(e, best))))
             best = e;
     }
     return best ? best : lowest;
@@ -6425,9 +6684,10 @@ struct Choice {
 
 template <typename S, typename Scalar>
 Choice<S, Scalar> choose(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general,
-                         int m, int n, int k, int cc, bool chunks)
+                         int m, int n, int k, int cc, bool chunks, const char* device = nullptr,
+                         long long launch_bytes = -1)
 {
-    const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc);
+    const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc, device, launch_bytes);
     const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc, chunks);
     if (!g)   // a block kernel copies element by element there: slow, but it is what was generated
         g = find_general(general, m, n, k, cc);
@@ -6437,6 +6697,13 @@ Choice<S, Scalar> choose(const SmallEntry<S, Scalar>* table, const GeneralEntry<
 }
 
 int at_least_one(int x) { return x > 1 ? x : 1; }
+
+// The bytes of A, B and C a batched call spans (what a table row's max_megabytes bounds).
+template <typename S>
+long long launch_bytes(int m, int n, int k, int batch)
+{
+    return (long long)sizeof(S) * batch * ((long long)m * k + (long long)k * n + (long long)m * n);
+}
 
 // Whether a leading dimension and a stride keep every stored column on 16-byte chunks.
 template <typename S>
@@ -6537,8 +6804,8 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
                           batch, stream);
     if (!find_kernel(table, m, n, k, 0) && !find_general(general, m, n, k, 0))   // known without the device
         return GEMMGEN_NOT_GENERATED;
-    const int cc = device_cc();
-    if (cc < 0)
+    const Device device = current_device();
+    if (device.cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
     if (first) {
         const int rc = first(ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
@@ -6547,7 +6814,8 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
     }
     const bool chunks = strided_on_chunks<S>(lda, strideA, ldb, strideB, ldc, strideC) &&
                         gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
-    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, chunks);
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, device.cc, chunks, device.name,
+                                       launch_bytes<S>(m, n, k, batch));
     if (c.exact)
         return c.exact->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
     return c.general->strided(ta, tb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
@@ -6582,7 +6850,8 @@ int gemm_array(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>
     const int cc = device_cc();
     if (cc < 0)
         return GEMMGEN_LAUNCH_FAILED;
-    // (each pointer is inspected by a block kernel itself)
+    // (each pointer is inspected by a block kernel itself; the rows for one GPU model or launch size
+    // were timed on strided batches, so pointer arrays keep the shape's row and its array ring)
     const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, on_chunks<S>(lda) && on_chunks<S>(ldb) && on_chunks<S>(ldc));
     if (c.exact)
         return c.exact->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
@@ -6611,14 +6880,17 @@ extern "C" int gemmgen_small_is_generated(const char* precision, int m, int n, i
 }
 
 // The kernel the batched dispatch runs for this shape on the current device, for operands whose stored
-// columns do (chunks) or do not all start on 16-byte chunks.
-static const char* selected_kernel(const char* precision, int m, int n, int k, bool chunks)
+// columns do (chunks) or do not all start on 16-byte chunks, in a batch of `batch` GEMMs (-1: unknown;
+// the entries for launches of any size answer).
+static const char* selected_kernel(const char* precision, int m, int n, int k, bool chunks, int batch = -1)
 {
     if (!precision)
         return nullptr;
-    const int cc = device_cc();
+    const Device device = current_device();
+    const int cc = device.cc;
     if (!std::strcmp(precision, "h")) {
-        const auto c = choose(small_h, general_h, m, n, k, cc, chunks);
+        const auto c = choose(small_h, general_h, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<__half>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "hc")) {
@@ -6626,23 +6898,28 @@ static const char* selected_kernel(const char* precision, int m, int n, int k, b
         // with beta ≠ 0, which this name does not tell)
         if (GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && cc == 90 && m >= 64 && n >= 64 && k >= 64)
             return "wgmma_hc (NN, sm_90a; otherwise the table's)";
-        const auto c = choose(small_hc, general_hc, m, n, k, cc, chunks);
+        const auto c = choose(small_hc, general_hc, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<__half2>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "s")) {
-        const auto c = choose(small_s, general_s, m, n, k, cc, chunks);
+        const auto c = choose(small_s, general_s, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<float>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "d")) {
-        const auto c = choose(small_d, general_d, m, n, k, cc, chunks);
+        const auto c = choose(small_d, general_d, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<double>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "c")) {
-        const auto c = choose(small_c, general_c, m, n, k, cc, chunks);
+        const auto c = choose(small_c, general_c, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<cuFloatComplex>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "z")) {
-        const auto c = choose(small_z, general_z, m, n, k, cc, chunks);
+        const auto c = choose(small_z, general_z, m, n, k, cc, chunks, device.name,
+                              batch < 0 ? -1 : launch_bytes<cuDoubleComplex>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     return nullptr;
@@ -6669,6 +6946,31 @@ extern "C" const char* gemmgen_selected_kernel_strided(const char* precision, in
         return selected_kernel(precision, m, n, k, strided_on_chunks<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "z"))
         return selected_kernel(precision, m, n, k, strided_on_chunks<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC));
+    return nullptr;
+}
+
+extern "C" const char* gemmgen_selected_kernel_strided_batch(const char* precision, int m, int n, int k, int lda,
+                                                            long long strideA, int ldb, long long strideB, int ldc,
+                                                            long long strideC, int batch)
+{
+    if (precision && !std::strcmp(precision, "h"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<__half>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
+    if (precision && !std::strcmp(precision, "hc"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<__half2>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
+    if (precision && !std::strcmp(precision, "s"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<float>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
+    if (precision && !std::strcmp(precision, "d"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<double>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
+    if (precision && !std::strcmp(precision, "c"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
+    if (precision && !std::strcmp(precision, "z"))
+        return selected_kernel(precision, m, n, k, strided_on_chunks<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC),
+                               batch < 0 ? 0 : batch);
     return nullptr;
 }
 

@@ -24,6 +24,21 @@ from pathlib import Path
 from ..arch import ARCHS
 
 TABLE_DIR = Path(__file__).resolve().parent
+
+# A small row may be narrower than its shape: `for_device` (a cudaDeviceProp.name: the row serves
+# only that GPU, where its measurements found a faster kernel than the architecture's row) and
+# `max_megabytes` (it serves launches whose A, B and C take at most that many MB, where a launch of
+# a few tens of MB, no more than a few waves of blocks, favours another kernel than one far past L2).
+# A shape's row without them serves every other call.
+KEYED_ROW_FIELDS = ("for_device", "max_megabytes")
+
+
+def row_key_label(row: dict) -> str:
+    """'NVIDIA H200, launches up to 128 MB' for a keyed row ('' for a plain one)."""
+    parts = [row["for_device"]] if "for_device" in row else []
+    if "max_megabytes" in row:
+        parts.append(f"launches up to {row['max_megabytes']} MB")
+    return ", ".join(parts)
 GPU_SECTIONS = ("small", "wmma", "tallskinny")
 
 # The folder of tables in force (tables_from), and the device whose table the tuners write there.

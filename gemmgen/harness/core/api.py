@@ -144,6 +144,9 @@ class GemmgenLibrary(TallSkinnyLibrary):
         self.lib.gemmgen_small_selected_kernel.argtypes = [ctypes.c_char_p, _i, _i, _i]
         self.lib.gemmgen_selected_kernel_strided.restype = ctypes.c_char_p
         self.lib.gemmgen_selected_kernel_strided.argtypes = [ctypes.c_char_p, _i, _i, _i] + [_i, ctypes.c_longlong] * 3
+        self.lib.gemmgen_selected_kernel_strided_batch.restype = ctypes.c_char_p
+        self.lib.gemmgen_selected_kernel_strided_batch.argtypes = \
+            [ctypes.c_char_p, _i, _i, _i] + [_i, ctypes.c_longlong] * 3 + [_i]
         self.lib.gemmgen_kernel_count.restype = _i
         self.lib.gemmgen_kernel_name.restype = ctypes.c_char_p
         self.lib.gemmgen_kernel_name.argtypes = [_i]
@@ -172,10 +175,14 @@ class GemmgenLibrary(TallSkinnyLibrary):
         name = self.lib.gemmgen_small_selected_kernel(prec.encode(), m, n, k)
         return name.decode() if name else None
 
-    def selected_kernel_packed(self, prec: str, m: int, n: int, k: int) -> str | None:
+    def selected_kernel_packed(self, prec: str, m: int, n: int, k: int, batch: int | None = None) -> str | None:
         """The kernel the dispatch runs for a packed strided batch of this shape (NN, lda = m, ldb = k,
-        ldc = m, strides the matrix sizes): where those columns are off 16 bytes, not the same as above."""
-        name = self.lib.gemmgen_selected_kernel_strided(prec.encode(), m, n, k, m, m * k, k, k * n, m, m * n)
+        ldc = m, strides the matrix sizes): where those columns are off 16 bytes, not the same as above.
+        With `batch`, the kernel of that batch (a table row may serve this GPU model or launches up to a
+        size only); without it, the kernel of launches past those rows."""
+        packed = (m, m * k, k, k * n, m, m * n)
+        name = (self.lib.gemmgen_selected_kernel_strided(prec.encode(), m, n, k, *packed) if batch is None else
+                self.lib.gemmgen_selected_kernel_strided_batch(prec.encode(), m, n, k, *packed, batch))
         return name.decode() if name else None
 
     def variant_entry(self, name: str, interface: str):

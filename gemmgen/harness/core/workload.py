@@ -42,6 +42,20 @@ def set_elements(count: int, element_bytes: int) -> int:
     return -(-count // per_align) * per_align
 
 
+# A CUDA graph of launches on the same pointers would time L2 hits, not a user's launch: the launches
+# of a timing rotate over copies of the operands until they span 4× the H100's 50 MB L2.
+ROTATE_BYTES = 200e6
+ROTATE_LIMIT_BYTES = 2e9       # never more device memory than this for the copies
+MAX_LAUNCHES_PER_GRAPH = 32    # where more sets would be needed (small batch-1000 launches)
+
+
+def rotation_sets(footprint: int) -> int:
+    """Copies of a launch's operands (`footprint` bytes) that a graph rotates over: enough to span
+    ROTATE_BYTES, at most one per launch of the graph and within ROTATE_LIMIT_BYTES."""
+    return max(1, min(MAX_LAUNCHES_PER_GRAPH, int(ROTATE_BYTES // footprint) + 1,
+                      int(ROTATE_LIMIT_BYTES // footprint)))
+
+
 def batch_for_megabytes(prec: str, m: int, n: int, k: int, megabytes: float) -> int:
     per = bytes_moved(prec, m, n, k, 1, False)
     return max(1, int(megabytes * 1e6 // per))

@@ -21,7 +21,7 @@ from gemmgen.generator.emit import kernel_source, kernel_source_path, support_fi
 from gemmgen.generator.arch import DEFAULT_ARCHS
 from gemmgen.generator.manifest import Selection
 from gemmgen.generator.precision import PRECISIONS
-from gemmgen.generator.tuning import load_table, save_table, writable_table
+from gemmgen.generator.tuning import KEYED_ROW_FIELDS, load_table, save_table, writable_table
 
 from gemmgen.harness.core import reference as ref
 from gemmgen.harness.core.api import variant_function
@@ -31,7 +31,8 @@ from gemmgen.harness.core.results import append_result, in_turn, load_results, s
 from gemmgen.harness.check import device_arch
 from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
 from gemmgen.harness.core.toolchain import gpu_available
-from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved
+from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, rotation_sets
+from gemmgen.harness.small.narrow import NARROW_MEGABYTES, launch_megabytes
 
 def correct(f, spec: small.SmallSpec, arrays: bool = False) -> tuple[bool, float]:
     """One NN launch on a small packed batch (not a multiple of tba) against NumPy; `arrays`: f
@@ -183,7 +184,8 @@ def _time_built(todo: list[small.SmallSpec], built, arch: str, base: dict, resul
             if stop():
                 break
             batch = batch_for_megabytes(prec, m, n, k, megabytes)
-            work = Workload(prec, m, n, k, batch)
+            sets = rotation_sets(bytes_moved(prec, m, n, k, batch, False))   # --megabytes below L2
+            work = Workload(prec, m, n, k, batch, sets=sets)
             floor_ms = bytes_moved(prec, m, n, k, batch, False) / bandwidth * 1e3
             for spec in specs:
                 if stop():
@@ -204,7 +206,7 @@ def _time_built(todo: list[small.SmallSpec], built, arch: str, base: dict, resul
                                                          "reason": f"relative error {err:.3g}"})
                             continue
                         launch = work.ours_array(f, 1.0, 0.0, takes_shape=False) if array else work.ours(f, 1.0, 0.0)
-                        ms = median_time_ms(launch, launches_per_graph=5, repeats=7)
+                        ms = median_time_ms(launch, launches_per_graph=max(5, sets), repeats=7)
                     except Exception as exc:
                         append_result(results_path, {**row, "status": "launch-failed", "reason": str(exc)[:300]})
                         continue
@@ -338,8 +340,10 @@ def best_variants(results_path: Path, device: str, arch: str) -> dict[tuple, dic
     """Per precision and shape, the strided winner (the sweep's measure, _strided_winners), or where
     an `--arrays` run timed the shape through both interfaces, the choice that run's comparison
     makes (BALANCE_*)."""
+    # (launches up to NARROW_MEGABYTES rank the narrow rows, not these: narrow.py)
     results = [{**r, "_line": i} for i, r in enumerate(load_results(results_path))
-               if r.get("device") == device and r.get("arch") == arch]
+               if r.get("device") == device and r.get("arch") == arch
+               and ("batch" not in r or launch_megabytes(r) > NARROW_MEGABYTES)]
     rows = [r for r in results if r.get("interface", "strided") == "strided"]
     shape = lambda r: (r["precision"], r["m"], r["n"], r["k"])   # noqa: E731
     best = _strided_winners(rows, shape)
@@ -412,7 +416,7 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
     table = writable_table(arch)
     table.update({"arch": arch, "device": device})
     table.setdefault("commands", {})["small"] = f"{command} (results: {results_path})"
-    table["small"] = [
+    table["small"] = sorted([
         {"precision": r["precision"], "m": r["m"], "n": r["n"], "k": r["k"], "dim_m": r["dim_m"],
          "dim_n": r["dim_n"], "tba": r["tba"], "hoist": r.get("hoist", False), "stages": r.get("stages", 0),
          **({"array_stages": spec.array_stages} if spec.array_stages else {}),
@@ -421,6 +425,8 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
          "time_us": round(r["time_us"], 3),
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
-        for key, (r, spec) in sorted(best.items(), key=lambda kv: (list(PRECISIONS).index(kv[0][0]), kv[0][1:]))
-    ]
+        for key, (r, spec) in best.items()
+    ] + [r for r in table.get("small", []) if any(f in r for f in KEYED_ROW_FIELDS)],   # narrow.py's rows stay
+        key=lambda r: (list(PRECISIONS).index(r["precision"]), r["m"], r["n"], r["k"], r.get("for_device", ""),
+                       -r.get("max_megabytes", 1 << 30)))
     return save_table(arch, table)

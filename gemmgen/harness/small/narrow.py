@@ -1,0 +1,115 @@
+"""`gemmgen tune small --narrow-rows`: table rows for one GPU model and for launches of tens of MB.
+
+The small table holds one tuple per shape, ranked at launches far past L2 on the GPU that was tuned.
+Two things change the ranking:
+- another GPU of the same architecture (an H200 runs the H100's table: more bandwidth, so other
+  tuples keep it busy);
+- a launch of a few tens of MB: a few waves of blocks at most, so a tuple whose blocks overlap their
+  loads and products within a wave (more threads per GEMM, a ring) beats one that relies on many
+  waves of blocks to hide latency.
+From the results of one device's sweep at a launch past NARROW_MEGABYTES and at one below it (the
+same candidates timed in both: `gemmgen tune small --megabytes 50` and `--megabytes 256`), this
+writes, per shape, a row for that device (`for_device`) where the fastest tuple past the bound beats
+the shape's table row on that device, and a row for that device and launches up to NARROW_MEGABYTES
+(`max_megabytes`) where the fastest tuple there beats the one that would otherwise serve them, each
+by at least NARROW_MIN_GAIN in the same run.  The dispatch takes these rows for strided batches only:
+they were timed on strided batches, and pointer arrays keep the shape's row (and its array ring).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from gemmgen.generator import small
+from gemmgen.generator.precision import PRECISIONS
+from gemmgen.generator.tuning import KEYED_ROW_FIELDS, save_table, writable_table
+from gemmgen.harness.core.results import load_results
+from gemmgen.harness.core.workload import bytes_moved
+
+NARROW_MEGABYTES = 128      # launches up to this take the launch-size rows (timed at 50 MB; the plain rows at 256)
+NARROW_MIN_GAIN = 1.03      # less is within the run-to-run spread of one sweep's timings
+
+
+def launch_megabytes(row: dict) -> float:
+    return bytes_moved(row["precision"], row["m"], row["n"], row["k"], row["batch"], False) / 1e6
+
+
+def _fastest_by_name(rows: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """Per shape, each strided tuple's latest correct time (the tuple without its pointer-array ring:
+    on strided batches a tuple with `array_stages` runs its staged kernel)."""
+    out: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r.get("status") != "ok" or r.get("interface", "strided") != "strided":
+            continue
+        name = replace(small.SmallSpec.from_row(r), array_stages=0).name
+        out.setdefault((r["precision"], r["m"], r["n"], r["k"]), {})[name] = r
+    return out
+
+
+def _row(spec: small.SmallSpec, measured: dict, device: str, gain: float, max_megabytes: int = 0) -> dict:
+    fields = {"precision": spec.precision, "m": spec.m, "n": spec.n, "k": spec.k, "dim_m": spec.dim_m,
+              "dim_n": spec.dim_n, "tba": spec.tba, "hoist": spec.hoist, "stages": spec.stages,
+              **({"acc16": True} if spec.acc16 else {}), **({"mma": True} if spec.mma else {}),
+              **({"pairs": True} if spec.pairs else {})}
+    return {**fields, "for_device": device, **({"max_megabytes": max_megabytes} if max_megabytes else {}),
+            "time_us": round(measured["time_us"], 3), "floor_fraction": round(measured["floor_fraction"], 4),
+            "batch": measured["batch"], "device": device, "gain": round(gain, 3)}
+
+
+def narrow_rows(results: list[dict], device: str, table_rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """The rows for `device` (see the module's text) and a line per shape on what was decided."""
+    plain = {(r["precision"], r["m"], r["n"], r["k"]): replace(small.SmallSpec.from_row(r), array_stages=0).name
+             for r in table_rows if not any(f in r for f in KEYED_ROW_FIELDS)}
+    mine = [r for r in results if r.get("device") == device]
+    big = _fastest_by_name([r for r in mine if launch_megabytes(r) > NARROW_MEGABYTES])
+    mid = _fastest_by_name([r for r in mine if launch_megabytes(r) <= NARROW_MEGABYTES])
+    rows, lines = [], []
+    order = lambda key: (list(PRECISIONS).index(key[0]), key[1:])   # noqa: E731
+    for shape in sorted(set(big) | set(mid), key=order):
+        serving = plain.get(shape)
+        label = f"{shape[0]} {shape[1]}x{shape[2]}x{shape[3]}"
+        if serving is None:
+            lines.append(f"{label}: no row in the table; skipped")
+            continue
+        for times, bound in ((big.get(shape), 0), (mid.get(shape), NARROW_MEGABYTES)):
+            if not times:
+                continue
+            where = f"launches up to {bound} MB" if bound else "launches past it"
+            best = min(times.values(), key=lambda r: r["time_us"])
+            best_name = replace(small.SmallSpec.from_row(best), array_stages=0).name
+            if serving not in times:
+                lines.append(f"{label}, {where}: {serving} not timed in this run; no row")
+                continue
+            gain = times[serving]["time_us"] / best["time_us"]
+            if best_name != serving and gain >= NARROW_MIN_GAIN:
+                rows.append(_row(small.SmallSpec.parse(best_name), best, device, gain, bound))
+                lines.append(f"{label}, {where}: {best_name} {gain:.2f}x faster than {serving}")
+                if not bound:
+                    serving = best_name   # the launches below the bound fall back to this row
+            else:
+                lines.append(f"{label}, {where}: {serving} kept (best {best_name}, {gain:.2f}x)")
+    return rows, lines
+
+
+def write_narrow_rows(results_paths: list[Path], arch: str, command: str) -> list[str]:
+    """Replace `arch`'s keyed rows of the results' device(s) at their shapes by narrow_rows'; the lines
+    that say what was decided."""
+    results = [r for path in results_paths for r in load_results(path) if r.get("arch") == arch]
+    devices = sorted({r["device"] for r in results if "device" in r})
+    table = writable_table(arch)
+    small_rows = table.get("small", [])
+    lines = []
+    for device in devices:
+        rows, decided = narrow_rows(results, device, small_rows)
+        shapes = {(r["precision"], r["m"], r["n"], r["k"]) for r in results if r.get("device") == device}
+        small_rows = [r for r in small_rows if not (r.get("for_device") == device
+                                                    and (r["precision"], r["m"], r["n"], r["k"]) in shapes)]
+        small_rows += rows
+        lines += [f"{device}: {line}" for line in decided]
+    order = lambda r: (list(PRECISIONS).index(r["precision"]), r["m"], r["n"], r["k"],   # noqa: E731
+                       r.get("for_device", ""), -r.get("max_megabytes", 1 << 30))
+    table["small"] = sorted(small_rows, key=order)
+    table.setdefault("commands", {})["small_narrow"] = \
+        f"{command} (results: {', '.join(str(p) for p in results_paths)})"
+    save_table(arch, table)
+    return lines
