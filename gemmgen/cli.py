@@ -364,9 +364,13 @@ def _tune_run(ctx, fams, families: str, precisions: str, sizes: str, results: Pa
                    "below it (--megabytes 256 and 50), write the table rows for that device and for its "
                    "launches up to 128 MB where another tuple beats the shape's row by 3% or more "
                    "(docs/tuning.md).")
+@click.option("--confirm", nargs=2, type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              metavar="BEFORE AFTER",
+              help="With --narrow-rows: keep only the rows that `gemmgen bench workload` on that device "
+                   "confirms (AFTER: its JSON for a set with the rows, BEFORE: without them).")
 @click.option("--jobs", "-j", type=int, default=0)
 def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_table, around_table,
-               arrays, table_only, table_arch, narrow_rows, jobs):
+               arrays, table_only, table_arch, narrow_rows, confirm, jobs):
     """Sweep tba, the N̂ blocking and the staging of the small family."""
     from gemmgen.harness.small import tune as tuner
 
@@ -375,7 +379,9 @@ def tune_small(precisions, sizes, shapes, results, build_dir, megabytes, write_t
 
         if not results.exists():
             raise click.ClickException(f"{results} does not exist")
-        for line in write_narrow_rows([results], table_arch, f"gemmgen tune small --narrow-rows --results {results}"):
+        command = f"gemmgen tune small --narrow-rows --results {results}" + \
+            (f" --confirm {confirm[0]} {confirm[1]}" if confirm else "")
+        for line in write_narrow_rows([results], table_arch, command, confirm):
             click.echo(line)
         return
     if table_only:

@@ -1,8 +1,11 @@
 """Table rows for one GPU model and for launches up to a size (harness.small.narrow), and the dispatch
 entries the generator makes of them (no GPU needed)."""
+import json
+
+from gemmgen.generator import small
 from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.harness.core.workload import batch_for_megabytes
-from gemmgen.harness.small.narrow import NARROW_MEGABYTES, narrow_rows
+from gemmgen.harness.small.narrow import NARROW_MEGABYTES, confirm_rows, narrow_rows
 
 DEVICE = "Fake GPU"
 TABLE = [{"precision": "s", "m": 19, "n": 19, "k": 19, "dim_m": 5, "dim_n": 7, "tba": 4, "hoist": False,
@@ -58,3 +61,31 @@ def test_the_packaged_rows_for_a_device_become_entries_of_their_own_architecture
     listed = [e for e in manifest.to_json()["dispatch"] if e["m"] == 13]
     assert {(e.get("device"), e.get("max_megabytes")) for e in listed} == \
         {(None, None), ("NVIDIA H200", None), ("NVIDIA H200", NARROW_MEGABYTES)}
+
+
+def _bench(tmp_path, name, kernel_by_point, device=DEVICE):
+    rows = [{"family": "small", "prec": "s", "m": 19, "n": 19, "k": 19, "launch": launch, "kernel": kernel,
+             "beta0": {"ours": {"ms": ms0}}, "beta1": {"ours": {"ms": ms1}}}
+            for launch, (kernel, ms0, ms1) in kernel_by_point.items()]
+    path = tmp_path / name
+    path.write_text(json.dumps({"device": device, "rows": rows}))
+    return path
+
+
+def test_the_workload_bench_confirms_a_row_only_where_it_is_no_slower_at_every_point_it_serves(tmp_path):
+    results = [_result(PLAIN, 10.0, 256), _result(OTHER, 9.0, 256), _result(PLAIN, 5.0, 50), _result(OTHER, 4.9, 50),
+               _result(THIRD, 4.0, 50)]
+    rows, _ = narrow_rows(results, DEVICE, TABLE)
+    plain, other, third = (small.SmallSpec.from_row({**r, "precision": "s", "m": 19, "n": 19, "k": 19}).name
+                           for r in (PLAIN, OTHER, THIRD))
+    before = _bench(tmp_path, "before.json", {"batch 1000": (plain, 1.0, 1.0), "50 MB": (plain, 2.0, 2.0),
+                                              "256 MB": (plain, 9.0, 9.0)})
+    # the launch row wins at 50 MB but loses at batch 1000 with beta = 1; the device row holds
+    after = _bench(tmp_path, "after.json", {"batch 1000": (third, 0.9, 1.2), "50 MB": (third, 1.5, 1.8),
+                                            "256 MB": (other, 8.0, 9.1)})
+    kept, lines = confirm_rows(rows, before, after)
+    assert [r.get("max_megabytes") for r in kept] == [None] and kept[0]["confirmed_min_ratio"] == round(9.0 / 9.1, 3)
+    assert "dropped, 0.83x at batch 1000 beta1" in lines[1]
+    # a bench on another device confirms nothing
+    elsewhere = _bench(tmp_path, "elsewhere.json", {"256 MB": (other, 8.0, 8.0)}, device="Other GPU")
+    assert confirm_rows(rows, before, elsewhere)[0] == []

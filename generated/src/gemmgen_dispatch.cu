@@ -152,12 +152,6 @@ extern "C" int small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array(char, char, cuF
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-extern "C" int small_c_m29n29k29_dim8x10_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
-    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m29n29k29_dim8x10_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
-    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
 extern "C" int small_c_m2n2k2_dim2x1_tba32_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
@@ -167,12 +161,6 @@ extern "C" int small_c_m2n2k2_dim2x1_tba32_array(char, char, cuFloatComplex, con
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
     const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
 extern "C" int small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
-    const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-extern "C" int small_c_m31n31k31_dim8x11_tba2_ring2_strided(char, char, cuFloatComplex, const cuFloatComplex*, int, long long,
-    const cuFloatComplex*, int, long long, cuFloatComplex, cuFloatComplex*, int, long long, int, cudaStream_t);
-extern "C" int small_c_m31n31k31_dim8x11_tba2_ring2_array(char, char, cuFloatComplex, const cuFloatComplex* const*, int,
     const cuFloatComplex* const*, int, cuFloatComplex, cuFloatComplex* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
@@ -308,12 +296,6 @@ extern "C" int small_d_m18n18k18_dim6x9_tba1_hoist_array(char, char, double, con
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m19n19k19_dim10x10_tba4_hoist_ring2_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m19n19k19_dim10x10_tba4_hoist_ring2_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
@@ -362,18 +344,6 @@ extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array(char, char, doub
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x7_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m25n25k25_dim9x9_tba2_ring2_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m25n25k25_dim9x9_tba2_ring2_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m26n26k26_dim8x8_tba1_hoist_mma_array(char, char, double, const double* const*, int,
@@ -386,18 +356,6 @@ extern "C" int small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array(char, char, dou
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m27n27k27_dim14x9_tba4_ring2_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim14x9_tba4_ring2_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_mma_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m27n27k27_dim8x8_tba2_hoist_mma_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double, const double* const*, int,
@@ -407,12 +365,6 @@ extern "C" int small_d_m28n28k28_dim8x16_tba1_hoist_mma_array(char, char, double
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m29n29k29_dim8x8_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m29n29k29_dim8x8_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -431,12 +383,6 @@ extern "C" int small_d_m30n30k30_dim16x8_tba1_hoist_mma_array(char, char, double
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided(char, char, double, const double*, int, long long,
     const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
 extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array(char, char, double, const double* const*, int,
-    const double* const*, int, double, double* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_ring3_strided(char, char, double, const double*, int, long long,
-    const double*, int, long long, double, double*, int, long long, int, cudaStream_t);
-extern "C" int small_d_m31n31k31_dim8x8_tba2_hoist_ring3_array(char, char, double, const double* const*, int,
     const double* const*, int, double, double* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -1172,12 +1118,6 @@ extern "C" int small_s_m13n13k13_dim4x4_tba4_hoist_array(char, char, float, cons
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-extern "C" int small_s_m13n13k13_dim5x7_tba4_hoist_strided(char, char, float, const float*, int, long long,
-    const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m13n13k13_dim5x7_tba4_hoist_array(char, char, float, const float* const*, int,
-    const float* const*, int, float, float* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m14n14k14_dim4x4_tba2_hoist_array(char, char, float, const float* const*, int,
@@ -1283,12 +1223,6 @@ extern "C" int small_s_m28n28k28_dim14x10_tba1_hoist_ring2_array(char, char, flo
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided(char, char, float, const float*, int, long long,
     const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
 extern "C" int small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array(char, char, float, const float* const*, int,
-    const float* const*, int, float, float* const*, int, int, cudaStream_t);
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-extern "C" int small_s_m29n29k29_dim8x10_tba4_ring3_strided(char, char, float, const float*, int, long long,
-    const float*, int, long long, float, float*, int, long long, int, cudaStream_t);
-extern "C" int small_s_m29n29k29_dim8x10_tba4_ring3_array(char, char, float, const float* const*, int,
     const float* const*, int, float, float* const*, int, int, cudaStream_t);
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
@@ -4734,9 +4668,6 @@ const SmallEntry<float, float> small_s[] = {
     {13, 13, 13, 75, "small_s_m13n13k13_dim4x4_tba4_hoist", small_s_m13n13k13_dim4x4_tba4_hoist_strided, small_s_m13n13k13_dim4x4_tba4_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {13, 13, 13, 90, "small_s_m13n13k13_dim5x7_tba4_hoist", small_s_m13n13k13_dim5x7_tba4_hoist_strided, small_s_m13n13k13_dim5x7_tba4_hoist_array, 0, "NVIDIA H200", 128000000LL},
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {14, 14, 14, 75, "small_s_m14n14k14_dim4x4_tba2_hoist", small_s_m14n14k14_dim4x4_tba2_hoist_strided, small_s_m14n14k14_dim4x4_tba2_hoist_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
@@ -4786,9 +4717,6 @@ const SmallEntry<float, float> small_s[] = {
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {29, 29, 29, 75, "small_s_m29n29k29_dim8x10_tba4_hoist_aring2", small_s_m29n29k29_dim8x10_tba4_hoist_aring2_strided, small_s_m29n29k29_dim8x10_tba4_hoist_aring2_array, 0, nullptr, 0},
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 90, "small_s_m29n29k29_dim8x10_tba4_ring3", small_s_m29n29k29_dim8x10_tba4_ring3_strided, small_s_m29n29k29_dim8x10_tba4_ring3_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_s_m30n30k30_dim10x15_tba2_hoist_ring2", small_s_m30n30k30_dim10x15_tba2_hoist_ring2_strided, small_s_m30n30k30_dim10x15_tba2_hoist_ring2_array, 0, nullptr, 0},
@@ -4877,9 +4805,6 @@ const SmallEntry<double, double> small_d[] = {
     {19, 19, 19, 75, "small_d_m19n19k19_dim10x7_tba2_hoist_aring2", small_d_m19n19k19_dim10x7_tba2_hoist_aring2_strided, small_d_m19n19k19_dim10x7_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {19, 19, 19, 90, "small_d_m19n19k19_dim10x10_tba4_hoist_ring2", small_d_m19n19k19_dim10x10_tba4_hoist_ring2_strided, small_d_m19n19k19_dim10x10_tba4_hoist_ring2_array, 0, "NVIDIA H200", 0},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {20, 20, 20, 75, "small_d_m20n20k20_dim16x8_tba1_hoist_mma", small_d_m20n20k20_dim16x8_tba1_hoist_mma_strided, small_d_m20n20k20_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -4898,22 +4823,10 @@ const SmallEntry<double, double> small_d[] = {
     {25, 25, 25, 75, "small_d_m25n25k25_dim9x7_tba2_hoist_aring2", small_d_m25n25k25_dim9x7_tba2_hoist_aring2_strided, small_d_m25n25k25_dim9x7_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 90, "small_d_m25n25k25_dim9x9_tba2_ring2", small_d_m25n25k25_dim9x9_tba2_ring2_strided, small_d_m25n25k25_dim9x9_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {25, 25, 25, 90, "small_d_m25n25k25_dim9x7_tba2_hoist_ring3", small_d_m25n25k25_dim9x7_tba2_hoist_ring3_strided, small_d_m25n25k25_dim9x7_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {26, 26, 26, 75, "small_d_m26n26k26_dim8x8_tba1_hoist_mma", small_d_m26n26k26_dim8x8_tba1_hoist_mma_strided, small_d_m26n26k26_dim8x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {27, 27, 27, 75, "small_d_m27n27k27_dim14x9_tba2_hoist_aring2", small_d_m27n27k27_dim14x9_tba2_hoist_aring2_strided, small_d_m27n27k27_dim14x9_tba2_hoist_aring2_array, 0, nullptr, 0},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 90, "small_d_m27n27k27_dim14x9_tba4_ring2", small_d_m27n27k27_dim14x9_tba4_ring2_strided, small_d_m27n27k27_dim14x9_tba4_ring2_array, 0, "NVIDIA H200", 128000000LL},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {27, 27, 27, 90, "small_d_m27n27k27_dim8x8_tba2_hoist_mma", small_d_m27n27k27_dim8x8_tba2_hoist_mma_strided, small_d_m27n27k27_dim8x8_tba2_hoist_mma_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {28, 28, 28, 75, "small_d_m28n28k28_dim8x16_tba1_hoist_mma", small_d_m28n28k28_dim8x16_tba1_hoist_mma_strided, small_d_m28n28k28_dim8x16_tba1_hoist_mma_array, 0, nullptr, 0},
@@ -4922,16 +4835,10 @@ const SmallEntry<double, double> small_d[] = {
     {29, 29, 29, 75, "small_d_m29n29k29_dim10x10_tba2_hoist_aring2", small_d_m29n29k29_dim10x10_tba2_hoist_aring2_strided, small_d_m29n29k29_dim10x10_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 90, "small_d_m29n29k29_dim8x8_tba2_hoist_ring3", small_d_m29n29k29_dim8x8_tba2_hoist_ring3_strided, small_d_m29n29k29_dim8x8_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_d_m30n30k30_dim16x8_tba1_hoist_mma", small_d_m30n30k30_dim16x8_tba1_hoist_mma_strided, small_d_m30n30k30_dim16x8_tba1_hoist_mma_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma", small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_strided, small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma_array, 0, nullptr, 0},
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 90, "small_d_m31n31k31_dim8x8_tba2_hoist_ring3", small_d_m31n31k31_dim8x8_tba2_hoist_ring3_strided, small_d_m31n31k31_dim8x8_tba2_hoist_ring3_array, 0, "NVIDIA H200", 0},
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_d_m32n32k32_dim8x8_tba1_hoist_aring3", small_d_m32n32k32_dim8x8_tba1_hoist_aring3_strided, small_d_m32n32k32_dim8x8_tba1_hoist_aring3_array, 0, nullptr, 0},
@@ -5038,16 +4945,10 @@ const SmallEntry<cuFloatComplex, cuFloatComplex> small_c[] = {
     {29, 29, 29, 75, "small_c_m29n29k29_dim10x8_tba2_hoist_aring2", small_c_m29n29k29_dim10x8_tba2_hoist_aring2_strided, small_c_m29n29k29_dim10x8_tba2_hoist_aring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {29, 29, 29, 90, "small_c_m29n29k29_dim8x10_tba2_ring2", small_c_m29n29k29_dim8x10_tba2_ring2_strided, small_c_m29n29k29_dim8x10_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {30, 30, 30, 75, "small_c_m30n30k30_dim10x10_tba1_hoist_ring2", small_c_m30n30k30_dim10x10_tba1_hoist_ring2_strided, small_c_m30n30k30_dim10x10_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {31, 31, 31, 75, "small_c_m31n31k31_dim8x8_tba2_hoist_aring2", small_c_m31n31k31_dim8x8_tba2_hoist_aring2_strided, small_c_m31n31k31_dim8x8_tba2_hoist_aring2_array, 0, nullptr, 0},
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    {31, 31, 31, 90, "small_c_m31n31k31_dim8x11_tba2_ring2", small_c_m31n31k31_dim8x11_tba2_ring2_strided, small_c_m31n31k31_dim8x11_tba2_ring2_array, 0, "NVIDIA H200", 128000000LL},
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_c_m32n32k32_dim16x11_tba2_hoist_ring2", small_c_m32n32k32_dim16x11_tba2_hoist_ring2_strided, small_c_m32n32k32_dim16x11_tba2_hoist_ring2_array, 0, nullptr, 0},
@@ -5234,16 +5135,10 @@ const char* const kernel_names[] = {
     "small_c_m29n29k29_dim10x8_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    "small_c_m29n29k29_dim8x10_tba2_ring2",
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m2n2k2_dim2x1_tba32",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m30n30k30_dim10x10_tba1_hoist_ring2",
-#endif
-#if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
-    "small_c_m31n31k31_dim8x11_tba2_ring2",
 #endif
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
     "small_c_m31n31k31_dim8x8_tba2_hoist_aring2",
@@ -5312,9 +5207,6 @@ const char* const kernel_names[] = {
     "small_d_m18n18k18_dim6x9_tba1_hoist",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m19n19k19_dim10x10_tba4_hoist_ring2",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m19n19k19_dim10x7_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
@@ -5339,31 +5231,16 @@ const char* const kernel_names[] = {
     "small_d_m25n25k25_dim9x7_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m25n25k25_dim9x7_tba2_hoist_ring3",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m25n25k25_dim9x9_tba2_ring2",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m26n26k26_dim8x8_tba1_hoist_mma",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m27n27k27_dim14x9_tba2_hoist_aring2",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m27n27k27_dim14x9_tba4_ring2",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m27n27k27_dim8x8_tba2_hoist_mma",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m28n28k28_dim8x16_tba1_hoist_mma",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m29n29k29_dim10x10_tba2_hoist_aring2",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m29n29k29_dim8x8_tba2_hoist_ring3",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m2n2k2_dim2x1_tba64",
@@ -5373,9 +5250,6 @@ const char* const kernel_names[] = {
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m31n31k31_dim8x8_tba2_hoist_aring3_mma",
-#endif
-#if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
-    "small_d_m31n31k31_dim8x8_tba2_hoist_ring3",
 #endif
 #if GEMMGEN_WITH_D && GEMMGEN_WITH_SMALL
     "small_d_m32n32k32_dim8x8_tba1_hoist_aring3",
@@ -5744,9 +5618,6 @@ const char* const kernel_names[] = {
     "small_s_m13n13k13_dim4x4_tba4_hoist",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    "small_s_m13n13k13_dim5x7_tba4_hoist",
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m14n14k14_dim4x4_tba2_hoist",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
@@ -5799,9 +5670,6 @@ const char* const kernel_names[] = {
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m29n29k29_dim8x10_tba4_hoist_aring2",
-#endif
-#if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
-    "small_s_m29n29k29_dim8x10_tba4_ring3",
 #endif
 #if GEMMGEN_WITH_S && GEMMGEN_WITH_SMALL
     "small_s_m2n2k2_dim1x1_tba128_hoist",

@@ -28,6 +28,11 @@ from gemmgen.harness.core.workload import bytes_moved
 
 NARROW_MEGABYTES = 128      # launches up to this take the launch-size rows (timed at 50 MB; the plain rows at 256)
 NARROW_MIN_GAIN = 1.03      # less is within the run-to-run spread of one sweep's timings
+# The sweep times β = 0 at one launch size; a row also serves β = 1 and the other launch sizes below its
+# bound, where another tuple can lose (a ring that wins at β = 0 reads C more slowly: 0.89-0.95 at
+# β = 1 on the H200).  confirm_rows keeps a row only where the workload bench found its kernel no slower
+# than the kernel it replaced, within this spread, at every point it served.
+CONFIRM_TOLERANCE = 0.97
 
 
 def launch_megabytes(row: dict) -> float:
@@ -91,16 +96,66 @@ def narrow_rows(results: list[dict], device: str, table_rows: list[dict]) -> tup
     return rows, lines
 
 
-def write_narrow_rows(results_paths: list[Path], arch: str, command: str) -> list[str]:
-    """Replace `arch`'s keyed rows of the results' device(s) at their shapes by narrow_rows'; the lines
-    that say what was decided."""
+def _bench_points(path: Path) -> tuple[str, dict[tuple, dict]]:
+    """A `gemmgen bench workload` JSON's device and small-family points: (prec, m, n, k, launch, β) ->
+    {"kernel", "ms"}."""
+    import json
+
+    payload = json.loads(Path(path).read_text())
+    points = {}
+    for row in payload["rows"]:
+        for beta in ("beta0", "beta1"):
+            ours = row.get(beta, {}).get("ours", {})
+            if row.get("family") == "small" and "ms" in ours:
+                points[(row["prec"], row["m"], row["n"], row["k"], row["launch"], beta)] = \
+                    {"kernel": row["kernel"], "ms": ours["ms"]}
+    return payload["device"], points
+
+
+def confirm_rows(rows: list[dict], before: Path, after: Path) -> tuple[list[dict], list[str]]:
+    """The rows the workload bench confirms: `after` ran a set with the rows, `before` one without, both
+    on the rows' device; a row stays where at every point whose kernel it became, `after` is no slower
+    than `before` by more than CONFIRM_TOLERANCE (a row the bench never reached is dropped)."""
+    device_before, old = _bench_points(before)
+    device_after, new = _bench_points(after)
+    kept, lines = [], []
+    for row in rows:
+        name = small.SmallSpec.from_row(row).name
+        label = f"{name} ({row_label(row)})"
+        if not device_before == device_after == row["for_device"]:
+            lines.append(f"{label}: the benches ran on {device_before} and {device_after}; dropped")
+            continue
+        served = [key for key, point in new.items() if point["kernel"] == name and key in old]
+        ratios = {key: old[key]["ms"] / new[key]["ms"] for key in served}
+        if ratios and min(ratios.values()) >= CONFIRM_TOLERANCE:
+            kept.append({**row, "confirmed_min_ratio": round(min(ratios.values()), 3)})
+            lines.append(f"{label}: confirmed at {len(ratios)} points, {min(ratios.values()):.2f}x at worst")
+        else:
+            worst = min(ratios, key=ratios.get) if ratios else None
+            lines.append(f"{label}: dropped, " + (f"{ratios[worst]:.2f}x at {worst[4]} {worst[5]}" if worst
+                                                   else "the bench never ran it"))
+    return kept, lines
+
+
+def row_label(row: dict) -> str:
+    return row["for_device"] + (f", launches up to {row['max_megabytes']} MB" if "max_megabytes" in row else "")
+
+
+def write_narrow_rows(results_paths: list[Path], arch: str, command: str,
+                      confirm: tuple[Path, Path] | None = None) -> list[str]:
+    """Replace `arch`'s keyed rows of the results' device(s) at their shapes by narrow_rows' (those
+    confirm_rows keeps, with `confirm`: the workload benches before and after); the lines that say
+    what was decided."""
     results = [r for path in results_paths for r in load_results(path) if r.get("arch") == arch]
     devices = sorted({r["device"] for r in results if "device" in r})
     table = writable_table(arch)
     small_rows = table.get("small", [])
     lines = []
     for device in devices:
-        rows, decided = narrow_rows(results, device, small_rows)
+        rows, decided = narrow_rows(results, device, [r for r in small_rows if not any(f in r for f in KEYED_ROW_FIELDS)])
+        if confirm:
+            rows, confirmed = confirm_rows(rows, *confirm)
+            decided += confirmed
         shapes = {(r["precision"], r["m"], r["n"], r["k"]) for r in results if r.get("device") == device}
         small_rows = [r for r in small_rows if not (r.get("for_device") == device
                                                     and (r["precision"], r["m"], r["n"], r["k"]) in shapes)]
