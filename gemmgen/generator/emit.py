@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import __version__, cpu
 from .arch import ARCHS, CP_ASYNC_MIN_CC, TENSOR_COPY_END_CC, TENSOR_COPY_MIN_CC, code_path_tokens
-from .manifest import Manifest
+from .manifest import BAND_SPLIT_CC, BELOW, FROM, Manifest, kernel_bands
 from .precision import PRECISION_ORDER, PRECISIONS
 from .families import BUILD_GROUPS, GROUP_OF_FOLDER, family_of
 from .render import banner, render
@@ -43,6 +43,7 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinn
     ts_precisions = [p for p in small_precisions if p in tallskinny.PRECISIONS_TS] if tallskinny_ns else []
     return {
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", selection_macros=SELECTION_MACROS,
+                                          band_macros=tuple(BAND_MACROS.values()), band_split=BAND_SPLIT_CC,
                                           **common),
         **{f"src/{name}": render(f"{folder}/{name}.j2", skew=wmma.SKEW, **common)
            for folder, names in DEVICE_HEADERS.items() for name in names},
@@ -67,6 +68,8 @@ BUILD_FAMILIES = BUILD_GROUPS
 # The macros a CMake build sets to leave out precisions and families (CMakeLists.txt.j2); gemmgen_device.cuh
 # defaults each to 1.
 SELECTION_MACROS = tuple(f"GEMMGEN_WITH_{name.upper()}" for name in PRECISION_ORDER + BUILD_FAMILIES)
+# manifest.kernel_bands' two sides -> the macro that says a build has them
+BAND_MACROS = {BELOW: f"GEMMGEN_BUILT_BELOW_{BAND_SPLIT_CC}", FROM: f"GEMMGEN_BUILT_FROM_{BAND_SPLIT_CC}"}
 
 
 def tallskinny_dispatch_source(entries, kernels, common: dict, routes=()) -> str:
@@ -175,8 +178,11 @@ def plan(manifest: Manifest) -> dict[str, str]:
     wgmma_hc = has_wgmma_hc(manifest)
     if wgmma_hc:
         files[wmma.WGMMA_HC_SOURCE] = wgmma_hc_source(common)
+    listing = manifest.to_json()
+    bands = kernel_bands(listing["dispatch"])
     files[DISPATCH_SOURCE] = render(
-        "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries,
+        "dispatch.cu.j2", kernels=kernels, precisions=precisions, entries=entries, bands=bands,
+        band_macro=BAND_MACROS,
         wmma_kernels=wmma_kernels, wmma_ranges=ranges, wmma_kinds=wmma.KINDS,
         rank_k_max=wmma.RANK_K_MAX, precision_of=PRECISIONS, wgmma_hc=wgmma_hc,
         wgmma_hc_min_size=wmma.WGMMA_HC_MIN_SIZE, **common)
@@ -184,14 +190,19 @@ def plan(manifest: Manifest) -> dict[str, str]:
     # sources with sm_90a code (wgmma), which CMake builds apart: from compute_90a where 90 is targeted
     sm90a = [path for path in cuda_sources if "90a" in code_path_tokens(files[path])]
     kernel_sources = [path for path in cuda_sources if path not in sm90a and path != TALLSKINNY_DISPATCH_SOURCE]
+    # kernels only devices on one side of sm_80 run (manifest.kernel_bands): CMake builds them apart, for
+    # the architectures on that side alone
+    banded = {band: [path for path in kernel_sources if bands.get(Path(path).stem) == band] for band in (BELOW, FROM)}
+    kernel_sources = [path for path in kernel_sources if Path(path).stem not in bands]
     files["CMakeLists.txt"] = render(
         "CMakeLists.txt.j2", source_groups=build_groups(kernel_sources), sm90a_groups=build_groups(sm90a),
+        band_groups={band: build_groups(paths) for band, paths in banded.items()}, band_macro=BAND_MACROS,
+        band_split=BAND_SPLIT_CC,
         precisions=list(manifest.selection.precisions), families=list(BUILD_FAMILIES),
         archs=manifest.selection.archs,
         cmake_archs=[str(ARCHS[a].cc) for a in manifest.selection.archs],
         cpu_sources=sorted(cpu.source_path(s) for s in manifest.cpu_kernels), **common)
     files.update(cpu.files(list(manifest.cpu_kernels), manifest.selection.cpu_isas, common["banner"], __version__))
-    listing = manifest.to_json()
     listing["generator"] = f"gemmgen {__version__}"
     listing["files"] = sorted(files) + ["manifest.json"]
     files["manifest.json"] = json.dumps(listing, indent=1, sort_keys=True) + "\n"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from . import cpu, small, tallskinny, wmma
 from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
-from .families import family_of
+from .families import family_of, parse_kernel
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, format_ranges, parse_ranges
 from .tuning import KEYED_ROW_FIELDS, load_table, row_key_label, section_file, tables_from
@@ -398,3 +398,44 @@ def _shape_choice(rows, m: int, n: int, k: int, arch: str, notes: list) -> dict 
 
 def _entry_key(e: DispatchEntry):
     return (PRECISION_ORDER.index(e.precision), e.m, e.n, e.k, e.cc, e.device, -e.max_megabytes)
+
+
+# ---- which devices a kernel can run on ------------------------------------------------------------------
+# The dispatch tables change at one compute capability: from sm_80 (cp.async) the tuned table's kernels serve,
+# below it the kernels chosen for older devices.  A kernel whose entries all sit on one side of that line
+# is built only for the architectures on that side (the harness's builds and CMake's), so a build for
+# sm_90 alone leaves out the kernels only an sm_75 would run, and the reverse.
+BAND_SPLIT_CC = CP_ASYNC_MIN_CC
+BELOW, FROM = "below", "from"
+
+
+def kernel_bands(dispatch: list[dict]) -> dict[str, str]:
+    """Per kernel of the exact-shape table (manifest.json's "dispatch" entries) that only devices below
+    BAND_SPLIT_CC or only devices from it can run: BELOW or FROM.  An entry serves from its from_cc
+    until the next entry of its shape (the lowest entry also serves every older device).  An entry that
+    sends its shape to the general kernel (prefer_general) launches its own kernel only in a build
+    without the wmma family, which a warp kernel (a wmma family member) is not in: for those it counts
+    for nothing."""
+    shapes: dict[tuple, list[dict]] = {}
+    for e in dispatch:
+        key = (e["precision"], e["m"], e["n"], e["k"], e.get("device", ""), e.get("max_megabytes", 0))
+        shapes.setdefault(key, []).append(e)
+    sides: dict[str, set] = {}
+    for entries in shapes.values():
+        entries = sorted(entries, key=lambda e: e["from_cc"])
+        for i, e in enumerate(entries):
+            sides.setdefault(e["kernel"], set())
+            if e.get("prefer_general") and family_of(parse_kernel(e["kernel"])).name != "small":
+                continue
+            lo = 0 if i == 0 else e["from_cc"]
+            hi = entries[i + 1]["from_cc"] if i + 1 < len(entries) else 1 << 30
+            if lo < BAND_SPLIT_CC:
+                sides[e["kernel"]].add(BELOW)
+            if hi > BAND_SPLIT_CC:
+                sides[e["kernel"]].add(FROM)
+    return {name: next(iter(s)) for name, s in sides.items() if len(s) == 1}
+
+
+def builds_on(band: str | None, cc: int) -> bool:
+    """Whether a kernel of this band (kernel_bands; None: every device) is built for compute capability cc."""
+    return band is None or (band == BELOW) == (cc < BAND_SPLIT_CC)

@@ -16,6 +16,7 @@ import click
 from gemmgen.generator import small
 from gemmgen.generator.arch import ARCHS, parse_archs
 from gemmgen.generator.families import parse_kernel
+from gemmgen.generator.manifest import builds_on, kernel_bands
 
 from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library
 from gemmgen.harness.core.toolchain import ToolchainError, gpu_available
@@ -208,6 +209,9 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
         cases += check_wmma.manifest_cases(manifest, rng, thorough=not quick)
     if precisions:
         cases = [c for c in cases if c.precision in precisions]
+    # a kernel called through its own launcher must have been built for this device (kernel_bands)
+    bands, cc = kernel_bands(manifest["dispatch"]), int(device_arch()[0][3:])
+    cases = [c for c in cases if not c.kernel or builds_on(bands.get(c.kernel), cc)]
     index, parts = part
     if parts > 1:
         order = np.random.default_rng(parts).permutation(len(cases))

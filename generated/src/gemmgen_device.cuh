@@ -40,6 +40,15 @@
 #ifndef GEMMGEN_WITH_TALLSKINNY
 #define GEMMGEN_WITH_TALLSKINNY 1
 #endif
+// Which side of sm_80 the build has architectures on (CMake and the harness say so when
+// they build the kernels only a device below or from it can run for those architectures alone; the
+// dispatch then leaves out the entries of kernels not built).  Both on unless the build says otherwise.
+#ifndef GEMMGEN_BUILT_BELOW_80
+#define GEMMGEN_BUILT_BELOW_80 1
+#endif
+#ifndef GEMMGEN_BUILT_FROM_80
+#define GEMMGEN_BUILT_FROM_80 1
+#endif
 
 namespace gemmgen {
 

@@ -10,7 +10,8 @@
 #include "gemmgen.h"
 #include "gemmgen_device.cuh"
 
-// GEMMGEN_WITH_<PRECISION>, GEMMGEN_WITH_<FAMILY>: what a CMake build selected (gemmgen_device.cuh).
+// GEMMGEN_WITH_<PRECISION>, GEMMGEN_WITH_<FAMILY>: what a CMake build selected; GEMMGEN_BUILT_BELOW_80,
+// GEMMGEN_BUILT_FROM_80: whether it built the kernels only devices below or from sm_80 run (gemmgen_device.cuh).
 
 // ---- every emitted launcher ------------------------------------------------------------------------
 #if GEMMGEN_WITH_C && GEMMGEN_WITH_SMALL
@@ -469,7 +470,7 @@ extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided(char, char, flo
 extern "C" int small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
@@ -481,7 +482,7 @@ extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided(char, char, flo
 extern "C" int small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m14n14k14_dim7x5_tba8_ring2_array(char, char, float, const __half* const*, int,
@@ -493,7 +494,7 @@ extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided(char, cha
 extern "C" int small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m15n15k15_dim8x5_tba8_ring2_array(char, char, float, const __half* const*, int,
@@ -517,7 +518,7 @@ extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided(char, cha
 extern "C" int small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m17n17k17_dim6x6_tba8_ring2_array(char, char, float, const __half* const*, int,
@@ -529,19 +530,19 @@ extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided(char, char, flo
 extern "C" int small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m19n19k19_dim7x5_tba8_hoist_array(char, char, float, const __half* const*, int,
@@ -559,55 +560,55 @@ extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, floa
 extern "C" int small_h_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m21n21k21_dim7x6_tba8_hoist_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m23n23k23_dim8x8_tba8_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array(char, char, float, const __half* const*, int,
@@ -619,49 +620,49 @@ extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided(char, cha
 extern "C" int small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
@@ -679,19 +680,19 @@ extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_strided(char, char, float, con
 extern "C" int small_h_m2n2k2_dim1x1_tba256_ring2_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array(char, char, float, const __half* const*, int,
@@ -793,7 +794,7 @@ extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided(char, ch
 extern "C" int small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m10n10k16_dim4x4_tba8_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -865,37 +866,37 @@ extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided(char, char, cu
 extern "C" int small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -913,55 +914,55 @@ extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_strided(char, char, cuF
 extern "C" int small_hc_m1n1k1_dim1x1_tba256_hoist_ring3_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -973,25 +974,25 @@ extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided(char, ch
 extern "C" int small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
 extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -1483,1057 +1484,1057 @@ extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_strided(char, char, cuDoubleComp
 extern "C" int small_z_m9n9k9_dim5x9_tba2_hoist_array(char, char, cuDoubleComplex, const cuDoubleComplex* const*, int,
     const cuDoubleComplex* const*, int, cuDoubleComplex, cuDoubleComplex* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m13n13k13_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m14n14k14_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m15n15k15_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m17n17k17_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m18n18k18_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m19n19k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m19n19k19_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m20n20k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m20n20k20_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m21n21k21_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m22n22k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m22n22k22_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m23n23k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m23n23k23_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m24n24k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m25n25k25_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m26n26k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m26n26k26_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m27n27k27_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m28n28k28_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m29n29k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m29n29k29_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m30n30k30_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m31n31k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m31n31k31_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m32n32k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m33n33k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m33n33k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m33n33k33_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m33n33k33_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m34n34k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m34n34k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m34n34k34_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m35n35k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m35n35k35_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m36n36k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m36n36k36_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m37n37k37_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m38n38k16_w4_s3_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m38n38k38_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m38n38k38_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m39n39k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m39n39k39_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m40n40k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m40n40k40_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m41n41k41_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m42n42k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m42n42k42_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m43n43k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m43n43k43_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m44n44k44_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m45n45k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m45n45k45_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m45n45k45_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m46n46k16_w8_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m46n46k46_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m47n47k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m47n47k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m47n47k47_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m47n47k47_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m48n48k48_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k16_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m49n49k49_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m50n50k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m50n50k50_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m51n51k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m51n51k51_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m52n52k16_w8_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m52n52k52_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m53n53k53_w8_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m54n54k16_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m54n54k54_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m54n54k54_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m55n55k16_w4_s3_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k16_w4_s3_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m55n55k55_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m56n56k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m56n56k56_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m57n57k57_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m58n58k58_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m59n59k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m59n59k59_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m60n60k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m60n60k60_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m61n61k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m61n61k61_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m61n61k61_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m62n62k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m62n62k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m62n62k62_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k16_w4_s2_f32_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_strided(char, char, float, const __half*, int, long long,
     const __half*, int, long long, float, __half*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_h_m63n63k63_w4_s2_f16_array(char, char, float, const __half* const*, int,
     const __half* const*, int, float, __half* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m10n10k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m17n17k17_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m18n18k18_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m19n19k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m19n19k19_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m19n19k19_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m20n20k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m20n20k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m20n20k20_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m20n20k20_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m21n21k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m21n21k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m21n21k21_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m21n21k21_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m22n22k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m22n22k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m22n22k22_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m23n23k23_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m24n24k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m25n25k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m25n25k25_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m26n26k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m26n26k26_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m27n27k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m27n27k27_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m27n27k27_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m28n28k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m28n28k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m28n28k28_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m29n29k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m29n29k29_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m29n29k29_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m30n30k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m30n30k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m30n30k30_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m30n30k30_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m31n31k31_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m32n32k32_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m33n33k33_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m33n33k33_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m34n34k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m34n34k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m34n34k34_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m34n34k34_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m35n35k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m35n35k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m35n35k35_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m35n35k35_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m36n36k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m36n36k36_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m37n37k37_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m38n38k38_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m39n39k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m39n39k39_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m39n39k39_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m40n40k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m40n40k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m40n40k40_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m40n40k40_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m41n41k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m41n41k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m41n41k41_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m42n42k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m42n42k42_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m42n42k42_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m43n43k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m43n43k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m43n43k43_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m43n43k43_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m44n44k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m44n44k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m44n44k44_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m45n45k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m45n45k45_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m45n45k45_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m46n46k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m46n46k46_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m47n47k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m47n47k47_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m48n48k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m48n48k48_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m49n49k49_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m50n50k50_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m51n51k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m51n51k51_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m52n52k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m52n52k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m53n53k16_w4_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m54n54k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m55n55k16_w8_s3_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m56n56k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m56n56k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m57n57k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m57n57k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m58n58k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m59n59k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m60n60k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m61n61k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m62n62k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m63n63k16_w4_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
     const __half2* const*, int, cuFloatComplex, __half2* const*, int, int, cudaStream_t);
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
 extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_strided(char, char, cuFloatComplex, const __half2*, int, long long,
     const __half2*, int, long long, cuFloatComplex, __half2*, int, long long, int, cudaStream_t);
 extern "C" int wmmawarp_hc_m64n64k16_w8_s2_f16_array(char, char, cuFloatComplex, const __half2* const*, int,
@@ -2875,28 +2876,28 @@ const SmallEntry<__half, float> small_h[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {12, 12, 16, 75, "small_h_m12n12k16_dim6x4_tba4_hoist_ring2", small_h_m12n12k16_dim6x4_tba4_hoist_ring2_strided, small_h_m12n12k16_dim6x4_tba4_hoist_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {13, 13, 13, 75, "small_h_m13n13k13_dim7x5_tba8_ring2_acc16", small_h_m13n13k13_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k13_dim7x5_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {13, 13, 13, 80, "wmmawarp_h_m13n13k13_w8_s2_f16", wmmawarp_h_m13n13k13_w8_s2_f16_strided, wmmawarp_h_m13n13k13_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {13, 13, 16, 75, "small_h_m13n13k16_dim7x5_tba8_ring2_acc16", small_h_m13n13k16_dim7x5_tba8_ring2_acc16_strided, small_h_m13n13k16_dim7x5_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {14, 14, 14, 75, "small_h_m14n14k14_dim7x5_tba8_ring2", small_h_m14n14k14_dim7x5_tba8_ring2_strided, small_h_m14n14k14_dim7x5_tba8_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {14, 14, 14, 80, "wmmawarp_h_m14n14k14_w8_s2_f16", wmmawarp_h_m14n14k14_w8_s2_f16_strided, wmmawarp_h_m14n14k14_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {14, 14, 16, 75, "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16", small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_strided, small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {15, 15, 15, 75, "small_h_m15n15k15_dim8x5_tba8_ring2", small_h_m15n15k15_dim8x5_tba8_ring2_strided, small_h_m15n15k15_dim8x5_tba8_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {15, 15, 15, 80, "wmmawarp_h_m15n15k15_w4_s2_f32", wmmawarp_h_m15n15k15_w4_s2_f32_strided, wmmawarp_h_m15n15k15_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
@@ -2908,553 +2909,553 @@ const SmallEntry<__half, float> small_h[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {17, 17, 16, 75, "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16", small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {17, 17, 17, 75, "small_h_m17n17k17_dim6x6_tba8_ring2", small_h_m17n17k17_dim6x6_tba8_ring2_strided, small_h_m17n17k17_dim6x6_tba8_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {17, 17, 17, 80, "wmmawarp_h_m17n17k17_w4_s2_f32", wmmawarp_h_m17n17k17_w4_s2_f32_strided, wmmawarp_h_m17n17k17_w4_s2_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {18, 18, 16, 75, "small_h_m18n18k16_dim9x6_tba1_ring2_acc16", small_h_m18n18k16_dim9x6_tba1_ring2_acc16_strided, small_h_m18n18k16_dim9x6_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {18, 18, 18, 75, "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16", small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_strided, small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {18, 18, 18, 80, "wmmawarp_h_m18n18k18_w8_s2_f32", wmmawarp_h_m18n18k18_w8_s2_f32_strided, wmmawarp_h_m18n18k18_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {19, 19, 16, 75, "small_h_m19n19k16_dim10x7_tba2_ring2_acc16", small_h_m19n19k16_dim10x7_tba2_ring2_acc16_strided, small_h_m19n19k16_dim10x7_tba2_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {19, 19, 16, 80, "wmmawarp_h_m19n19k16_w8_s2_f32", wmmawarp_h_m19n19k16_w8_s2_f32_strided, wmmawarp_h_m19n19k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {19, 19, 19, 75, "small_h_m19n19k19_dim7x5_tba8_hoist", small_h_m19n19k19_dim7x5_tba8_hoist_strided, small_h_m19n19k19_dim7x5_tba8_hoist_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {19, 19, 19, 80, "wmmawarp_h_m19n19k19_w4_s2_f32", wmmawarp_h_m19n19k19_w4_s2_f32_strided, wmmawarp_h_m19n19k19_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {20, 20, 16, 75, "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {20, 20, 16, 80, "wmmawarp_h_m20n20k16_w4_s2_f32", wmmawarp_h_m20n20k16_w4_s2_f32_strided, wmmawarp_h_m20n20k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {20, 20, 20, 75, "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16", small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {20, 20, 20, 80, "wmmawarp_h_m20n20k20_w4_s2_f16", wmmawarp_h_m20n20k20_w4_s2_f16_strided, wmmawarp_h_m20n20k20_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {21, 21, 16, 75, "small_h_m21n21k16_dim11x7_tba1_ring2_acc16", small_h_m21n21k16_dim11x7_tba1_ring2_acc16_strided, small_h_m21n21k16_dim11x7_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {21, 21, 16, 80, "wmmawarp_h_m21n21k16_w4_s2_f16", wmmawarp_h_m21n21k16_w4_s2_f16_strided, wmmawarp_h_m21n21k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {21, 21, 21, 75, "small_h_m21n21k21_dim7x6_tba8_hoist", small_h_m21n21k21_dim7x6_tba8_hoist_strided, small_h_m21n21k21_dim7x6_tba8_hoist_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {21, 21, 21, 80, "wmmawarp_h_m21n21k21_w8_s2_f32", wmmawarp_h_m21n21k21_w8_s2_f32_strided, wmmawarp_h_m21n21k21_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {22, 22, 16, 75, "small_h_m22n22k16_dim11x8_tba1_ring2_acc16", small_h_m22n22k16_dim11x8_tba1_ring2_acc16_strided, small_h_m22n22k16_dim11x8_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {22, 22, 16, 80, "wmmawarp_h_m22n22k16_w4_s3_f16", wmmawarp_h_m22n22k16_w4_s3_f16_strided, wmmawarp_h_m22n22k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {22, 22, 22, 75, "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16", small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_strided, small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {22, 22, 22, 80, "wmmawarp_h_m22n22k22_w8_s2_f32", wmmawarp_h_m22n22k22_w8_s2_f32_strided, wmmawarp_h_m22n22k22_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {23, 23, 16, 75, "small_h_m23n23k16_dim12x8_tba1_ring2_acc16", small_h_m23n23k16_dim12x8_tba1_ring2_acc16_strided, small_h_m23n23k16_dim12x8_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {23, 23, 16, 80, "wmmawarp_h_m23n23k16_w4_s2_f32", wmmawarp_h_m23n23k16_w4_s2_f32_strided, wmmawarp_h_m23n23k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {23, 23, 23, 75, "small_h_m23n23k23_dim8x8_tba8_ring2", small_h_m23n23k23_dim8x8_tba8_ring2_strided, small_h_m23n23k23_dim8x8_tba8_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {23, 23, 23, 80, "wmmawarp_h_m23n23k23_w8_s2_f32", wmmawarp_h_m23n23k23_w8_s2_f32_strided, wmmawarp_h_m23n23k23_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {24, 24, 16, 75, "small_h_m24n24k16_dim8x8_tba1_hoist_ring2", small_h_m24n24k16_dim8x8_tba1_hoist_ring2_strided, small_h_m24n24k16_dim8x8_tba1_hoist_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {24, 24, 16, 80, "wmmawarp_h_m24n24k16_w8_s3_f32", wmmawarp_h_m24n24k16_w8_s3_f32_strided, wmmawarp_h_m24n24k16_w8_s3_f32_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16", small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_strided, small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {25, 25, 16, 75, "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16", small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_strided, small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {25, 25, 16, 80, "wmmawarp_h_m25n25k16_w4_s2_f16", wmmawarp_h_m25n25k16_w4_s2_f16_strided, wmmawarp_h_m25n25k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {25, 25, 25, 75, "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16", small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_strided, small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {25, 25, 25, 80, "wmmawarp_h_m25n25k25_w8_s2_f32", wmmawarp_h_m25n25k25_w8_s2_f32_strided, wmmawarp_h_m25n25k25_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {26, 26, 16, 75, "small_h_m26n26k16_dim13x9_tba1_ring2_acc16", small_h_m26n26k16_dim13x9_tba1_ring2_acc16_strided, small_h_m26n26k16_dim13x9_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {26, 26, 16, 80, "wmmawarp_h_m26n26k16_w8_s2_f32", wmmawarp_h_m26n26k16_w8_s2_f32_strided, wmmawarp_h_m26n26k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {26, 26, 26, 75, "small_h_m26n26k26_dim9x7_tba2_ring2_acc16", small_h_m26n26k26_dim9x7_tba2_ring2_acc16_strided, small_h_m26n26k26_dim9x7_tba2_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {26, 26, 26, 80, "wmmawarp_h_m26n26k26_w4_s2_f16", wmmawarp_h_m26n26k26_w4_s2_f16_strided, wmmawarp_h_m26n26k26_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {27, 27, 16, 75, "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16", small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_strided, small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 16, 80, "wmmawarp_h_m27n27k16_w4_s3_f32", wmmawarp_h_m27n27k16_w4_s3_f32_strided, wmmawarp_h_m27n27k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 27, 75, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 27, 80, "wmmawarp_h_m27n27k27_w8_s2_f16", wmmawarp_h_m27n27k27_w8_s2_f16_strided, wmmawarp_h_m27n27k27_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {28, 28, 16, 75, "small_h_m28n28k16_dim14x10_tba1_ring2_acc16", small_h_m28n28k16_dim14x10_tba1_ring2_acc16_strided, small_h_m28n28k16_dim14x10_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 16, 80, "wmmawarp_h_m28n28k16_w4_s3_f32", wmmawarp_h_m28n28k16_w4_s3_f32_strided, wmmawarp_h_m28n28k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {28, 28, 28, 75, "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16", small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_strided, small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 28, 80, "wmmawarp_h_m28n28k28_w4_s2_f16", wmmawarp_h_m28n28k28_w4_s2_f16_strided, wmmawarp_h_m28n28k28_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {29, 29, 16, 75, "small_h_m29n29k16_dim15x10_tba1_ring2_acc16", small_h_m29n29k16_dim15x10_tba1_ring2_acc16_strided, small_h_m29n29k16_dim15x10_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 16, 80, "wmmawarp_h_m29n29k16_w4_s2_f32", wmmawarp_h_m29n29k16_w4_s2_f32_strided, wmmawarp_h_m29n29k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 29, 75, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 29, 80, "wmmawarp_h_m29n29k29_w8_s2_f32", wmmawarp_h_m29n29k29_w8_s2_f32_strided, wmmawarp_h_m29n29k29_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {30, 30, 16, 75, "small_h_m30n30k16_dim15x10_tba1_ring2_acc16", small_h_m30n30k16_dim15x10_tba1_ring2_acc16_strided, small_h_m30n30k16_dim15x10_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 16, 80, "wmmawarp_h_m30n30k16_w8_s2_f16", wmmawarp_h_m30n30k16_w8_s2_f16_strided, wmmawarp_h_m30n30k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {30, 30, 30, 75, "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16", small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_strided, small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 30, 80, "wmmawarp_h_m30n30k30_w8_s2_f32", wmmawarp_h_m30n30k30_w8_s2_f32_strided, wmmawarp_h_m30n30k30_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {31, 31, 16, 75, "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16", small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_strided, small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 16, 80, "wmmawarp_h_m31n31k16_w8_s2_f32", wmmawarp_h_m31n31k16_w8_s2_f32_strided, wmmawarp_h_m31n31k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 31, 75, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 31, 80, "wmmawarp_h_m31n31k31_w8_s3_f32", wmmawarp_h_m31n31k31_w8_s3_f32_strided, wmmawarp_h_m31n31k31_w8_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 16, 75, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 16, 80, "wmmawarp_h_m32n32k16_w8_s2_f16", wmmawarp_h_m32n32k16_w8_s2_f16_strided, wmmawarp_h_m32n32k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     {32, 32, 32, 75, "small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16", small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_strided, small_h_m32n32k32_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 16, 75, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 16, 80, "wmmawarp_h_m33n33k16_w4_s2_f32", wmmawarp_h_m33n33k16_w4_s2_f32_strided, wmmawarp_h_m33n33k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 33, 75, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 33, 80, "wmmawarp_h_m33n33k33_w4_s2_f32", wmmawarp_h_m33n33k33_w4_s2_f32_strided, wmmawarp_h_m33n33k33_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 16, 75, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 16, 80, "wmmawarp_h_m34n34k16_w4_s2_f32", wmmawarp_h_m34n34k16_w4_s2_f32_strided, wmmawarp_h_m34n34k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 34, 75, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 34, 80, "wmmawarp_h_m34n34k34_w8_s2_f32", wmmawarp_h_m34n34k34_w8_s2_f32_strided, wmmawarp_h_m34n34k34_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 16, 75, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 16, 80, "wmmawarp_h_m35n35k16_w4_s2_f32", wmmawarp_h_m35n35k16_w4_s2_f32_strided, wmmawarp_h_m35n35k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 35, 75, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 35, 80, "wmmawarp_h_m35n35k35_w4_s2_f32", wmmawarp_h_m35n35k35_w4_s2_f32_strided, wmmawarp_h_m35n35k35_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 16, 75, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 16, 80, "wmmawarp_h_m36n36k16_w8_s2_f16", wmmawarp_h_m36n36k16_w8_s2_f16_strided, wmmawarp_h_m36n36k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 36, 75, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 36, 80, "wmmawarp_h_m36n36k36_w4_s2_f16", wmmawarp_h_m36n36k36_w4_s2_f16_strided, wmmawarp_h_m36n36k36_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 16, 75, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 16, 80, "wmmawarp_h_m37n37k16_w4_s3_f16", wmmawarp_h_m37n37k16_w4_s3_f16_strided, wmmawarp_h_m37n37k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 37, 75, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 37, 80, "wmmawarp_h_m37n37k37_w4_s2_f16", wmmawarp_h_m37n37k37_w4_s2_f16_strided, wmmawarp_h_m37n37k37_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 16, 75, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 16, 80, "wmmawarp_h_m38n38k16_w4_s3_f16", wmmawarp_h_m38n38k16_w4_s3_f16_strided, wmmawarp_h_m38n38k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 38, 75, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 38, 80, "wmmawarp_h_m38n38k38_w8_s2_f32", wmmawarp_h_m38n38k38_w8_s2_f32_strided, wmmawarp_h_m38n38k38_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 16, 75, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 16, 80, "wmmawarp_h_m39n39k16_w4_s2_f32", wmmawarp_h_m39n39k16_w4_s2_f32_strided, wmmawarp_h_m39n39k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 39, 75, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 39, 80, "wmmawarp_h_m39n39k39_w8_s2_f16", wmmawarp_h_m39n39k39_w8_s2_f16_strided, wmmawarp_h_m39n39k39_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 16, 75, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 16, 80, "wmmawarp_h_m40n40k16_w4_s3_f32", wmmawarp_h_m40n40k16_w4_s3_f32_strided, wmmawarp_h_m40n40k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 40, 75, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 40, 80, "wmmawarp_h_m40n40k40_w4_s2_f32", wmmawarp_h_m40n40k40_w4_s2_f32_strided, wmmawarp_h_m40n40k40_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 16, 75, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 16, 80, "wmmawarp_h_m41n41k16_w8_s2_f16", wmmawarp_h_m41n41k16_w8_s2_f16_strided, wmmawarp_h_m41n41k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 41, 75, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 41, 80, "wmmawarp_h_m41n41k41_w4_s2_f32", wmmawarp_h_m41n41k41_w4_s2_f32_strided, wmmawarp_h_m41n41k41_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 16, 75, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 16, 80, "wmmawarp_h_m42n42k16_w8_s2_f16", wmmawarp_h_m42n42k16_w8_s2_f16_strided, wmmawarp_h_m42n42k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 42, 75, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 42, 80, "wmmawarp_h_m42n42k42_w8_s2_f32", wmmawarp_h_m42n42k42_w8_s2_f32_strided, wmmawarp_h_m42n42k42_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 16, 75, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 16, 80, "wmmawarp_h_m43n43k16_w4_s2_f32", wmmawarp_h_m43n43k16_w4_s2_f32_strided, wmmawarp_h_m43n43k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 43, 75, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 43, 80, "wmmawarp_h_m43n43k43_w4_s2_f32", wmmawarp_h_m43n43k43_w4_s2_f32_strided, wmmawarp_h_m43n43k43_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 16, 75, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 16, 80, "wmmawarp_h_m44n44k16_w4_s2_f16", wmmawarp_h_m44n44k16_w4_s2_f16_strided, wmmawarp_h_m44n44k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 44, 75, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 44, 80, "wmmawarp_h_m44n44k44_w4_s2_f32", wmmawarp_h_m44n44k44_w4_s2_f32_strided, wmmawarp_h_m44n44k44_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 16, 75, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 16, 80, "wmmawarp_h_m45n45k16_w4_s2_f32", wmmawarp_h_m45n45k16_w4_s2_f32_strided, wmmawarp_h_m45n45k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 45, 75, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 45, 80, "wmmawarp_h_m45n45k45_w4_s2_f16", wmmawarp_h_m45n45k45_w4_s2_f16_strided, wmmawarp_h_m45n45k45_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 16, 75, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 16, 80, "wmmawarp_h_m46n46k16_w8_s2_f16", wmmawarp_h_m46n46k16_w8_s2_f16_strided, wmmawarp_h_m46n46k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 46, 75, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 46, 80, "wmmawarp_h_m46n46k46_w4_s2_f16", wmmawarp_h_m46n46k46_w4_s2_f16_strided, wmmawarp_h_m46n46k46_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 16, 75, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 16, 80, "wmmawarp_h_m47n47k16_w4_s2_f32", wmmawarp_h_m47n47k16_w4_s2_f32_strided, wmmawarp_h_m47n47k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 47, 75, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 47, 80, "wmmawarp_h_m47n47k47_w4_s2_f16", wmmawarp_h_m47n47k47_w4_s2_f16_strided, wmmawarp_h_m47n47k47_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 16, 75, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 16, 80, "wmmawarp_h_m48n48k16_w4_s2_f32", wmmawarp_h_m48n48k16_w4_s2_f32_strided, wmmawarp_h_m48n48k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 48, 75, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 48, 80, "wmmawarp_h_m48n48k48_w4_s3_f32", wmmawarp_h_m48n48k48_w4_s3_f32_strided, wmmawarp_h_m48n48k48_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 16, 75, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 16, 80, "wmmawarp_h_m49n49k16_w8_s2_f32", wmmawarp_h_m49n49k16_w8_s2_f32_strided, wmmawarp_h_m49n49k16_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 49, 75, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 49, 80, "wmmawarp_h_m49n49k49_w4_s3_f32", wmmawarp_h_m49n49k49_w4_s3_f32_strided, wmmawarp_h_m49n49k49_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 16, 75, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 16, 80, "wmmawarp_h_m50n50k16_w4_s2_f32", wmmawarp_h_m50n50k16_w4_s2_f32_strided, wmmawarp_h_m50n50k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 50, 75, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 50, 80, "wmmawarp_h_m50n50k50_w4_s2_f32", wmmawarp_h_m50n50k50_w4_s2_f32_strided, wmmawarp_h_m50n50k50_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 16, 75, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 16, 80, "wmmawarp_h_m51n51k16_w4_s2_f32", wmmawarp_h_m51n51k16_w4_s2_f32_strided, wmmawarp_h_m51n51k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 51, 75, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 51, 80, "wmmawarp_h_m51n51k51_w4_s2_f16", wmmawarp_h_m51n51k51_w4_s2_f16_strided, wmmawarp_h_m51n51k51_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 16, 75, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 16, 80, "wmmawarp_h_m52n52k16_w8_s3_f32", wmmawarp_h_m52n52k16_w8_s3_f32_strided, wmmawarp_h_m52n52k16_w8_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 52, 75, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 52, 80, "wmmawarp_h_m52n52k52_w4_s2_f16", wmmawarp_h_m52n52k52_w4_s2_f16_strided, wmmawarp_h_m52n52k52_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 16, 75, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 16, 80, "wmmawarp_h_m53n53k16_w4_s2_f32", wmmawarp_h_m53n53k16_w4_s2_f32_strided, wmmawarp_h_m53n53k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 53, 75, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 53, 80, "wmmawarp_h_m53n53k53_w8_s2_f32", wmmawarp_h_m53n53k53_w8_s2_f32_strided, wmmawarp_h_m53n53k53_w8_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 16, 75, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 16, 80, "wmmawarp_h_m54n54k16_w4_s2_f16", wmmawarp_h_m54n54k16_w4_s2_f16_strided, wmmawarp_h_m54n54k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 54, 75, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 54, 80, "wmmawarp_h_m54n54k54_w4_s2_f32", wmmawarp_h_m54n54k54_w4_s2_f32_strided, wmmawarp_h_m54n54k54_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 16, 75, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 16, 80, "wmmawarp_h_m55n55k16_w4_s3_f32", wmmawarp_h_m55n55k16_w4_s3_f32_strided, wmmawarp_h_m55n55k16_w4_s3_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 55, 75, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 55, 80, "wmmawarp_h_m55n55k55_w4_s2_f32", wmmawarp_h_m55n55k55_w4_s2_f32_strided, wmmawarp_h_m55n55k55_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 16, 75, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 16, 80, "wmmawarp_h_m56n56k16_w4_s2_f32", wmmawarp_h_m56n56k16_w4_s2_f32_strided, wmmawarp_h_m56n56k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 56, 75, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 56, 80, "wmmawarp_h_m56n56k56_w4_s2_f32", wmmawarp_h_m56n56k56_w4_s2_f32_strided, wmmawarp_h_m56n56k56_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 16, 75, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 16, 80, "wmmawarp_h_m57n57k16_w4_s2_f32", wmmawarp_h_m57n57k16_w4_s2_f32_strided, wmmawarp_h_m57n57k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 57, 75, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 57, 80, "wmmawarp_h_m57n57k57_w4_s2_f16", wmmawarp_h_m57n57k57_w4_s2_f16_strided, wmmawarp_h_m57n57k57_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 16, 75, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 16, 80, "wmmawarp_h_m58n58k16_w4_s2_f32", wmmawarp_h_m58n58k16_w4_s2_f32_strided, wmmawarp_h_m58n58k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 58, 75, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 58, 80, "wmmawarp_h_m58n58k58_w4_s2_f16", wmmawarp_h_m58n58k58_w4_s2_f16_strided, wmmawarp_h_m58n58k58_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 16, 75, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 16, 80, "wmmawarp_h_m59n59k16_w4_s2_f32", wmmawarp_h_m59n59k16_w4_s2_f32_strided, wmmawarp_h_m59n59k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 59, 75, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 59, 80, "wmmawarp_h_m59n59k59_w4_s2_f32", wmmawarp_h_m59n59k59_w4_s2_f32_strided, wmmawarp_h_m59n59k59_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 16, 75, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 16, 80, "wmmawarp_h_m60n60k16_w4_s2_f32", wmmawarp_h_m60n60k16_w4_s2_f32_strided, wmmawarp_h_m60n60k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 60, 75, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 60, 80, "wmmawarp_h_m60n60k60_w4_s2_f32", wmmawarp_h_m60n60k60_w4_s2_f32_strided, wmmawarp_h_m60n60k60_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 16, 75, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 16, 80, "wmmawarp_h_m61n61k16_w4_s2_f32", wmmawarp_h_m61n61k16_w4_s2_f32_strided, wmmawarp_h_m61n61k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 61, 75, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 61, 80, "wmmawarp_h_m61n61k61_w4_s2_f16", wmmawarp_h_m61n61k61_w4_s2_f16_strided, wmmawarp_h_m61n61k61_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 16, 75, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 16, 80, "wmmawarp_h_m62n62k16_w4_s2_f32", wmmawarp_h_m62n62k16_w4_s2_f32_strided, wmmawarp_h_m62n62k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 62, 75, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 62, 80, "wmmawarp_h_m62n62k62_w4_s2_f16", wmmawarp_h_m62n62k62_w4_s2_f16_strided, wmmawarp_h_m62n62k62_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 16, 75, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 16, 80, "wmmawarp_h_m63n63k16_w4_s2_f32", wmmawarp_h_m63n63k16_w4_s2_f32_strided, wmmawarp_h_m63n63k16_w4_s2_f32_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 63, 75, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 63, 80, "wmmawarp_h_m63n63k63_w4_s2_f16", wmmawarp_h_m63n63k63_w4_s2_f16_strided, wmmawarp_h_m63n63k63_w4_s2_f16_array, 0, nullptr, 0},
 #endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
@@ -3765,10 +3766,10 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {10, 10, 10, 75, "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16", small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_strided, small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {10, 10, 16, 75, "small_hc_m10n10k16_dim4x4_tba8_ring2", small_hc_m10n10k16_dim4x4_tba8_ring2_strided, small_hc_m10n10k16_dim4x4_tba8_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {10, 10, 16, 80, "wmmawarp_hc_m10n10k16_w8_s2_f16", wmmawarp_hc_m10n10k16_w8_s2_f16_strided, wmmawarp_hc_m10n10k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
@@ -3804,499 +3805,499 @@ const SmallEntry<__half2, cuFloatComplex> small_hc[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {16, 16, 16, 75, "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2", small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_strided, small_hc_m16n16k16_dim4x4_tba2_hoist_ring2_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {17, 17, 16, 75, "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16", small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_strided, small_hc_m17n17k16_dim6x9_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {17, 17, 16, 80, "wmmawarp_hc_m17n17k16_w8_s2_f16", wmmawarp_hc_m17n17k16_w8_s2_f16_strided, wmmawarp_hc_m17n17k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {17, 17, 17, 75, "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16", small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_strided, small_hc_m17n17k17_dim6x9_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {17, 17, 17, 80, "wmmawarp_hc_m17n17k17_w8_s2_f16", wmmawarp_hc_m17n17k17_w8_s2_f16_strided, wmmawarp_hc_m17n17k17_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {18, 18, 16, 75, "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16", small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_strided, small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {18, 18, 16, 80, "wmmawarp_hc_m18n18k16_w8_s2_f16", wmmawarp_hc_m18n18k16_w8_s2_f16_strided, wmmawarp_hc_m18n18k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {18, 18, 18, 75, "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16", small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_strided, small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {18, 18, 18, 80, "wmmawarp_hc_m18n18k18_w4_s2_f16", wmmawarp_hc_m18n18k18_w4_s2_f16_strided, wmmawarp_hc_m18n18k18_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {19, 19, 16, 75, "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16", small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_strided, small_hc_m19n19k16_dim10x19_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {19, 19, 16, 80, "wmmawarp_hc_m19n19k16_w4_s2_f16", wmmawarp_hc_m19n19k16_w4_s2_f16_strided, wmmawarp_hc_m19n19k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {19, 19, 19, 75, "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16", small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_strided, small_hc_m19n19k19_dim10x10_tba8_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {19, 19, 19, 80, "wmmawarp_hc_m19n19k19_w8_s2_f16", wmmawarp_hc_m19n19k19_w8_s2_f16_strided, wmmawarp_hc_m19n19k19_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {20, 20, 16, 75, "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16", small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_strided, small_hc_m20n20k16_dim7x10_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {20, 20, 16, 80, "wmmawarp_hc_m20n20k16_w8_s2_f16", wmmawarp_hc_m20n20k16_w8_s2_f16_strided, wmmawarp_hc_m20n20k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {20, 20, 20, 75, "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16", small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_strided, small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {20, 20, 20, 80, "wmmawarp_hc_m20n20k20_w4_s2_f16", wmmawarp_hc_m20n20k20_w4_s2_f16_strided, wmmawarp_hc_m20n20k20_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {21, 21, 16, 75, "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16", small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_strided, small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {21, 21, 16, 80, "wmmawarp_hc_m21n21k16_w8_s2_f16", wmmawarp_hc_m21n21k16_w8_s2_f16_strided, wmmawarp_hc_m21n21k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {21, 21, 21, 75, "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16", small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_strided, small_hc_m21n21k21_dim7x11_tba4_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {21, 21, 21, 80, "wmmawarp_hc_m21n21k21_w8_s2_f16", wmmawarp_hc_m21n21k21_w8_s2_f16_strided, wmmawarp_hc_m21n21k21_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {22, 22, 16, 75, "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16", small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_strided, small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {22, 22, 16, 80, "wmmawarp_hc_m22n22k16_w4_s2_f16", wmmawarp_hc_m22n22k16_w4_s2_f16_strided, wmmawarp_hc_m22n22k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {22, 22, 22, 75, "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16", small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_strided, small_hc_m22n22k22_dim11x11_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {22, 22, 22, 80, "wmmawarp_hc_m22n22k22_w4_s2_f16", wmmawarp_hc_m22n22k22_w4_s2_f16_strided, wmmawarp_hc_m22n22k22_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {23, 23, 16, 75, "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16", small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_strided, small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {23, 23, 16, 80, "wmmawarp_hc_m23n23k16_w8_s2_f16", wmmawarp_hc_m23n23k16_w8_s2_f16_strided, wmmawarp_hc_m23n23k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {23, 23, 23, 75, "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16", small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_strided, small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {23, 23, 23, 80, "wmmawarp_hc_m23n23k23_w8_s2_f16", wmmawarp_hc_m23n23k23_w8_s2_f16_strided, wmmawarp_hc_m23n23k23_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {24, 24, 16, 75, "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {24, 24, 16, 80, "wmmawarp_hc_m24n24k16_w4_s2_f16", wmmawarp_hc_m24n24k16_w4_s2_f16_strided, wmmawarp_hc_m24n24k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     {24, 24, 24, 75, "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16", small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_strided, small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {25, 25, 16, 75, "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16", small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_strided, small_hc_m25n25k16_dim7x9_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {25, 25, 16, 80, "wmmawarp_hc_m25n25k16_w4_s2_f16", wmmawarp_hc_m25n25k16_w4_s2_f16_strided, wmmawarp_hc_m25n25k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {25, 25, 25, 75, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {25, 25, 25, 80, "wmmawarp_hc_m25n25k25_w8_s2_f16", wmmawarp_hc_m25n25k25_w8_s2_f16_strided, wmmawarp_hc_m25n25k25_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {26, 26, 16, 75, "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {26, 26, 16, 80, "wmmawarp_hc_m26n26k16_w8_s2_f16", wmmawarp_hc_m26n26k16_w8_s2_f16_strided, wmmawarp_hc_m26n26k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {26, 26, 26, 75, "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16", small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_strided, small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {26, 26, 26, 80, "wmmawarp_hc_m26n26k26_w4_s2_f16", wmmawarp_hc_m26n26k26_w4_s2_f16_strided, wmmawarp_hc_m26n26k26_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     {27, 27, 16, 75, "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16", small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_strided, small_hc_m27n27k16_dim14x9_tba1_ring2_acc16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 16, 80, "wmmawarp_hc_m27n27k16_w8_s2_f16", wmmawarp_hc_m27n27k16_w8_s2_f16_strided, wmmawarp_hc_m27n27k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 27, 75, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {27, 27, 27, 80, "wmmawarp_hc_m27n27k27_w8_s2_f16", wmmawarp_hc_m27n27k27_w8_s2_f16_strided, wmmawarp_hc_m27n27k27_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 16, 75, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 16, 80, "wmmawarp_hc_m28n28k16_w4_s2_f16", wmmawarp_hc_m28n28k16_w4_s2_f16_strided, wmmawarp_hc_m28n28k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 28, 75, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {28, 28, 28, 80, "wmmawarp_hc_m28n28k28_w4_s2_f16", wmmawarp_hc_m28n28k28_w4_s2_f16_strided, wmmawarp_hc_m28n28k28_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 16, 75, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 16, 80, "wmmawarp_hc_m29n29k16_w8_s2_f16", wmmawarp_hc_m29n29k16_w8_s2_f16_strided, wmmawarp_hc_m29n29k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 29, 75, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {29, 29, 29, 80, "wmmawarp_hc_m29n29k29_w8_s2_f16", wmmawarp_hc_m29n29k29_w8_s2_f16_strided, wmmawarp_hc_m29n29k29_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 16, 75, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 16, 80, "wmmawarp_hc_m30n30k16_w4_s2_f16", wmmawarp_hc_m30n30k16_w4_s2_f16_strided, wmmawarp_hc_m30n30k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 30, 75, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {30, 30, 30, 80, "wmmawarp_hc_m30n30k30_w8_s2_f16", wmmawarp_hc_m30n30k30_w8_s2_f16_strided, wmmawarp_hc_m30n30k30_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 16, 75, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 16, 80, "wmmawarp_hc_m31n31k16_w4_s2_f16", wmmawarp_hc_m31n31k16_w4_s2_f16_strided, wmmawarp_hc_m31n31k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 31, 75, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {31, 31, 31, 80, "wmmawarp_hc_m31n31k31_w8_s2_f16", wmmawarp_hc_m31n31k31_w8_s2_f16_strided, wmmawarp_hc_m31n31k31_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 16, 75, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 16, 80, "wmmawarp_hc_m32n32k16_w4_s2_f16", wmmawarp_hc_m32n32k16_w4_s2_f16_strided, wmmawarp_hc_m32n32k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 32, 75, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {32, 32, 32, 80, "wmmawarp_hc_m32n32k32_w4_s3_f16", wmmawarp_hc_m32n32k32_w4_s3_f16_strided, wmmawarp_hc_m32n32k32_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 16, 75, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 16, 80, "wmmawarp_hc_m33n33k16_w4_s2_f16", wmmawarp_hc_m33n33k16_w4_s2_f16_strided, wmmawarp_hc_m33n33k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 33, 75, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {33, 33, 33, 80, "wmmawarp_hc_m33n33k33_w8_s2_f16", wmmawarp_hc_m33n33k33_w8_s2_f16_strided, wmmawarp_hc_m33n33k33_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 16, 75, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 16, 80, "wmmawarp_hc_m34n34k16_w4_s3_f16", wmmawarp_hc_m34n34k16_w4_s3_f16_strided, wmmawarp_hc_m34n34k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 34, 75, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {34, 34, 34, 80, "wmmawarp_hc_m34n34k34_w4_s3_f16", wmmawarp_hc_m34n34k34_w4_s3_f16_strided, wmmawarp_hc_m34n34k34_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 16, 75, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 16, 80, "wmmawarp_hc_m35n35k16_w4_s2_f16", wmmawarp_hc_m35n35k16_w4_s2_f16_strided, wmmawarp_hc_m35n35k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 35, 75, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {35, 35, 35, 80, "wmmawarp_hc_m35n35k35_w8_s2_f16", wmmawarp_hc_m35n35k35_w8_s2_f16_strided, wmmawarp_hc_m35n35k35_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 16, 75, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 16, 80, "wmmawarp_hc_m36n36k16_w4_s2_f16", wmmawarp_hc_m36n36k16_w4_s2_f16_strided, wmmawarp_hc_m36n36k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 36, 75, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {36, 36, 36, 80, "wmmawarp_hc_m36n36k36_w4_s2_f16", wmmawarp_hc_m36n36k36_w4_s2_f16_strided, wmmawarp_hc_m36n36k36_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 16, 75, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 16, 80, "wmmawarp_hc_m37n37k16_w4_s2_f16", wmmawarp_hc_m37n37k16_w4_s2_f16_strided, wmmawarp_hc_m37n37k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 37, 75, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {37, 37, 37, 80, "wmmawarp_hc_m37n37k37_w4_s2_f16", wmmawarp_hc_m37n37k37_w4_s2_f16_strided, wmmawarp_hc_m37n37k37_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 16, 75, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 16, 80, "wmmawarp_hc_m38n38k16_w4_s2_f16", wmmawarp_hc_m38n38k16_w4_s2_f16_strided, wmmawarp_hc_m38n38k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 38, 75, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {38, 38, 38, 80, "wmmawarp_hc_m38n38k38_w4_s2_f16", wmmawarp_hc_m38n38k38_w4_s2_f16_strided, wmmawarp_hc_m38n38k38_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 16, 75, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 16, 80, "wmmawarp_hc_m39n39k16_w4_s2_f16", wmmawarp_hc_m39n39k16_w4_s2_f16_strided, wmmawarp_hc_m39n39k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 39, 75, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {39, 39, 39, 80, "wmmawarp_hc_m39n39k39_w4_s2_f16", wmmawarp_hc_m39n39k39_w4_s2_f16_strided, wmmawarp_hc_m39n39k39_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 16, 75, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 16, 80, "wmmawarp_hc_m40n40k16_w4_s2_f16", wmmawarp_hc_m40n40k16_w4_s2_f16_strided, wmmawarp_hc_m40n40k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 40, 75, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {40, 40, 40, 80, "wmmawarp_hc_m40n40k40_w4_s2_f16", wmmawarp_hc_m40n40k40_w4_s2_f16_strided, wmmawarp_hc_m40n40k40_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 16, 75, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 16, 80, "wmmawarp_hc_m41n41k16_w4_s2_f16", wmmawarp_hc_m41n41k16_w4_s2_f16_strided, wmmawarp_hc_m41n41k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 41, 75, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {41, 41, 41, 80, "wmmawarp_hc_m41n41k41_w4_s2_f16", wmmawarp_hc_m41n41k41_w4_s2_f16_strided, wmmawarp_hc_m41n41k41_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 16, 75, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 16, 80, "wmmawarp_hc_m42n42k16_w8_s2_f16", wmmawarp_hc_m42n42k16_w8_s2_f16_strided, wmmawarp_hc_m42n42k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 42, 75, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {42, 42, 42, 80, "wmmawarp_hc_m42n42k42_w4_s2_f16", wmmawarp_hc_m42n42k42_w4_s2_f16_strided, wmmawarp_hc_m42n42k42_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 16, 75, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 16, 80, "wmmawarp_hc_m43n43k16_w8_s2_f16", wmmawarp_hc_m43n43k16_w8_s2_f16_strided, wmmawarp_hc_m43n43k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 43, 75, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {43, 43, 43, 80, "wmmawarp_hc_m43n43k43_w4_s2_f16", wmmawarp_hc_m43n43k43_w4_s2_f16_strided, wmmawarp_hc_m43n43k43_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 16, 75, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 16, 80, "wmmawarp_hc_m44n44k16_w4_s2_f16", wmmawarp_hc_m44n44k16_w4_s2_f16_strided, wmmawarp_hc_m44n44k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 44, 75, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {44, 44, 44, 80, "wmmawarp_hc_m44n44k44_w8_s2_f16", wmmawarp_hc_m44n44k44_w8_s2_f16_strided, wmmawarp_hc_m44n44k44_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 16, 75, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 16, 80, "wmmawarp_hc_m45n45k16_w4_s3_f16", wmmawarp_hc_m45n45k16_w4_s3_f16_strided, wmmawarp_hc_m45n45k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 45, 75, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {45, 45, 45, 80, "wmmawarp_hc_m45n45k45_w8_s2_f16", wmmawarp_hc_m45n45k45_w8_s2_f16_strided, wmmawarp_hc_m45n45k45_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 16, 75, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 16, 80, "wmmawarp_hc_m46n46k16_w4_s2_f16", wmmawarp_hc_m46n46k16_w4_s2_f16_strided, wmmawarp_hc_m46n46k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 46, 75, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {46, 46, 46, 80, "wmmawarp_hc_m46n46k46_w4_s2_f16", wmmawarp_hc_m46n46k46_w4_s2_f16_strided, wmmawarp_hc_m46n46k46_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 16, 75, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 16, 80, "wmmawarp_hc_m47n47k16_w8_s2_f16", wmmawarp_hc_m47n47k16_w8_s2_f16_strided, wmmawarp_hc_m47n47k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 47, 75, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {47, 47, 47, 80, "wmmawarp_hc_m47n47k47_w4_s2_f16", wmmawarp_hc_m47n47k47_w4_s2_f16_strided, wmmawarp_hc_m47n47k47_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 16, 75, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 16, 80, "wmmawarp_hc_m48n48k16_w4_s3_f16", wmmawarp_hc_m48n48k16_w4_s3_f16_strided, wmmawarp_hc_m48n48k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 48, 75, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {48, 48, 48, 80, "wmmawarp_hc_m48n48k48_w4_s2_f16", wmmawarp_hc_m48n48k48_w4_s2_f16_strided, wmmawarp_hc_m48n48k48_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 16, 75, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 16, 80, "wmmawarp_hc_m49n49k16_w4_s3_f16", wmmawarp_hc_m49n49k16_w4_s3_f16_strided, wmmawarp_hc_m49n49k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 49, 75, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {49, 49, 49, 80, "wmmawarp_hc_m49n49k49_w4_s2_f16", wmmawarp_hc_m49n49k49_w4_s2_f16_strided, wmmawarp_hc_m49n49k49_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 16, 75, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 16, 80, "wmmawarp_hc_m50n50k16_w4_s3_f16", wmmawarp_hc_m50n50k16_w4_s3_f16_strided, wmmawarp_hc_m50n50k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 50, 75, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {50, 50, 50, 80, "wmmawarp_hc_m50n50k50_w4_s2_f16", wmmawarp_hc_m50n50k50_w4_s2_f16_strided, wmmawarp_hc_m50n50k50_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 16, 75, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 16, 80, "wmmawarp_hc_m51n51k16_w8_s2_f16", wmmawarp_hc_m51n51k16_w8_s2_f16_strided, wmmawarp_hc_m51n51k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 51, 75, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {51, 51, 51, 80, "wmmawarp_hc_m51n51k51_w4_s2_f16", wmmawarp_hc_m51n51k51_w4_s2_f16_strided, wmmawarp_hc_m51n51k51_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 16, 75, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {52, 52, 16, 80, "wmmawarp_hc_m52n52k16_w4_s3_f16", wmmawarp_hc_m52n52k16_w4_s3_f16_strided, wmmawarp_hc_m52n52k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 16, 75, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {53, 53, 16, 80, "wmmawarp_hc_m53n53k16_w4_s3_f16", wmmawarp_hc_m53n53k16_w4_s3_f16_strided, wmmawarp_hc_m53n53k16_w4_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 16, 75, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {54, 54, 16, 80, "wmmawarp_hc_m54n54k16_w8_s3_f16", wmmawarp_hc_m54n54k16_w8_s3_f16_strided, wmmawarp_hc_m54n54k16_w8_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 16, 75, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {55, 55, 16, 80, "wmmawarp_hc_m55n55k16_w8_s3_f16", wmmawarp_hc_m55n55k16_w8_s3_f16_strided, wmmawarp_hc_m55n55k16_w8_s3_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 16, 75, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {56, 56, 16, 80, "wmmawarp_hc_m56n56k16_w8_s2_f16", wmmawarp_hc_m56n56k16_w8_s2_f16_strided, wmmawarp_hc_m56n56k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 16, 75, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {57, 57, 16, 80, "wmmawarp_hc_m57n57k16_w4_s2_f16", wmmawarp_hc_m57n57k16_w4_s2_f16_strided, wmmawarp_hc_m57n57k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 16, 75, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {58, 58, 16, 80, "wmmawarp_hc_m58n58k16_w4_s2_f16", wmmawarp_hc_m58n58k16_w4_s2_f16_strided, wmmawarp_hc_m58n58k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 16, 75, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {59, 59, 16, 80, "wmmawarp_hc_m59n59k16_w4_s2_f16", wmmawarp_hc_m59n59k16_w4_s2_f16_strided, wmmawarp_hc_m59n59k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 16, 75, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {60, 60, 16, 80, "wmmawarp_hc_m60n60k16_w4_s2_f16", wmmawarp_hc_m60n60k16_w4_s2_f16_strided, wmmawarp_hc_m60n60k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 16, 75, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {61, 61, 16, 80, "wmmawarp_hc_m61n61k16_w4_s2_f16", wmmawarp_hc_m61n61k16_w4_s2_f16_strided, wmmawarp_hc_m61n61k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 16, 75, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {62, 62, 16, 80, "wmmawarp_hc_m62n62k16_w4_s2_f16", wmmawarp_hc_m62n62k16_w4_s2_f16_strided, wmmawarp_hc_m62n62k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 16, 75, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {63, 63, 16, 80, "wmmawarp_hc_m63n63k16_w4_s2_f16", wmmawarp_hc_m63n63k16_w4_s2_f16_strided, wmmawarp_hc_m63n63k16_w4_s2_f16_array, 0, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {64, 64, 16, 75, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 1, nullptr, 0},
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     {64, 64, 16, 80, "wmmawarp_hc_m64n64k16_w8_s2_f16", wmmawarp_hc_m64n64k16_w8_s2_f16_strided, wmmawarp_hc_m64n64k16_w8_s2_f16_array, 0, nullptr, 0},
 #endif
     {0, 0, 0, 0, nullptr, nullptr, nullptr, 0, nullptr, 0},
@@ -5293,19 +5294,19 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m12n12k16_dim6x4_tba4_hoist_ring2",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m13n13k13_dim7x5_tba8_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m13n13k16_dim7x5_tba8_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m14n14k14_dim7x5_tba8_ring2",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m14n14k16_dim7x5_tba8_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m15n15k15_dim8x5_tba8_ring2",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
@@ -5317,19 +5318,19 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m17n17k16_dim9x6_tba4_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m17n17k17_dim6x6_tba8_ring2",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m18n18k16_dim9x6_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m18n18k18_dim9x6_tba4_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m19n19k16_dim10x7_tba2_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m19n19k19_dim7x5_tba8_hoist",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
@@ -5338,58 +5339,58 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m1n1k1_dim1x1_tba256_hoist_ring3",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m20n20k16_dim10x7_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m20n20k20_dim10x7_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m21n21k16_dim11x7_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m21n21k21_dim7x6_tba8_hoist",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m22n22k16_dim11x8_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m22n22k22_dim8x8_tba4_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m23n23k16_dim12x8_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m23n23k23_dim8x8_tba8_ring2",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m24n24k16_dim8x8_tba1_hoist_ring2",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m24n24k24_dim8x8_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m25n25k16_dim13x9_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m25n25k25_dim7x7_tba8_hoist_ring3_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m26n26k16_dim13x9_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m26n26k26_dim9x7_tba2_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m27n27k16_dim14x9_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m28n28k16_dim14x10_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m28n28k28_dim10x7_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m29n29k16_dim15x10_tba1_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
@@ -5398,13 +5399,13 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
     "small_h_m2n2k2_dim1x1_tba256_ring2",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m30n30k16_dim15x10_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m30n30k30_dim10x8_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_h_m31n31k16_dim16x11_tba1_hoist_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_SMALL
@@ -5455,7 +5456,7 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m10n10k10_dim5x5_tba8_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m10n10k16_dim4x4_tba8_ring2",
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
@@ -5491,22 +5492,22 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m16n16k16_dim4x4_tba2_hoist_ring2",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m17n17k16_dim6x9_tba4_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m17n17k17_dim6x9_tba8_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m18n18k16_dim6x9_tba4_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m18n18k18_dim6x9_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m19n19k16_dim10x19_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m19n19k19_dim10x10_tba8_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
@@ -5515,46 +5516,46 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m1n1k1_dim1x1_tba256_hoist_ring3",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m20n20k16_dim7x10_tba4_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m20n20k20_dim5x5_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m21n21k16_dim7x7_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m21n21k21_dim7x11_tba4_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m22n22k16_dim11x11_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m22n22k22_dim11x11_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m23n23k16_dim8x8_tba2_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m23n23k23_dim8x12_tba4_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m24n24k16_dim8x8_tba1_hoist_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
     "small_hc_m24n24k24_dim8x8_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m25n25k16_dim7x9_tba1_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m26n26k16_dim9x7_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m26n26k26_dim9x7_tba1_hoist_ring2_acc16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL && GEMMGEN_BUILT_BELOW_80
     "small_hc_m27n27k16_dim14x9_tba1_ring2_acc16",
 #endif
 #if GEMMGEN_WITH_HC && GEMMGEN_WITH_SMALL
@@ -5800,532 +5801,532 @@ const char* const kernel_names[] = {
 #if GEMMGEN_WITH_Z && GEMMGEN_WITH_SMALL
     "small_z_m9n9k9_dim5x9_tba2_hoist",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m13n13k13_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m14n14k14_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m15n15k15_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m17n17k17_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m18n18k18_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m19n19k16_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m19n19k19_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m20n20k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m20n20k20_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m21n21k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m21n21k21_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m22n22k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m22n22k22_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m23n23k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m23n23k23_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m24n24k16_w8_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m25n25k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m25n25k25_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m26n26k16_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m26n26k26_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m27n27k16_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m27n27k27_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m28n28k16_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m28n28k28_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m29n29k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m29n29k29_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m30n30k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m30n30k30_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m31n31k16_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m31n31k31_w8_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m32n32k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m33n33k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m33n33k33_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m34n34k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m34n34k34_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m35n35k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m35n35k35_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m36n36k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m36n36k36_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m37n37k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m37n37k37_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m38n38k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m38n38k38_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m39n39k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m39n39k39_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m40n40k16_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m40n40k40_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m41n41k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m41n41k41_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m42n42k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m42n42k42_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m43n43k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m43n43k43_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m44n44k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m44n44k44_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m45n45k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m45n45k45_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m46n46k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m46n46k46_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m47n47k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m47n47k47_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m48n48k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m48n48k48_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m49n49k16_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m49n49k49_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m50n50k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m50n50k50_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m51n51k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m51n51k51_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m52n52k16_w8_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m52n52k52_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m53n53k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m53n53k53_w8_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m54n54k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m54n54k54_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m55n55k16_w4_s3_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m55n55k55_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m56n56k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m56n56k56_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m57n57k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m57n57k57_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m58n58k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m58n58k58_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m59n59k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m59n59k59_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m60n60k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m60n60k60_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m61n61k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m61n61k61_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m62n62k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m62n62k62_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m63n63k16_w4_s2_f32",
 #endif
-#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_h_m63n63k63_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m10n10k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m17n17k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m17n17k17_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m18n18k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m18n18k18_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m19n19k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m19n19k19_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m20n20k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m20n20k20_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m21n21k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m21n21k21_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m22n22k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m22n22k22_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m23n23k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m23n23k23_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m24n24k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m25n25k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m25n25k25_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m26n26k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m26n26k26_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m27n27k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m27n27k27_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m28n28k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m28n28k28_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m29n29k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m29n29k29_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m30n30k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m30n30k30_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m31n31k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m31n31k31_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m32n32k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m32n32k32_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m33n33k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m33n33k33_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m34n34k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m34n34k34_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m35n35k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m35n35k35_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m36n36k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m36n36k36_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m37n37k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m37n37k37_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m38n38k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m38n38k38_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m39n39k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m39n39k39_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m40n40k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m40n40k40_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m41n41k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m41n41k41_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m42n42k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m42n42k42_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m43n43k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m43n43k43_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m44n44k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m44n44k44_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m45n45k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m45n45k45_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m46n46k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m46n46k46_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m47n47k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m47n47k47_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m48n48k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m48n48k48_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m49n49k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m49n49k49_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m50n50k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m50n50k50_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m51n51k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m51n51k51_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m52n52k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m53n53k16_w4_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m54n54k16_w8_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m55n55k16_w8_s3_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m56n56k16_w8_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m57n57k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m58n58k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m59n59k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m60n60k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m61n61k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m62n62k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m63n63k16_w4_s2_f16",
 #endif
-#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA
+#if GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && GEMMGEN_BUILT_FROM_80
     "wmmawarp_hc_m64n64k16_w8_s2_f16",
 #endif
 #if GEMMGEN_WITH_H && GEMMGEN_WITH_WMMA

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from gemmgen.generator.arch import ARCHS, code_path_tokens
+from gemmgen.generator.emit import BAND_MACROS
+from gemmgen.generator.manifest import BAND_SPLIT_CC, BELOW, FROM, builds_on, kernel_bands
 
 from gemmgen.harness.core import busy, cache
 from gemmgen.harness.core.toolchain import find_nvcc, nvcc_environment
@@ -228,6 +230,21 @@ def write_if_changed(path: Path, text: str) -> None:
 
 
 @busy.counted("compiling")
+def set_bands(generated: Path) -> dict[str, str]:
+    """manifest.kernel_bands of an emitted set, by kernel (= source stem); empty without a manifest."""
+    import json
+
+    path = generated / "manifest.json"
+    return kernel_bands(json.loads(path.read_text())["dispatch"]) if path.exists() else {}
+
+
+def band_definitions(archs: Iterable[str]) -> tuple[str, ...]:
+    """-D flags that tell the dispatch which side of sm_80 a build has no architecture on."""
+    ccs = [ARCHS[a].cc for a in archs]
+    sides = {BELOW: any(cc < BAND_SPLIT_CC for cc in ccs), FROM: any(cc >= BAND_SPLIT_CC for cc in ccs)}
+    return tuple(f"-D{BAND_MACROS[band]}=0" for band, present in sides.items() if not present)
+
+
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,
@@ -247,6 +264,12 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
         raise BuildError(f"no CUDA sources under {generated / 'src'}; run gemmgen generate first")
     includes = [generated / "include", generated / "src"]
     jobs = jobs or os.cpu_count() or 1
+    # Kernels only devices on one side of sm_80 run are built for the architectures on that side alone
+    # (none there: left out, and the dispatch's entries for them with them), as CMake builds them.
+    bands = set_bands(generated)
+    source_archs = {s: tuple(a for a in archs if builds_on(bands.get(s.stem), ARCHS[a].cc)) for s in sources}
+    sources = [s for s in sources if source_archs[s]]
+    extra = band_definitions(archs)
     if unity > 0 and not tolerate_failures:
         def group(source: Path) -> str | None:
             # one family per folder (family/precision) and code path; the dispatch tables,
@@ -256,7 +279,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
             folder = source.parent.relative_to(generated / "src")
             if not folder.parts:
                 return None
-            return "_".join(folder.parts) + "".join(f"_p{t}" for t in code_path_tokens(source.read_text()))
+            return ("_".join(folder.parts) + "".join(f"_p{t}" for t in code_path_tokens(source.read_text()))
+                    + (f"_{bands[source.stem]}{BAND_SPLIT_CC}" if source.stem in bands else ""))
         units = unity_units(sources, group, build_dir / "unity", unity, ".cu")
     else:
         units = {s: () for s in sources}
@@ -273,8 +297,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     built: list[Path] = []
     done = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes, archs, (), units[u],
-                               host_optimization)
+        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes,
+                               source_archs[(units[u] or (u,))[0]], extra, units[u], host_optimization)
                    for u in order]
         for unit, fut in zip(order, futures):
             rel = name(unit)
