@@ -82,6 +82,7 @@ def main() -> None:
 
 def _print_manifest(manifest: Manifest) -> None:
     from .generator.cost import build_cost
+    from .generator.tuning import row_key_label
 
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
@@ -89,8 +90,11 @@ def _print_manifest(manifest: Manifest) -> None:
         click.echo(f"# {line}")
     click.echo(f"# to compile: {build_cost(manifest).summary()}")
     for e in manifest.dispatch:
+        narrow = row_key_label({**({"for_device": e.device} if e.device else {}),
+                                **({"max_megabytes": e.max_megabytes} if e.max_megabytes else {})})
         click.echo(f"{e.precision:>2} {e.m:>2}x{e.n:>2}x{e.k:<2} sm_{e.cc}+  {e.kernel.name:<40} "
-                   f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})")
+                   f"{e.kernel.threads:>4} threads {e.kernel.smem_bytes:>6} B smem  ({e.source})"
+                   + (f"  [only {narrow}]" if narrow else ""))
     for note in manifest.notes:
         click.echo(f"note: {note}")
 
@@ -111,7 +115,7 @@ def list_cmd(arch, precisions, sizes, shapes, tables, as_json, tallskinny_n):
 
         cost = build_cost(manifest)
         listing = {**manifest.to_json(), "build_cost": {
-            "cuda_sources": cost.sources, "kernels_per_arch": cost.kernels_per_arch,
+            "cuda_sources": cost.sources, "kernels_by_arch": cost.kernels_by_arch,
             "kernel_builds": cost.kernel_builds}}
         click.echo(json.dumps(listing, indent=1, sort_keys=True))
     else:

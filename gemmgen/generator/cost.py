@@ -5,7 +5,10 @@ Every source compiles each of its kernels once per target architecture: a code p
 only changes which PTX an architecture's SASS comes from (sm_90 from compute_90a where a source has wgmma
 code), never which kernels exist, and a kernel empty below sm_80 is still built there.  So
 
-    kernel builds = (kernels of every source, summed) x architectures.
+    kernel builds = (kernels of every source, summed) x architectures,
+
+less the architectures a kernel that only devices on one side of sm_80 run is not built for
+(manifest.kernel_bands).
 
 A source's kernels follow its launchers (gemmgen/templates/): per launched transpose pair (emit.launch_pairs:
 stored layout pairs where the kernel conjugates at run time, every pair for the tiny kernel, NN, NT, TN,
@@ -19,12 +22,14 @@ architecture there, 4064 here).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import wmma
 from .emit import DISPATCH_SOURCE, TALLSKINNY_DISPATCH_SOURCE, cuda_source_paths, kernel_source_path, launch_pairs
 from .emit import variant_specs, wgmma_hc_source
-from .manifest import Manifest
+from .arch import ARCHS
+from .manifest import Manifest, builds_on, kernel_bands
 from .precision import PRECISION_ORDER, PRECISIONS
 
 
@@ -89,29 +94,43 @@ def source_kernels(manifest: Manifest) -> dict[str, frozenset[tuple]]:
 
 @dataclass(frozen=True)
 class BuildCost:
-    kernels: dict[str, int]       # CUDA source -> kernels it compiles for each architecture
+    kernels: dict[str, int]       # CUDA source -> kernels it compiles for each architecture it is built for
     archs: tuple[str, ...]
+    # sources built for only some of archs: kernels only devices on one side of sm_80 run (kernel_bands)
+    source_archs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def archs_of(self, source: str) -> tuple[str, ...]:
+        return self.source_archs.get(source, self.archs)
 
     @property
     def sources(self) -> int:
         return len(self.kernels)
 
     @property
-    def kernels_per_arch(self) -> int:
-        return sum(self.kernels.values())
+    def kernels_by_arch(self) -> dict[str, int]:
+        return {a: sum(n for path, n in self.kernels.items() if a in self.archs_of(path)) for a in self.archs}
 
     @property
     def kernel_builds(self) -> int:
-        return self.kernels_per_arch * len(self.archs)
+        return sum(self.kernels_by_arch.values())
 
     def summary(self) -> str:
-        return (f"{self.sources} CUDA sources, {self.kernel_builds} kernel builds ({self.kernels_per_arch} kernels "
-                f"for each of {len(self.archs)} architecture{'s' if len(self.archs) != 1 else ''}: "
-                f"{','.join(self.archs)})")
+        by_arch = self.kernels_by_arch
+        if len(set(by_arch.values())) == 1:
+            per = (f"{next(iter(by_arch.values()))} kernels for each of {len(self.archs)} "
+                   f"architecture{'s' if len(self.archs) != 1 else ''}: {','.join(self.archs)}")
+        else:
+            per = ", ".join(f"{n} kernels for {a}" for a, n in by_arch.items())
+        return f"{self.sources} CUDA sources, {self.kernel_builds} kernel builds ({per})"
 
 
 def build_cost(manifest: Manifest) -> BuildCost:
     """The CUDA sources and kernel builds of `manifest`'s set, compiled one source at a time (as CMake
     does), from the manifest and the emit plan's source list: nothing compiled, nothing rendered but
     the hc wgmma source."""
-    return BuildCost({path: len(keys) for path, keys in source_kernels(manifest).items()}, manifest.selection.archs)
+    kernels = {path: len(keys) for path, keys in source_kernels(manifest).items()}
+    bands = kernel_bands(manifest.to_json()["dispatch"])
+    archs = manifest.selection.archs
+    source_archs = {path: tuple(a for a in archs if builds_on(bands[Path(path).stem], ARCHS[a].cc))
+                    for path in kernels if Path(path).stem in bands}
+    return BuildCost(kernels, archs, source_archs)
