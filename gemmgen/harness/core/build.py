@@ -7,10 +7,11 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -89,6 +90,116 @@ def parse_ptxas_report(source: str, text: str) -> list[KernelResources]:
 # Sources per translation unit when a whole emitted set is built (gemmgen check, the tests): 16
 # keeps about 40 units for the default set, enough to keep every core busy to the end.
 UNITY_SOURCES = 16
+
+# The most variants per translation unit in a sweep (sweep_unity).  Measured on this 2-core machine
+# (sm_90, GEMMGEN_CACHE_DIR=off, 2 jobs), 32 small d variants of 13 and 29 each: singles 27.5 s,
+# units of 8 13.6 s, units of 16 12.2 s (the per-source overhead is about 0.8 s; a 16th of it more
+# per variant is little).  8 keeps a failure or an unattributed unit cheap to compile again one by
+# one, and a 256-variant piece of `gemmgen tune --gpus` (tune_run.CHUNK) on 16 cores 2 units a core.
+SWEEP_UNITY_SOURCES = 8
+
+
+def sweep_unity(sources: int, jobs: int | None) -> int:
+    """The `unity` for a sweep of `sources` variants on `jobs` cores: at most SWEEP_UNITY_SOURCES a
+    unit and at least 2 units a core (so that at most a core's worth of work is left when the others
+    run dry); 0 (one source per compile) where that leaves less than 2 a unit."""
+    per_unit = min(SWEEP_UNITY_SOURCES, sources // (2 * max(1, jobs or os.cpu_count() or 1)))
+    return per_unit if per_unit >= 2 else 0
+
+
+# The host flags of a sweep's unit: every function and datum in a section of its own, so that the
+# object's relocations say which kernels each member's host code launches (kernel_members).
+UNIT_HOST_SECTIONS = ("-Xcompiler", "-ffunction-sections,-fdata-sections")
+
+# Sections that hold several members' data at once (without -fdata-sections, or made by nvcc): the
+# search for a member's kernels does not go through them (.init_array leads to the registration of
+# every kernel of the unit).
+_SHARED_SECTIONS = {".text", ".data", ".bss", ".rodata", ".data.rel", ".data.rel.local", ".data.rel.ro",
+                    ".data.rel.ro.local", ".init_array", ".fini_array", ".eh_frame", ".nvFatBinSegment",
+                    ".nv_fatbin", "__nv_module_id", ".text.startup._ZL24__sti____cudaRegisterAllv"}
+_SYMBOL = re.compile(r"^[0-9a-fA-F]+ .{7} (\S+)\t[0-9a-fA-F]+ +(?:\.hidden +)?(\S+)$")
+_RELOCATIONS = re.compile(r"^RELOCATION RECORDS FOR \[(.+)\]:$")
+_RELOCATION = re.compile(r"^[0-9a-fA-F]+ +\S+ +(\S+?)(?:[+-]0x[0-9a-fA-F]+)?$")
+
+
+def _host_name(name: str) -> str:
+    """A kernel's mangled name as its host stub and the device code share it: cudafe makes the stub
+    of a template kernel static, which puts an `L` before its name (`_ZN7gemmgenL17small_gemm_...`)."""
+    return re.sub(r"L(?=\d)", "", name)
+
+
+def host_references(obj: Path) -> tuple[dict[str, str], dict[str, set[str]]] | None:
+    """`objdump -rt` of a host object: symbol -> its section, and section -> the sections its
+    relocations name; None without objdump or where it fails."""
+    tool = shutil.which("objdump")
+    if tool is None:
+        return None
+    proc = subprocess.run([tool, "-rt", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    section_of: dict[str, str] = {}
+    refs: dict[str, set[str]] = {}
+    current: str | None = None
+    for line in proc.stdout.splitlines():
+        if m := _RELOCATIONS.match(line):
+            current = m.group(1)
+            refs.setdefault(current, set())
+        elif current is not None and (m := _RELOCATION.match(line)):
+            refs[current].add(m.group(1))
+        elif current is None and (m := _SYMBOL.match(line)):
+            section_of[m.group(2)] = m.group(1)
+            section_of.setdefault(m.group(1), m.group(1))
+    edges = {sec: {section_of.get(t, t) for t in targets} for sec, targets in refs.items()}
+    return section_of, edges
+
+
+def kernel_members(functions: Iterable[str], stems: Iterable[str], obj: Path) -> dict[str, list[str]] | None:
+    """The members (by stem) of a unit each of its kernels (`functions`, mangled, as ptxas names
+    them) belongs to, as a compile of that member alone would report it; None where some kernel
+    cannot be placed (the caller then compiles the members alone).  A kernel whose name holds the
+    namespace of a member (`gemmgen_<stem>`; the longest such stem, as names may be prefixes of one
+    another) is that member's.  The others (templates in namespace gemmgen, instantiated with plain
+    numbers, and kernels several members share) belong to each member whose host code reaches the
+    kernel's stub through the object's relocations: the unit is compiled with UNIT_HOST_SECTIONS."""
+    by_length = sorted(stems, key=len, reverse=True)
+    owners: dict[str, list[str]] = {}
+    rest = []
+    for function in dict.fromkeys(functions):
+        stem = next((s for s in by_length if f"gemmgen_{s}" in function), None)
+        if stem is None:
+            rest.append(function)
+        else:
+            owners[function] = [stem]
+    if not rest:
+        return owners
+    found = host_references(obj)
+    if found is None:
+        return None
+    section_of, edges = found
+    host_sections = {_host_name(sym): sec for sym, sec in section_of.items()}
+
+    def member_of(symbol: str) -> str | None:   # a member's namespace, or its extern "C" entry points
+        return next((s for s in by_length if f"gemmgen_{s}" in symbol or symbol.startswith(f"{s}_")), None)
+
+    reached: dict[str, set[str]] = {s: set() for s in by_length}
+    for sym, sec in section_of.items():
+        if sec not in _SHARED_SECTIONS and (stem := member_of(sym)) is not None:
+            reached[stem].add(sec)
+    for stem, seen in reached.items():
+        pending = list(seen)
+        while pending:
+            for target in edges.get(pending.pop(), ()):
+                if target not in seen and target not in _SHARED_SECTIONS:
+                    seen.add(target)
+                    pending.append(target)
+    for function in rest:
+        sec = host_sections.get(_host_name(function))
+        members = [s for s in by_length if sec is not None and sec in reached[s]]
+        if not members:
+            return None
+        owners[function] = sorted(members)
+    return owners
+
 
 def code_paths(source_text: str) -> tuple[int, ...]:
     """The compute capabilities at which a source's device code changes."""
@@ -252,9 +363,13 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     """Compile every .cu of an emitted set (or `sources`) and link them into one shared library.
     With tolerate_failures a source that does not compile is recorded and left out (the tuner's
     sweep goes on); otherwise it raises BuildError.  unity > 0 compiles the per-variant sources in
-    units of that many (harness.core.unity; the default set then builds in about 60 % of the time);
-    resources then name the unit, and `units` lists what each unit holds.  A sweep that tolerates
-    failures keeps one source per compile."""
+    units of that many (harness.core.unity; the default set then builds in about 60 % of the time),
+    and `units` lists what each unit holds.  Without tolerate_failures (gemmgen check) resources
+    then name the unit.  With it (a sweep) the build keeps what one compile per source gives: a
+    unit's resources name the member each kernel belongs to (kernel_members), and a unit that fails,
+    or has a kernel no member can be found for, has its members compiled alone, so that a source
+    that does not compile is in `failures` under its own name and the others are built; such a
+    unit is left out of `units` (its members' objects are built alone)."""
     nvcc = find_nvcc()
     generated = generated.resolve()
     if sources is None:
@@ -270,7 +385,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     source_archs = {s: tuple(a for a in archs if builds_on(bands.get(s.stem), ARCHS[a].cc)) for s in sources}
     sources = [s for s in sources if source_archs[s]]
     extra = band_definitions(archs)
-    if unity > 0 and not tolerate_failures:
+    if unity > 0:
         def group(source: Path) -> str | None:
             # one family per folder (family/precision) and code path; the dispatch tables,
             # directly under src/, stay alone
@@ -281,7 +396,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
                 return None
             return ("_".join(folder.parts) + "".join(f"_p{t}" for t in code_path_tokens(source.read_text()))
                     + (f"_{bands[source.stem]}{BAND_SPLIT_CC}" if source.stem in bands else ""))
-        units = unity_units(sources, group, build_dir / "unity", unity, ".cu")
+        units = unity_units(sources, group, build_dir / "unity", unity, ".cu", named_by_members=tolerate_failures)
     else:
         units = {s: () for s in sources}
 
@@ -292,28 +407,67 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
         return build_dir / "obj" / Path(name(source)).with_suffix(".o")
 
     order = largest_first(units)
+    by_member = tolerate_failures and unity > 0   # a sweep's units: resources go to their members
+    reports: dict[Path, str] = {}                 # what compiled -> ptxas's report
+    failed: dict[Path, str] = {}                  # what did not -> the compiler's message
+    owners: dict[Path, dict[str, list[str]]] = {}  # a sweep's unit -> its kernels' members (stems)
+    alone: set[Path] = set()                      # units whose members were compiled one by one
+    total, done = len(order), 0
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        def submit(source: Path, members: tuple[Path, ...]):
+            return pool.submit(compile_object, nvcc, source, object_path(source), includes,
+                               source_archs[(members or (source,))[0]],
+                               (*extra, *UNIT_HOST_SECTIONS) if by_member and members else extra, members,
+                               host_optimization)
+
+        pending = {submit(u, units[u]): u for u in order}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                source = pending.pop(fut)
+                members = units.get(source, ())
+                try:
+                    report = fut.result()
+                except BuildError as err:
+                    if not tolerate_failures:
+                        raise
+                    if members:
+                        alone.add(source)
+                    else:
+                        failed[source] = str(err)
+                else:
+                    placed = None
+                    if by_member and members:
+                        placed = kernel_members([r.function for r in parse_ptxas_report("", report)],
+                                                [m.stem for m in members], object_path(source))
+                    if by_member and members and placed is None:
+                        alone.add(source)
+                    else:
+                        reports[source] = report
+                        if placed is not None:
+                            owners[source] = placed
+                if source in alone:   # (the pool's queue: they start once the units before them have)
+                    for member in members:
+                        pending[submit(member, ())] = member
+                    total += len(members)
+                done += 1
+                if progress:
+                    progress(done, total)
     resources: list[KernelResources] = []
     failures: dict[str, str] = {}
     built: list[Path] = []
-    done = 0
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(compile_object, nvcc, u, object_path(u), includes,
-                               source_archs[(units[u] or (u,))[0]], extra, units[u], host_optimization)
-                   for u in order]
-        for unit, fut in zip(order, futures):
-            rel = name(unit)
-            try:
-                report = fut.result()
-            except BuildError as err:
-                if not tolerate_failures:
-                    raise
-                failures[rel] = str(err)
-            else:
-                resources.extend(parse_ptxas_report(rel, report))
-                built.append(object_path(unit))
-            done += 1
-            if progress:
-                progress(done, len(order))
+    for unit in order:
+        for source in units[unit] if unit in alone else (unit,):
+            rel = name(source)
+            if source in failed:
+                failures[rel] = failed[source]
+                continue
+            built.append(object_path(source))
+            found = parse_ptxas_report(rel, reports[source])
+            if source in owners:
+                member = {m.stem: name(m) for m in units[source]}
+                found = [replace(r, source=member[stem]) for r in found for stem in owners[source][r.function]]
+            resources.extend(found)
     shared = cache.shared("nvcc")
     if shared is not None and shared.root.is_dir():
         shared.trim()
@@ -327,5 +481,5 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
         proc = subprocess.run(cmd, capture_output=True, text=True, env=nvcc_environment(nvcc))
         if proc.returncode != 0:
             raise BuildError(f"linking {library} failed:\n{proc.stderr[-4000:]}")
-    members = {name(u): [name(m) for m in ms] for u, ms in units.items() if ms}
+    members = {name(u): [name(m) for m in ms] for u, ms in units.items() if ms and u not in alone}
     return BuildResult(library, sorted(built), resources, failures, members)

@@ -7,15 +7,21 @@ per unit.  A unit only #includes its members by absolute path; the caller hashes
 text for its object cache."""
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
 from pathlib import Path
 from typing import Callable, Optional
 
 
 def unity_units(sources: list[Path], group: Callable[[Path], Optional[str]], unit_dir: Path, per_unit: int,
-                suffix: str) -> dict[Path, tuple[Path, ...]]:
+                suffix: str, named_by_members: bool = False) -> dict[Path, tuple[Path, ...]]:
     """Map each translation unit to the sources it holds.  `group` names the unit family of a
     source (sources of one family share flags and target), or None for one that stays alone (it
-    maps to an empty tuple).  At most `per_unit` sources per unit, in the order given."""
+    maps to an empty tuple).  At most `per_unit` sources per unit, in the order given.
+    named_by_members: a unit's name ends in a hash of its members' names rather than its number in
+    the family, so that builds of different sets of sources into one folder (the pieces of a sweep,
+    compiled at once by the workers of `gemmgen tune --gpus`) never write the same unit or object."""
     families: dict[str, list[Path]] = {}
     units: dict[Path, tuple[Path, ...]] = {}
     for source in sources:
@@ -28,10 +34,16 @@ def unity_units(sources: list[Path], group: Callable[[Path], Optional[str]], uni
     for label, members in sorted(families.items()):
         for i in range(0, len(members), per_unit):
             chunk = tuple(members[i:i + per_unit])
-            unit = unit_dir / f"{label}_{i // per_unit}{suffix}"
             text = "".join(f'#include "{m}"\n' for m in chunk)
+            tag = (hashlib.sha1("\n".join(m.name for m in chunk).encode()).hexdigest()[:16] if named_by_members
+                   else str(i // per_unit))
+            unit = unit_dir / f"{label}_{tag}{suffix}"
             if not unit.exists() or unit.read_text() != text:   # unchanged units keep their mtime
-                unit.write_text(text)
+                # through a name of this process and thread, renamed into place: a compiler reading
+                # the unit (another worker's) sees the old text or the new, never a part
+                partial = unit.with_name(f".{unit.name}.{os.getpid()}.{threading.get_ident()}")
+                partial.write_text(text)
+                partial.replace(unit)
             units[unit] = chunk
     return units
 
