@@ -26,7 +26,7 @@ from gemmgen.generator.tuning import KEYED_ROW_FIELDS, load_table, save_table, w
 from gemmgen.harness.core import reference as ref
 from gemmgen.harness.core.api import variant_function
 from gemmgen.harness.core import busy
-from gemmgen.harness.core.build import build_library, write_if_changed
+from gemmgen.harness.core.build import BuildError, build_library, sweep_unity, write_if_changed
 from gemmgen.harness.core.results import append_result, in_turn, load_results, standing_refusals
 from gemmgen.harness.check import device_arch
 from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
@@ -154,10 +154,15 @@ def _time_chunk(todo: list[small.SmallSpec], selection: Selection, arch: str, ba
     # One library per set of variants: a process that times several pieces (gemmgen tune) must not get
     # an earlier piece's library back from dlopen, which hands out a loaded library by its path.
     tag = hashlib.sha1(" ".join(sorted(s.name for s in todo)).encode()).hexdigest()[:12]
+    # In unity units (sweep_unity): a unit that fails is compiled again one source at a time, and
+    # resources name each variant's own source, so refusals stay per variant.
     with click.progressbar(length=len(sources), label="nvcc sweep", show_pos=True) as bar:
+        def progress(done, total):
+            bar.length = total   # (compiles: units, and a failed unit's members)
+            bar.update(done - bar.pos)
         built = build_library(root, root / "build", (arch,), jobs or None, sources=sources,
-                              tolerate_failures=True, library_name=f"libtune_{tag}.so",
-                              progress=lambda d, t: bar.update(d - bar.pos))
+                              tolerate_failures=True, library_name=f"libtune_{tag}.so", progress=progress,
+                              unity=sweep_unity(len(sources), jobs))
     for rel, message in built.failures.items():
         spec = small.SmallSpec.parse(Path(rel).stem)
         append_result(results_path, {**base, **_interface(spec, arrays), **_spec_fields(spec),
@@ -254,7 +259,11 @@ def verify_winners(results_path: Path, device: str, arch: str, build_dir: Path, 
             path = root / kernel_source_path(spec)
             write_if_changed(path, kernel_source(spec, "gemmgen tune small (verify)"))
             sources.append(path)
-        built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False)
+        # In unity units whose resources name each winner's own source (a failure still stops here)
+        built = build_library(root, root / "build", archs, jobs or None, sources=sources, link=False,
+                              tolerate_failures=True, unity=sweep_unity(len(sources), jobs))
+        if built.failures:
+            raise BuildError("\n".join(built.failures.values()))
         spilling = {}
         for r in built.local_memory_kernels:
             spilling.setdefault(Path(r.source).stem, r)
