@@ -56,6 +56,11 @@ class BuildResult:
     def local_memory_kernels(self) -> list[KernelResources]:
         return [r for r in self.resources if r.uses_local_memory]
 
+    @property
+    def built_sources(self) -> int:
+        """The sources compiled into objects, alone or in a unit."""
+        return len(self.objects) - len(self.units) + sum(len(m) for m in self.units.values())
+
 
 # The target as ptxas names it: sm_90, or sm_90a for code built from compute_90a (a source's `90a` path)
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
@@ -91,11 +96,12 @@ def parse_ptxas_report(source: str, text: str) -> list[KernelResources]:
 # keeps about 40 units for the default set, enough to keep every core busy to the end.
 UNITY_SOURCES = 16
 
-# The most variants per translation unit in a sweep (sweep_unity).  Measured on this 2-core machine
-# (sm_90, GEMMGEN_CACHE_DIR=off, 2 jobs), 32 small d variants of 13 and 29 each: singles 27.5 s,
-# units of 8 13.6 s, units of 16 12.2 s (the per-source overhead is about 0.8 s; a 16th of it more
-# per variant is little).  8 keeps a failure or an unattributed unit cheap to compile again one by
-# one, and a 256-variant piece of `gemmgen tune --gpus` (tune_run.CHUNK) on 16 cores 2 units a core.
+# The most variants per translation unit in a sweep (sweep_unity).  Measured on a 2-core machine
+# (sm_90, GEMMGEN_CACHE_DIR=off, 2 jobs, fresh build folders) on 64 small d sweep variants, 32 of
+# size 13 and 32 of 29, written as _time_chunk writes them: one source per compile 29.8 s, units of
+# 8 13.6 s, units of 16 12.2 s.  Past 8 the per-source overhead left (about 0.8 s a compile) gains
+# little, while a unit that fails costs its members compiled again one by one, and a 256-variant
+# piece of `gemmgen tune --gpus` (tune_run.CHUNK) on 16 cores keeps 2 units a core.
 SWEEP_UNITY_SOURCES = 8
 
 

@@ -12,7 +12,7 @@ from gemmgen.generator.emit import (TALLSKINNY_DISPATCH_SOURCE, kernel_source_pa
 from gemmgen.generator.render import banner
 from gemmgen.generator.tuning import load_table
 
-from gemmgen.harness.core.build import BuildResult, build_library
+from gemmgen.harness.core.build import BuildResult, build_library, sweep_unity
 
 NN_ONLY = (("N", "N"),)
 
@@ -55,6 +55,7 @@ def build_tallskinny(out_dir: Path, build_dir: Path, precisions, ns, arch: str, 
         raise ValueError(f"unknown architecture {arch}")
     out_dir = Path(out_dir).resolve()
     sources, entries = emit_tallskinny(out_dir, precisions, ns, (arch,), extra_specs)
+    # In unity units (sweep_unity): a failure and each kernel's resources stay its own source's
     result = build_library(out_dir, build_dir, (arch,), jobs, sources=sources, tolerate_failures=True,
-                           library_name=library_name, progress=progress)
+                           library_name=library_name, progress=progress, unity=sweep_unity(len(sources), jobs))
     return result, entries

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     build, entries = build_tallskinny(root / "set", root / "obj", precs, ns, arch, extra,
                                       jobs, progress)
     local = build.local_memory_kernels
-    log(f"built {len(build.objects)} sources, {len(build.failures)} failed, {len(local)} kernels with "
+    log(f"built {build.built_sources} sources, {len(build.failures)} failed, {len(local)} kernels with "
         f"local memory; max registers {max(r.registers for r in build.resources)}")
     for rel, msg in list(build.failures.items())[:5]:
         log(f"  compile failure {rel}: {msg[-600:]}")
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         log(f"  local memory {r.source} {r.function[:60]} stack {r.stack_bytes} spills {r.spill_stores}")
     lib = TallSkinnyLibrary(build.library)
     report = {"device": device, "arch": arch, "build": {
-        "sources": len(build.objects), "failures": list(build.failures),
+        "sources": build.built_sources, "failures": list(build.failures),
         "local_memory": [f"{r.source}:{r.function}" for r in local],
         "max_registers": max(r.registers for r in build.resources)}}
 
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     if tuned and time.time() - T0 < budget * 0.6:
         build2, entries2 = build_tallskinny(root / "set", root / "obj", "hsd", tallskinny.DEFAULT_NS, arch,
                                             (), jobs, progress, "libgemmgen_tallskinny_tuned.so")
-        log(f"rebuilt with the tuned table: {len(build2.objects)} sources, {len(build2.failures)} failed")
+        log(f"rebuilt with the tuned table: {build2.built_sources} sources, {len(build2.failures)} failed")
         lib2 = TallSkinnyLibrary(build2.library)
         tuned_ns = {(r["precision"], r["n"]) for r in load_table(arch)["tallskinny"]}
         cases2 = list(ck.default_cases([e for e in entries2 if (e.precision, e.n) in tuned_ns],
@@ -163,7 +163,7 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
     log("tuned; rebuild from the table")
     build2, entries2 = build_tallskinny(root / "set", root / "obj", "hsd", ns, arch, (), jobs, progress,
                                         "libgemmgen_tallskinny_tuned.so")
-    log(f"rebuilt: {len(build2.objects)} sources, {len(build2.failures)} failed, "
+    log(f"rebuilt: {build2.built_sources} sources, {len(build2.failures)} failed, "
         f"{len(build2.local_memory_kernels)} with local memory")
     report["build_tuned"] = {"failures": list(build2.failures),
                              "local_memory": [f"{r.source}:{r.function}" for r in build2.local_memory_kernels]}
