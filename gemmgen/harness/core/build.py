@@ -108,9 +108,10 @@ SWEEP_UNITY_SOURCES = 8
 def sweep_unity(sources: int, jobs: int | None) -> int:
     """The `unity` for a sweep of `sources` variants on `jobs` cores: at most SWEEP_UNITY_SOURCES a
     unit and at least 2 units a core (so that at most a core's worth of work is left when the others
-    run dry); 0 (one source per compile) where that leaves less than 2 a unit."""
+    run dry); 0 (one source per compile) where that leaves less than 2 a unit, or without objdump
+    (kernel_members could then place no template kernel, and every unit would be compiled twice)."""
     per_unit = min(SWEEP_UNITY_SOURCES, sources // (2 * max(1, jobs or os.cpu_count() or 1)))
-    return per_unit if per_unit >= 2 else 0
+    return per_unit if per_unit >= 2 and shutil.which("objdump") else 0
 
 
 # The host flags of a sweep's unit: every function and datum in a section of its own, so that the
