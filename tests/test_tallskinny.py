@@ -3,6 +3,7 @@ the emitted set (deterministic, small family untouched), a cheap compile for sm_
 memory, the C API's argument checks (no GPU needed) and, where a GPU is present, NumPy checks."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -377,3 +378,48 @@ def test_exact_extent_cases_cover_the_corners():
     assert {(c.alpha == 0, c.k == 0) for c in untouched} == {(True, False), (False, True)}
     assert all(c.beta == 1.0 for c in untouched)
     assert ck.extent(5, 3, 8) == 21 and ck.extent(0, 3, 8) == 0
+
+
+def test_a_sweep_piece_checks_each_candidate_once_times_what_is_left_and_stops_when_told(tmp_path, monkeypatch):
+    """tune.time_piece without a GPU: the library, the check and the workload are fakes."""
+    from gemmgen.harness.tallskinny import tune as ts_tune
+
+    cands = tallskinny.tsm2_sweep("d", 8)
+    missing, wrong, first = cands[0].name, cands[1].name, cands[2]
+
+    class Lib:
+        def variant(self, name):
+            if name == missing:
+                raise AttributeError(name)
+            return name
+
+    class Work:
+        def __init__(self, prec, m, n, k):
+            self.prec, self.m, self.n, self.k = prec, m, n, k
+
+        def variant(self, f, split):
+            return (f, split)
+
+        def time_ms(self, launch):
+            return 1.0
+
+        def release(self):
+            pass
+
+    monkeypatch.setattr(ts_tune, "_library", lambda path: Lib())
+    monkeypatch.setattr(ts_tune, "_correct", lambda lib, spec, rng: (spec.name != wrong, "fake"))
+    monkeypatch.setattr(ts_tune, "TsWorkload", Work)
+    monkeypatch.setattr(ts_tune, "_free_gpu_memory", lambda: None)
+    results = tmp_path / "rows.jsonl"
+    done = frozenset({(first.name, "tsm2", s, s, 0) for s in ts_tune.TSM2_SHAPES})
+    args = dict(library="lib.so", base={"device": "X"}, done=done, refused=frozenset(), bandwidth=1e12)
+    timed = ts_tune.time_piece(("tsm2", "d", 8), results, 1, lambda: False, **args)
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["name"], r["status"]) for r in rows[:2]] == [(missing, "not-built"), (wrong, "wrong-answer")]
+    timings = [r for r in rows if r["status"] == "ok"]
+    assert timed == len(timings) == (len(cands) - 3) * len(ts_tune.TSM2_SHAPES)
+    assert all(r["name"] != first.name and r["m"] == r["k"] and 0 < r["floor_fraction"] for r in timings)
+    # a stop between timings ends the piece with what it timed
+    calls = iter(range(10**6))
+    stopped = ts_tune.time_piece(("tsm2", "d", 8), tmp_path / "b.jsonl", 1, lambda: next(calls) >= 5, **args)
+    assert stopped == 5

@@ -14,6 +14,7 @@ distributed = pytest.importorskip("distributed")
 
 from gemmgen.cli import main  # noqa: E402
 from gemmgen.harness import distributed as workers  # noqa: E402
+from gemmgen.generator import tallskinny  # noqa: E402
 from gemmgen.harness import tune_plan, tune_run  # noqa: E402
 from gemmgen.harness.core.results import append_result  # noqa: E402
 from gemmgen.harness.small import tune as tune_small  # noqa: E402
@@ -136,19 +137,94 @@ def test_a_piece_that_fails_keeps_the_pieces_before_it_and_a_run_again_resumes(f
 def test_a_stage_that_cannot_be_split_runs_whole_on_one_worker(fake, cluster, monkeypatch):
     ran = []
 
-    def sweep(self, stage, ctx):   # (the tall-skinny sweep: its cut-off follows from its sweep's best)
+    def sweep(self, stage, ctx):   # (the wmma sweep: its stage 2 follows from its stage 1's best)
         from distributed import get_worker
 
         ran.append((get_worker().address, ctx.results_dir, type(ctx.stop).__name__))
-        append_result(ctx.results("tallskinny"), {"name": "ts", "device": self.device, "status": "ok"})
+        append_result(ctx.results("wmma"), {"name": "w", "device": self.device, "status": "ok"})
         return tune_run.Outcome(True)
 
-    monkeypatch.setattr(tune_run.GpuRunner, "tallskinny_sweep", sweep)
-    result = CliRunner().invoke(main, ["tune", "--families", "tallskinny", "--precisions", "d",
+    monkeypatch.setattr(tune_run.GpuRunner, "wmma_sweep", sweep)
+    monkeypatch.setattr(tune_run.GpuRunner, "wmma_final", lambda self, stage, ctx: tune_run.Outcome(True))
+    monkeypatch.setattr(tune_run.GpuRunner, "wmma_table", lambda self, stage, ctx: tune_run.Outcome(True))
+    result = CliRunner().invoke(main, ["tune", "--families", "wmma", "--precisions", "h",
                                        "--scheduler", cluster.scheduler_address])
     assert result.exit_code == 0, result.output
     assert ran == [(ran[0][0], fake / "gemmgen-tuning", "Deadline")]   # a worker's, the folder's full path
-    assert "tallskinny sweep" in result.output and "1 tried" in result.output
+    assert "wmma sweep" in result.output and "1 tried" in result.output
+
+
+@pytest.fixture
+def fake_tallskinny(fake, monkeypatch):
+    """The tall-skinny sweep with the library's build (nvcc) and each piece's timings (the GPU) made up:
+    every timing follows from the variant's name and the point, a little sleep each piece."""
+    from gemmgen.harness.tallskinny import build, tune as tune_tallskinny
+
+    def build_tallskinny(out_dir, build_dir, *args, **kwargs):
+        return type("Built", (), {"library": build_dir / "libfake.so"})(), []
+
+    def time_piece(piece, results_path, jobs, stop, library, base, done, refused, bandwidth):
+        assert library.endswith("libfake.so") and (results_path.name != "rows.jsonl" or library.startswith("/"))
+        family, prec, n = piece[:3]
+        if family == "cutoff":
+            points = [(spec, split, tune_tallskinny.CUTOFF_M, k) for k in tune_tallskinny.CUTOFF_KS
+                      for spec, split in ((piece[3], 0), (piece[4], piece[5]))]
+        elif family == "tsm2":
+            points = [(spec, 0, size, size) for spec in tallskinny.tsm2_sweep(prec, n)
+                      for size in tune_tallskinny.TSM2_SHAPES]
+        else:
+            points = [(spec, tcf, m, n) for spec in tallskinny.ism2_sweep(prec, n)
+                      for m in tune_tallskinny.ISM2_MS for tcf in tallskinny.ISM2_SWEEP_TCF]
+        timed = 0
+        for spec, split, m, k in points:
+            if stop():
+                break
+            stage = family if family != "cutoff" else "cutoff"
+            if (spec.name, stage, m, k, split) in done:
+                continue
+            row = {**base, "stage": stage, "name": spec.name, "family": spec.family, "precision": prec, "n": n,
+                   "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split, "m": m, "k": k}
+            row.update({"opt": spec.opt} if spec.family == "ism2" else {"rows": spec.rows, "stages": spec.stages})
+            crc = zlib.crc32(f"{spec.name} {m} {k} {split}".encode())
+            append_result(results_path, {**row, "status": "ok", "time_us": 100 + crc % 1000,
+                                         "floor_fraction": 0.5 + crc % 400 / 1000})
+            timed += 1
+        time.sleep(0.01)
+        return timed
+
+    monkeypatch.setattr(build, "build_tallskinny", build_tallskinny)
+    monkeypatch.setattr(tune_tallskinny, "time_piece", time_piece)
+    return fake
+
+
+TALLSKINNY = ["tune", "--families", "tallskinny", "--precisions", "s,d"]
+
+
+def test_the_tallskinny_sweep_is_split_and_gives_the_one_gpu_table(fake_tallskinny, cluster):
+    one = CliRunner().invoke(main, [*TALLSKINNY, "--results", "one"])
+    assert one.exit_code == 0, one.output
+    two = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address, "--results", "two"])
+    assert two.exit_code == 0, two.output
+    rows = {name: (fake_tallskinny / name / tune_plan.RESULTS["tallskinny"]).read_text().splitlines()
+            for name in ("one", "two")}
+    assert rows["one"] == rows["two"]   # the pieces' rows, in the pieces' order
+    assert any('"stage": "cutoff"' in r for r in rows["one"])
+    tables = {name: json.loads((fake_tallskinny / name / "nvidia-fake-gpu-80gb.json").read_text())["tallskinny"]
+              for name in ("one", "two")}
+    assert tables["one"] == tables["two"] and {r["precision"] for r in tables["one"]} == {"s", "d"}
+    assert "# workers (2 GPUs" in two.output
+
+
+def test_a_budget_stops_the_split_tallskinny_sweep_and_a_run_again_completes_it(fake_tallskinny, cluster):
+    one = CliRunner().invoke(main, [*TALLSKINNY, "--results", "one"])
+    assert one.exit_code == 0, one.output
+    first = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address, "--budget", "0.02s"])
+    assert first.exit_code == tune_run.BUDGET_STOPPED, first.output
+    assert not (fake_tallskinny / "gemmgen-tuning" / "nvidia-fake-gpu-80gb.json").exists()
+    again = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address])
+    assert again.exit_code == 0, again.output
+    done = (fake_tallskinny / "gemmgen-tuning" / tune_plan.RESULTS["tallskinny"]).read_text().splitlines()
+    assert sorted(done) == sorted((fake_tallskinny / "one" / tune_plan.RESULTS["tallskinny"]).read_text().splitlines())
 
 
 def test_gpus_starts_a_worker_process_per_gpu(fake, monkeypatch):
@@ -225,6 +301,7 @@ def test_the_plan_says_where_each_stage_runs():
             where[stage] = line.split(":", 1)[1].strip()
     assert where["small squares"].startswith("split over the GPUs")
     assert where["wmma sweep"].startswith("one GPU")
+    assert where["tallskinny sweep"].startswith("compiled on this machine (nvcc, one library), then split")
     assert where["wmma table"] == where["small table"] == "this machine (nvcc, no GPU)"
     assert where["cpu blocking"] == "this machine's CPU, one timing at a time"
     assert CliRunner().invoke(main, ["tune", "--plan", "--gpus", "2"]).exit_code == 2

@@ -10,12 +10,15 @@ would bring a binary wheel of about 70 MB with an object store and a GPU schedul
 this work has no use for.
 
 What is split (tune_plan.where says it for every stage, and `--plan` prints it): the small family's
-sweeps, cut into pieces of whole shapes (tune_run.CHUNK variants); a worker compiles a piece and times
-it on its GPU, writing its rows to a file of its own, and returns them.  The client (the `gemmgen tune`
+sweeps, cut into pieces of whole shapes (tune_run.CHUNK variants), which a worker compiles and times on
+its GPU; and the tall-skinny sweep, compiled here as one library (in the results folder, which the
+workers share) and cut into pieces of one kernel family, precision and n, which a worker times, then its
+cut-off in k in pieces of one precision and n.  A worker writes a piece's rows to a file of its own and
+returns them.  The client (the `gemmgen tune`
 process) appends each piece's rows to the results file in the pieces' order, so the file, the
 state, the budget's stop, the resume (by variant name) and the summary are those of a one-GPU run;
 pieces the results file already holds are never submitted.  The stages that decide what to time next
-from what they timed (the wmma sweep and final timing, the tall-skinny sweep) run whole on one worker,
+from what they timed (the wmma sweep and final timing) run whole on one worker,
 which appends to the results file itself while the client waits (still one writer at a time; an
 hour-long stage keeps every row as it comes).  The tables are compiled and written on the client
 (nvcc, no GPU), and the CPU is tuned on the client, one timing at a time.
@@ -246,7 +249,7 @@ class Workers(tune_run.GpuRunner):
         # the folder (and the build folder in it) as the workers see it: by its full path, as their
         # working folder is not this one's
         shared = ctx.results_dir.resolve()
-        if place == "split":
+        if place in tune_plan.SPLIT:
             return super().run(stage, replace(ctx, results_dir=shared,
                                               spread=functools.partial(self.spread, deadline=ctx.deadline())))
         if place == "one GPU":

@@ -214,23 +214,31 @@ def plan(selection: Selection, families=FAMILIES, arch: str = "sm_90") -> list[S
 
 
 # Where each stage runs on several GPUs (`gemmgen tune --gpus`, harness.distributed).  The small
-# family's sweeps are cut into pieces of whole shapes, each compiled and timed on one GPU; the other
-# GPU stages decide what to time next from what they timed (wmma's stage 2 takes stage 1's best, its
-# final stage the sweep's contenders, tall-skinny's cut-off the sweep's best), so each runs whole on
-# one GPU; the tables are nvcc's work alone, and the CPU is timed one timing at a time.
+# family's sweeps are cut into pieces of whole shapes, each compiled and timed on one GPU; the
+# tall-skinny sweep is compiled here as one library and its pieces (a kernel family, precision and n
+# each) are timed on the GPUs, then its cut-off in k (which takes the sweep's best) in pieces of a
+# precision and n; the wmma stages decide what to time next from what they timed (stage 2 takes
+# stage 1's best, the final stage the sweep's contenders), so each runs whole on one GPU; the tables
+# are nvcc's work alone, and the CPU is timed one timing at a time.
 WHERE = {
     "split": "split over the GPUs (--gpus): pieces of whole shapes, one a GPU at a time; then the table "
              "on this machine (nvcc)",
+    "built here, split": "compiled on this machine (nvcc, one library), then split over the GPUs (--gpus): "
+                         "pieces of one kernel family, precision and n, one a GPU at a time; then the cut-off "
+                         "in k in pieces of one precision and n",
     "one GPU": "one GPU, whole (what it times next follows from what it timed)",
     "nvcc": "this machine (nvcc, no GPU)",
     "cpu": "this machine's CPU, one timing at a time",
 }
+SPLIT = ("split", "built here, split")   # the places whose pieces go to the GPUs through the run's spread
 
 
 def where(stage: Stage) -> str:
     """Which of WHERE runs `stage` on several GPUs."""
     if stage.family == "small" and stage.name != "table":
         return "split"
+    if stage.family == "tallskinny":
+        return "built here, split"
     if stage.family == "cpu":
         return "cpu"
     return "nvcc" if stage.name == "table" else "one GPU"

@@ -213,7 +213,8 @@ class GpuRunner:
         try:
             tune_tallskinny.tune(stage.selection.precisions, tallskinny.TUNED_NS, tallskinny.TUNED_ISM2_NS,
                                  ctx.results("tallskinny"), ctx.build("tallskinny"), True, ctx.jobs,
-                                 ctx.results_dir, stop=ctx.stop, resume=True)
+                                 ctx.results_dir, stop=ctx.stop, resume=True, arch=self.arch, device=self.device,
+                                 spread=ctx.spread)
         except Stopped:
             return Outcome(False)
         return Outcome(True)

@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     tuned = False
     if time.time() - T0 < budget * 0.45:
         log("tune")
-        run_tune(lib, device, arch, out / "tune_tallskinny_results.jsonl", bandwidth=bandwidth,
+        run_tune(lib.path, device, arch, out / "tune_tallskinny_results.jsonl", bandwidth=bandwidth,
                  note_path=out / f"tune_tallskinny_{arch}.md")
         shutil.copy(table_path(arch), out / f"{arch}.json")
         tuned = bool(load_table(arch).get("tallskinny"))
@@ -157,7 +157,7 @@ def tuned_run(lib, entries, report, out, arch, device, root, ns, jobs, progress)
 
     bandwidth = copy_bandwidth()
     log(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; tune")
-    run_tune(lib, device, arch, out / "tune_tallskinny_results.jsonl", precisions=("h", "s", "d"),
+    run_tune(lib.path, device, arch, out / "tune_tallskinny_results.jsonl", precisions=("h", "s", "d"),
              bandwidth=bandwidth, note_path=out / f"tune_tallskinny_{arch}.md")
     shutil.copy(table_path(arch), out / f"{arch}.json")
     log("tuned; rebuild from the table")

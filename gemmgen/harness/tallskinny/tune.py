@@ -7,6 +7,7 @@ Kernel Tuner's habits as in tune_small: candidates are data (generator.tallskinn
 to an append-only JSON-lines file as they come, a skipped variant keeps its reason."""
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +19,8 @@ from gemmgen.generator import tallskinny
 from gemmgen.generator.tuning import save_table, writable_table
 
 from gemmgen.harness.tallskinny.check import TsCase, run_ts_case
-from gemmgen.harness.core.results import Stopped, append_result, load_results
+from gemmgen.harness.core import busy
+from gemmgen.harness.core.results import Stopped, append_result, in_turn, load_results
 from gemmgen.harness.tallskinny.workload import TsWorkload, bytes_moved
 
 TSM2_SHAPES = (10240, 15360, 20480, 30720)   # m = k, the papers' workloads (25600 left out: between 20480 and 30720)
@@ -44,20 +46,22 @@ def _correct(lib, spec, rng) -> tuple[bool, str]:
 
 
 def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, write_table: bool, jobs: int,
-         note_dir: Path, stop=None, resume: bool = False) -> dict:
-    """`gemmgen tune tallskinny` on the GPU present: build the tall-skinny set of the swept n with every
-    candidate (nvcc), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md."""
-    from gemmgen.harness.core.api import TallSkinnyLibrary
+         note_dir: Path, stop=None, resume: bool = False, arch: str | None = None, device: str | None = None,
+         spread=in_turn) -> dict:
+    """`gemmgen tune tallskinny`: build the tall-skinny set of the swept n with every candidate (nvcc,
+    here), then run_tune; the note goes to note_dir/tune_tallskinny_<arch>.md.  arch, device: the GPU's
+    where it is not this machine's (the workers' of `gemmgen tune --gpus`); spread: what runs the
+    sweep's pieces (results.in_turn here, or those workers)."""
     from gemmgen.harness.check import device_arch
     from gemmgen.harness.tallskinny.build import build_tallskinny
-    from gemmgen.harness.core.timing import copy_bandwidth
 
-    arch, device = device_arch()
+    if arch is None:
+        arch, device = device_arch()
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,
                                 tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch, sweep(precisions, tsm2_ns, ism2_ns),
                                 jobs or None)
-    return run_tune(TallSkinnyLibrary(build.library), device, arch, results_path, precisions, tsm2_ns, ism2_ns,
-                    copy_bandwidth(), write_table, note_dir / f"tune_tallskinny_{arch}.md", stop, resume)
+    return run_tune(build.library, device, arch, results_path, precisions, tsm2_ns, ism2_ns, None, write_table,
+                    note_dir / f"tune_tallskinny_{arch}.md", stop, resume, spread, jobs)
 
 
 def _point(row: dict) -> tuple:
@@ -65,110 +69,62 @@ def _point(row: dict) -> tuple:
     return row["name"], row.get("stage"), row.get("m"), row.get("k"), row.get("split")
 
 
-def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "d"),
-             tsm2_ns=tallskinny.TUNED_NS, ism2_ns=tallskinny.TUNED_ISM2_NS, bandwidth: float = 3.0e12,
-             write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False) -> dict:
-    """resume: leave out the timings the results file has of this device, and the variants it refused
-    (gemmgen tune, going on after its budget stopped it); stop(): asked before each timing, raises
-    results.Stopped once it says so (the results so far kept, no table written)."""
-    rng = np.random.default_rng(99)
-    base = {"arch": arch, "device": device}
-    ok: dict[str, bool] = {}
+def sweep_pieces(precisions, tsm2_ns, ism2_ns) -> list[tuple[str, str, int]]:
+    """The sweep cut into pieces that need nothing of one another, (family, precision, n), the
+    costliest first (the bytes all its timings move), so that several GPUs finish close together."""
+    def cost(piece):
+        family, prec, n = piece
+        if family == "tsm2":
+            return len(tallskinny.tsm2_sweep(prec, n)) * sum(bytes_moved(prec, s, n, s) for s in TSM2_SHAPES)
+        return (len(tallskinny.ism2_sweep(prec, n)) * len(tallskinny.ISM2_SWEEP_TCF)
+                * sum(bytes_moved(prec, m, n, n) for m in ISM2_MS))
+
+    pieces = ([("tsm2", p, n) for p in precisions for n in tsm2_ns]
+              + [("ism2", p, n) for p in precisions for n in ism2_ns])
+    return sorted(pieces, key=lambda piece: (-cost(piece), piece))
+
+
+def run_tune(library: Path, device: str, arch: str, results_path: Path, precisions=("s", "d"),
+             tsm2_ns=tallskinny.TUNED_NS, ism2_ns=tallskinny.TUNED_ISM2_NS, bandwidth: float | None = None,
+             write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False,
+             spread=in_turn, jobs: int = 0) -> dict:
+    """Time the sweep of the tall-skinny library at `library` (its pieces, sweep_pieces, through
+    `spread`), then the TSM2/ISM2 cut-off in k with each family's best (pieces of their own, after the
+    sweep), then write the table and the note here.  bandwidth: the copy bandwidth for the floor
+    fractions (None: measured on the GPU that times).  resume: leave out the timings the results file
+    has of this device, and the variants it refused (gemmgen tune, going on after its budget stopped
+    it); stop(): asked before each timing, raises results.Stopped once it says so (the results so far
+    kept, no table written)."""
     done: set[tuple] = set()
+    refused: set[str] = set()
     if resume:
         for r in load_results(results_path):
             if r.get("device") == device and "name" in r:
                 if r.get("status") in ("not-built", "wrong-answer"):
-                    ok[r["name"]] = False
+                    refused.add(r["name"])
                 else:
                     done.add(_point(r))
-
-    def usable(spec) -> bool:
-        if spec.name not in ok:
-            try:
-                lib.variant(spec.name)
-            except AttributeError:
-                append_result(results_path, {**base, "name": spec.name, "status": "not-built",
-                                             "reason": "variant missing from the library (did not compile)"})
-                ok[spec.name] = False
-                return False
-            passed, why = _correct(lib, spec, rng)
-            ok[spec.name] = passed
-            if not passed:
-                append_result(results_path, {**base, "name": spec.name, "status": "wrong-answer", "reason": why})
-        return ok[spec.name]
-
-    def pending(spec, m, k, split, stage) -> bool:
-        return (spec.name, stage, m, k, split) not in done
-
-    def measure(work, spec, split, extra) -> dict | None:
-        if not pending(spec, work.m, work.k, split, extra["stage"]):
-            return None
-        if stop and stop():
-            raise Stopped
-        row = {**base, **extra, "name": spec.name, "family": spec.family, "precision": spec.precision,
-               "n": spec.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
-               "m": work.m, "k": work.k}
-        if spec.family == "ism2":
-            row["opt"] = spec.opt
-        else:
-            row["rows"] = spec.rows
-            row["stages"] = spec.stages
-        try:
-            ms = work.time_ms(work.variant(lib.variant(spec.name), split))
-        except Exception as err:
-            row.update(status="launch-failed", reason=str(err)[:300])
-        else:
-            floor = bytes_moved(spec.precision, work.m, work.n, work.k) / bandwidth * 1e3
-            row.update(status="ok", time_us=ms * 1e3, floor_fraction=floor / ms)
-        append_result(results_path, row)
-        return row
-
-    import cupy as cp
-
-    for prec in precisions:
-        for n in tsm2_ns:
-            cands = [s for s in tallskinny.tsm2_sweep(prec, n) if usable(s)]
-            for size in TSM2_SHAPES:
-                if not any(pending(spec, size, size, 0, "tsm2") for spec in cands):
-                    continue   # (a workload of these sizes takes seconds to fill)
-                work = TsWorkload(prec, size, n, size)
-                for spec in cands:
-                    measure(work, spec, 0, {"stage": "tsm2"})
-                work.release()
-                cp.get_default_memory_pool().free_all_blocks()
-            click.echo(f"tuned tsm2 {prec} n={n}: {len(cands)} candidates")
-        for n in ism2_ns:
-            cands = [s for s in tallskinny.ism2_sweep(prec, n) if usable(s)]
-            for m in ISM2_MS:
-                if not any(pending(spec, m, n, tcf, "ism2") for spec in cands for tcf in tallskinny.ISM2_SWEEP_TCF):
-                    continue
-                work = TsWorkload(prec, m, n, n)
-                for spec in cands:
-                    for tcf in tallskinny.ISM2_SWEEP_TCF:
-                        measure(work, spec, tcf, {"stage": "ism2"})
-                work.release()
-                cp.get_default_memory_pool().free_all_blocks()
-            click.echo(f"tuned ism2 {prec} n={n}: {len(cands)} candidates x {len(tallskinny.ISM2_SWEEP_TCF)} tcf")
-    # The TSM2/ISM2 cut-off in k, with each family's best variant so far.
+    never = lambda: False   # noqa: E731
+    work = functools.partial(time_piece, library=str(library), base={"arch": arch, "device": device},
+                             done=frozenset(done), refused=frozenset(refused), bandwidth=bandwidth)
+    spread(sweep_pieces(precisions, tsm2_ns, ism2_ns), work, results_path, jobs, stop or never)
+    if stop and stop():
+        raise Stopped
+    # The TSM2/ISM2 cut-off in k, with each family's best variant of the sweep.
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
+    cutoffs = []
     for prec in precisions:
         for n in ism2_ns:
             best_t = _best_tsm2(rows, prec, n)
             best_i = _best_ism2(rows, prec, n, CUTOFF_M)
-            if not best_t or not best_i:
-                continue
-            ts_spec = tallskinny.Tsm2Spec(prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1),
-                                    best_t.get("stages", 0))
-            is_spec = tallskinny.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"])
-            for k in CUTOFF_KS:
-                if not (pending(ts_spec, CUTOFF_M, k, 0, "cutoff")
-                        or pending(is_spec, CUTOFF_M, k, best_i["split"], "cutoff")):
-                    continue
-                work = TsWorkload(prec, CUTOFF_M, n, k)
-                measure(work, ts_spec, 0, {"stage": "cutoff"})
-                measure(work, is_spec, best_i["split"], {"stage": "cutoff"})
-                work.release()
+            if best_t and best_i:
+                cutoffs.append(("cutoff", prec, n, tallskinny.Tsm2Spec(
+                    prec, n, best_t["t1"], best_t["t2"], best_t["t3"], best_t.get("rows", 1), best_t.get("stages", 0)),
+                    tallskinny.Ism2Spec(prec, n, best_i["t1"], best_i["t2"], best_i["t3"], best_i["opt"]),
+                    best_i["split"]))
+    spread(cutoffs, work, results_path, jobs, stop or never)
+    if stop and stop():
+        raise Stopped
     rows = [r for r in load_results(results_path) if r.get("device") == device and r.get("status") == "ok"]
     table_rows = make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device)
     if write_table:
@@ -184,6 +140,126 @@ def run_tune(lib, device: str, arch: str, results_path: Path, precisions=("s", "
         note_path.parent.mkdir(parents=True, exist_ok=True)
         note_path.write_text(report_markdown(report, table_rows, device, arch))
     return {"table": table_rows, "model": report}
+
+
+def _free_gpu_memory() -> None:
+    """Give the workload's memory back to the GPU: the next workload is of another size."""
+    import cupy as cp
+
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+@functools.lru_cache(maxsize=None)
+def _library(path: str):
+    from gemmgen.harness.core.api import TallSkinnyLibrary
+
+    return TallSkinnyLibrary(Path(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_bandwidth() -> float:
+    from gemmgen.harness.core.timing import copy_bandwidth
+
+    return copy_bandwidth()
+
+
+def time_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, base: dict,
+               done: frozenset, refused: frozenset, bandwidth: float | None) -> int:
+    """One piece on the GPU of this process (as results.in_turn, or a worker of `gemmgen tune --gpus`,
+    calls it): a (family, precision, n) of the sweep, each candidate checked once, then timed at the
+    family's shapes; or a ("cutoff", precision, n, TSM2 spec, ISM2 spec, split) at each of CUTOFF_KS.
+    Appends every timing and refusal to results_path; leaves out what `done` holds (and the variants
+    `refused`); stops between timings where stop() says so.  Returns the timings made."""
+    with busy.on_gpu():
+        return _PieceTimer(_library(library), base, results_path, done, refused,
+                           bandwidth or _copy_bandwidth(), stop).run(piece)
+
+
+class _PieceTimer:
+    """time_piece's timings of one piece, each appended as it comes."""
+
+    def __init__(self, lib, base, results_path, done, refused, bandwidth, stop):
+        self.lib, self.base, self.results_path = lib, base, results_path
+        self.done, self.refused, self.bandwidth, self.stop = done, refused, bandwidth, stop
+        self.rng = np.random.default_rng(99)
+        self.timed = 0
+
+    def run(self, piece: tuple) -> int:
+        family, prec, n = piece[:3]
+        try:
+            if family == "cutoff":
+                ts_spec, is_spec, split = piece[3:]
+                for k in CUTOFF_KS:
+                    if self.pending(ts_spec, CUTOFF_M, k, 0, "cutoff") or self.pending(is_spec, CUTOFF_M, k, split, "cutoff"):
+                        self.at(TsWorkload(prec, CUTOFF_M, n, k), [(ts_spec, 0), (is_spec, split)], "cutoff")
+                return self.timed
+            if family == "tsm2":
+                cands = [s for s in tallskinny.tsm2_sweep(prec, n) if self.usable(s)]
+                for size in TSM2_SHAPES:
+                    if any(self.pending(spec, size, size, 0, "tsm2") for spec in cands):
+                        # (a workload of these sizes takes seconds to fill: only where a timing is left)
+                        self.at(TsWorkload(prec, size, n, size), [(spec, 0) for spec in cands], "tsm2")
+            else:
+                cands = [s for s in tallskinny.ism2_sweep(prec, n) if self.usable(s)]
+                for m in ISM2_MS:
+                    timings = [(spec, tcf) for spec in cands for tcf in tallskinny.ISM2_SWEEP_TCF]
+                    if any(self.pending(spec, m, n, tcf, "ism2") for spec, tcf in timings):
+                        self.at(TsWorkload(prec, m, n, n), timings, "ism2")
+            tail = f" x {len(tallskinny.ISM2_SWEEP_TCF)} tcf" if family == "ism2" else ""
+            click.echo(f"tuned {family} {prec} n={n}: {len(cands)} candidates{tail}")
+        except Stopped:
+            pass
+        return self.timed
+
+    def usable(self, spec) -> bool:
+        if spec.name in self.refused:
+            return False
+        try:
+            self.lib.variant(spec.name)
+        except AttributeError:
+            self.refuse(spec, "not-built", "variant missing from the library (did not compile)")
+            return False
+        passed, why = _correct(self.lib, spec, self.rng)
+        if not passed:
+            self.refuse(spec, "wrong-answer", why)
+        return passed
+
+    def refuse(self, spec, status: str, reason: str) -> None:
+        append_result(self.results_path, {**self.base, "name": spec.name, "status": status, "reason": reason})
+
+    def pending(self, spec, m, k, split, stage) -> bool:
+        return (spec.name, stage, m, k, split) not in self.done
+
+    def at(self, work: TsWorkload, timings, stage: str) -> None:
+        """`timings` (spec, split) at one workload, each one not done yet."""
+        try:
+            for spec, split in timings:
+                if self.pending(spec, work.m, work.k, split, stage):
+                    self.measure(work, spec, split, stage)
+        finally:
+            work.release()
+            _free_gpu_memory()
+
+    def measure(self, work: TsWorkload, spec, split: int, stage: str) -> None:
+        if self.stop and self.stop():
+            raise Stopped
+        row = {**self.base, "stage": stage, "name": spec.name, "family": spec.family, "precision": spec.precision,
+               "n": spec.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
+               "m": work.m, "k": work.k}
+        if spec.family == "ism2":
+            row["opt"] = spec.opt
+        else:
+            row["rows"] = spec.rows
+            row["stages"] = spec.stages
+        try:
+            ms = work.time_ms(work.variant(self.lib.variant(spec.name), split))
+        except Exception as err:
+            row.update(status="launch-failed", reason=str(err)[:300])
+        else:
+            floor = bytes_moved(spec.precision, work.m, work.n, work.k) / self.bandwidth * 1e3
+            row.update(status="ok", time_us=ms * 1e3, floor_fraction=floor / ms)
+        append_result(self.results_path, row)
+        self.timed += 1
 
 
 def _tsm2_score(rows, prec, n):
