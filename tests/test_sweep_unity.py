@@ -114,3 +114,16 @@ def test_sweep_units_leave_every_core_two_units():
     assert sweep_unity(64, 2) == 8
     assert sweep_unity(40, 8) == 2
     assert sweep_unity(20, 8) == 0        # too few: one source per compile
+
+
+def test_a_build_counts_as_compiling_in_the_workers_summary(tmp_path):
+    """build_library's time is what `gemmgen tune --gpus` reports as a worker's time compiling (core.busy)."""
+    from gemmgen.harness.core import busy
+    from gemmgen.harness.core.build import BuildError
+
+    before = busy.seconds().get("compiling", 0.0)
+    try:
+        build_library(tmp_path, tmp_path / "build", ("sm_90",), 1, sources=[])
+    except BuildError:   # (nothing to compile: the shortest build there is)
+        pass
+    assert busy.seconds().get("compiling", 0.0) > before

@@ -94,7 +94,7 @@ def test_a_cluster_run_gives_the_rows_and_table_of_a_one_gpu_run(fake, cluster):
     assert _table(fake / "two") == table
     summary = result.output[result.output.index("# workers"):]
     assert summary.startswith(f"# workers (2 GPUs of {DEVICE})") and "wall time" in summary
-    assert summary.count("compiling") == 3 and "idle" in summary
+    assert summary.count("compiling") == 4 and "idle" in summary and "this machine" in summary
     assert "small squares" in result.output and "# summary" in result.output
 
 

@@ -243,6 +243,7 @@ class Workers(tune_run.GpuRunner):
                                        + "): a results folder holds the tuning of one device")
         super().__init__(found=kinds[0])
         self.seconds: dict[str, dict[str, float]] = {w: {"compiling": 0.0, "on GPU": 0.0} for w in found}
+        self.compiled_here = busy.seconds().get("compiling", 0.0)   # (this thread's so far: not this run's)
 
     def run(self, stage: tune_plan.Stage, ctx: tune_run.Context) -> tune_run.Outcome:
         place = tune_plan.where(stage)
@@ -318,7 +319,9 @@ class Workers(tune_run.GpuRunner):
 
     def report(self, wall: float) -> list[str]:
         lines = [f"# workers ({len(self.seconds)} GPUs of {self.device}): time compiling, on the GPU, "
-                 f"the GPU idle; wall time {tune_run.duration(wall)}"]
+                 f"the GPU idle; wall time {tune_run.duration(wall)}",
+                 f"  {'this machine':<28} compiling {tune_run.duration(busy.seconds().get('compiling', 0.0) - self.compiled_here):>7}  "
+                 "(the tall-skinny library, the tables' checks)"]
         for worker, spent in sorted(self.seconds.items()):
             lines.append(f"  {worker:<28} compiling {tune_run.duration(spent['compiling']):>7}  "
                          f"on GPU {tune_run.duration(spent['on GPU']):>7}  "

@@ -347,7 +347,6 @@ def write_if_changed(path: Path, text: str) -> None:
         write_atomically(path, text)
 
 
-@busy.counted("compiling")
 def set_bands(generated: Path) -> dict[str, str]:
     """manifest.kernel_bands of an emitted set, by kernel (= source stem); empty without a manifest."""
     import json
@@ -363,6 +362,7 @@ def band_definitions(archs: Iterable[str]) -> tuple[str, ...]:
     return tuple(f"-D{BAND_MACROS[band]}=0" for band, present in sides.items() if not present)
 
 
+@busy.counted("compiling")
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,
