@@ -91,7 +91,8 @@ def test_cpu_checks_that_passed_on_an_identical_build_are_not_run_again(monkeypa
         return CaseResult("d", 2, 2, 2, "N", "N", "strided", 3, "random", 0, error, 1.0, True, None, passed)
 
     outcome = [result(True), result(True, float("nan"))]
-    monkeypatch.setattr(cpu_check, "run_checks", lambda executor, cases, note="": runs.append(note) or list(outcome))
+    monkeypatch.setattr(cpu_check, "run_checks",
+                        lambda executor, cases, note="", prepared=None: runs.append(note) or list(outcome))
     binary = tmp_path / "lib.so"
     binary.write_bytes(b"one build")
     cases = ["case a", "case b"]

@@ -11,10 +11,10 @@ import hashlib
 import os
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from gemmgen.harness.core import cache
 from gemmgen.harness.core.unity import largest_first, unity_units
@@ -134,17 +134,51 @@ def compile_object(tc: Toolchain, source: Path, obj: Path, includes: list[Path],
     return obj
 
 
-def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Iterable[str] | None = None,
-          sources: list[Path] | None = None, openmp: bool = True, link: str = "shared",
-          extra_flags: tuple[str, ...] = (), jobs: int | None = None, tolerate_failures: bool = False,
-          output_name: str | None = None, unity: int = 0,
-          optimization: str = DEFAULT_OPTIMIZATION) -> CpuBuild:
-    """Compile and link.  link: "shared" (lib for ctypes), "runner" (the check runner executable),
+class PendingBuild:
+    """A build whose compiles are submitted to a pool: result() waits for them and links.  Two
+    builds sharing one pool (the native library and the AArch64 runner of `gemmgen check`) keep the
+    cores busy across both, and the first can be used while the second still compiles."""
+
+    def __init__(self, generated: Path, futures: list[tuple[Path, Future]],
+                 link: Callable[[list[Path]], Path | None], tolerate_failures: bool):
+        self.generated, self.futures, self.link, self.tolerate_failures = generated, futures, link, tolerate_failures
+        self._result: CpuBuild | None = None
+
+    def result(self) -> CpuBuild:
+        if self._result is None:
+            built, failures = [], {}
+            for source, fut in self.futures:   # objects link in list order
+                try:
+                    built.append(fut.result())
+                except CpuBuildError as err:
+                    if not self.tolerate_failures:
+                        raise
+                    failures[str(source.relative_to(self.generated))] = str(err)
+            self._result = CpuBuild(self.link(built) if built else None, built, failures)
+        return self._result
+
+
+def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, jobs: int | None = None,
+          **options) -> CpuBuild:
+    """Compile (jobs compiles at a time, default: all cores) and link; the options are start_build's."""
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return start_build(generated, build_dir, tc, pool=pool, **options).result()
+
+
+def start_build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, pool: Executor,
+                isas: Iterable[str] | None = None, sources: list[Path] | None = None, openmp: bool = True,
+                link: str = "shared", extra_flags: tuple[str, ...] = (), tolerate_failures: bool = False,
+                output_name: str | None = None, unity: int = 0,
+                optimization: str = DEFAULT_OPTIMIZATION) -> PendingBuild:
+    """Submit the compiles to `pool` (largest unit first) and return the build, linked by its
+    result().  link: "shared" (lib for ctypes), "runner" (the check runner executable),
     or "none" (compile only, e.g. AVX-512 sources with -Werror on a machine that cannot run them).
     unity > 0 compiles the kernel sources of each ISA and precision in units of that many
     (harness.core.unity); a sweep that tolerates failures keeps one source per compile.  optimization:
     g++'s -O flag (the tests use -Og, see DEFAULT_OPTIMIZATION).  extra_flags go to every compile
     and link (e.g. -fsanitize=..., which both need)."""
+    if link not in ("shared", "runner", "none"):
+        raise ValueError(f"link must be shared, runner or none, not {link!r}")
     generated = generated.resolve()
     build_dir = build_dir.resolve()
     sources = sources if sources is not None else cpu_sources(generated, isas)
@@ -169,32 +203,25 @@ def build(generated: Path, build_dir: Path, tc: Toolchain = NATIVE, *, isas: Ite
         if s.name == "gemmgen_cpu_dispatch.cpp":
             rel = rel.with_name(f"gemmgen_cpu_dispatch{'_omp' if openmp else '_serial'}.o")
         objects.append(build_dir / "obj" / rel)
-    built, failures = [], {}
     object_of = dict(zip(sources, objects))
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        futures = {s: pool.submit(compile_object, tc, s, object_of[s], includes,
-                                  omp_flags if s.name == "gemmgen_cpu_dispatch.cpp" else flags, headers, members[s])
-                   for s in largest_first(members)}
-        for source, fut in ((s, futures[s]) for s in sources):   # objects link in list order
-            try:
-                built.append(fut.result())
-            except CpuBuildError as err:
-                if not tolerate_failures:
-                    raise
-                failures[str(source.relative_to(generated))] = str(err)
-    if link == "none" or not built:
-        return CpuBuild(None, built, failures)
-    if link == "shared":
-        out = build_dir / (output_name or "libgemmgen_cpu.so")
-        cmd = [tc.cxx, "-shared", *extra_flags, *(("-fopenmp",) if openmp else ()), "-o", str(out), *map(str, built)]
-    elif link == "runner":
-        runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, omp_flags, headers)
-        out = build_dir / (output_name or "gemmgen_cpu_runner")
-        cmd = [tc.cxx, *(("-static",) if tc.static else ()), *extra_flags, *(("-fopenmp",) if openmp else ()),
-               "-o", str(out), str(runner), *map(str, built)]
-    else:
-        raise ValueError(f"link must be shared, runner or none, not {link!r}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CpuBuildError(f"linking {out} failed:\n{proc.stderr[-4000:]}")
-    return CpuBuild(out, built, failures)
+    futures = {s: pool.submit(compile_object, tc, s, object_of[s], includes,
+                              omp_flags if s.name == "gemmgen_cpu_dispatch.cpp" else flags, headers, members[s])
+               for s in largest_first(members)}
+    link_flags = (*extra_flags, *(("-fopenmp",) if openmp else ()))
+
+    def link_objects(built: list[Path]) -> Path | None:
+        if link == "none":
+            return None
+        if link == "shared":
+            out = build_dir / (output_name or "libgemmgen_cpu.so")
+            cmd = [tc.cxx, "-shared", *link_flags, "-o", str(out), *map(str, built)]
+        else:
+            runner = compile_object(tc, RUNNER_SOURCE, build_dir / "obj" / "cpu_runner.o", includes, omp_flags, headers)
+            out = build_dir / (output_name or "gemmgen_cpu_runner")
+            cmd = [tc.cxx, *(("-static",) if tc.static else ()), *link_flags, "-o", str(out), str(runner),
+                   *map(str, built)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CpuBuildError(f"linking {out} failed:\n{proc.stderr[-4000:]}")
+        return out
+    return PendingBuild(generated, [(s, futures[s]) for s in sources], link_objects, tolerate_failures)

@@ -12,12 +12,14 @@ Inputs and verdicts are prepared identically for both, in NumPy."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -141,15 +143,26 @@ HEADER = np.dtype([(name, "<i4") for name in ("precision", "interface", "transa"
 
 
 class RunnerExecutor:
-    """All cases through one run of the check runner (under `prefix`, e.g. qemu-aarch64); `env`:
-    variables added to the runner's environment (e.g. sanitizer options)."""
+    """All cases through the check runner (under `prefix`, e.g. qemu-aarch64), split over
+    `processes` runs of it at once, each taking every processes-th case (the emulator starts once
+    per process, and the large cases spread evenly); `env`: variables added to the runner's
+    environment (e.g. sanitizer options)."""
 
     def __init__(self, runner: Path, isa: str, prefix: tuple[str, ...] = (), timeout: float = 1800,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, processes: int = 1):
         self.runner, self.isa, self.prefix, self.timeout = runner, isa, prefix, timeout
         self.env = {**os.environ, **env} if env else None
+        self.processes = max(1, processes)
 
     def run(self, prepared: list[Prepared]) -> list[tuple[int, np.ndarray]]:
+        n = min(self.processes, max(1, len(prepared)))
+        out: list = [None] * len(prepared)
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            for i, results in enumerate(pool.map(self._run_one, [prepared[i::n] for i in range(n)])):
+                out[i::n] = results
+        return out
+
+    def _run_one(self, prepared: list[Prepared]) -> list[tuple[int, np.ndarray]]:
         with tempfile.TemporaryDirectory(prefix="gemmgen_cpu_") as tmp:
             cases, results = Path(tmp) / "cases.bin", Path(tmp) / "out.bin"
             with open(cases, "wb") as f:
@@ -237,9 +250,18 @@ def cases_for(shapes_by_precision: dict[str, list[tuple[int, int, int]]], rng: n
     return cases
 
 
-def run_checks(executor, cases: Iterable[Case], seed: int = 2026, note: str = "") -> list[CaseResult]:
+def prepare_all(cases: Iterable[Case], seed: int = 2026) -> list[Prepared]:
+    """The cases' inputs, drawn in order from one generator seeded with `seed`."""
     rng = np.random.default_rng(seed)
-    prepared = [prepare(c, rng) for c in cases]
+    return [prepare(c, rng) for c in cases]
+
+
+def run_checks(executor, cases: Iterable[Case], seed: int = 2026, note: str = "",
+               prepared: list[Prepared] | None = None) -> list[CaseResult]:
+    """`prepared`: prepare_all(cases, seed), where several executors check the same cases (drawing
+    the inputs once instead of once per ISA; the data are the same)."""
+    if prepared is None:
+        prepared = prepare_all(cases, seed)
     return [verdict(pr, rc, c, note) for pr, (rc, c) in zip(prepared, executor.run(prepared))]
 
 
@@ -294,10 +316,11 @@ def summarize(results: list[CaseResult]) -> Iterator[str]:
 
 
 def checks_once(folder: Path, binary: Path, executor, cases: list, label: str, recheck: bool = False,
-                echo=print) -> list[CaseResult]:
+                echo=print, inputs: Callable[[], list[Prepared]] | None = None) -> list[CaseResult]:
     """run_checks, unless the same cases already all passed on a binary of the same bytes under the
     same harness (core.cache.passed_before): then their recorded results.  A run with a failure is not
-    recorded, so it runs again."""
+    recorded, so it runs again.  `inputs`: gives prepare_all(cases), drawn once for every ISA (and
+    not at all where every ISA's checks passed before)."""
     import json as _json
 
     from gemmgen.harness.core.cache import passed_before
@@ -309,7 +332,7 @@ def checks_once(folder: Path, binary: Path, executor, cases: list, label: str, r
         echo(f"cpu: {label}: {len(results)} checks passed on an identical build before, not run again "
              "(--recheck runs them)")
         return results
-    results = run_checks(executor, cases, note=label)
+    results = run_checks(executor, cases, note=label, prepared=inputs() if inputs else None)
     if all(r.passed for r in results):
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(_json.dumps([r.to_json() for r in results]))
@@ -332,34 +355,48 @@ def run_cpu_check(gen_dir: Path, build_dir: Path, quick: bool = False, report: P
         echo("cpu: no CPU kernels in this set")
         return 0
     cases = cases_for(shapes, np.random.default_rng(20261122), thorough=not quick)
+    inputs = functools.cache(lambda: prepare_all(cases))   # the same inputs for every ISA, drawn once
     results: list[CaseResult] = []
     x86 = platform.machine() in ("x86_64", "AMD64")
     native_isas = ["generic", "avx2", "avx512"] if x86 else ["generic", "neon"]
-    build = cpu_build.build(gen_dir, build_dir / "cpu_native", isas=native_isas, unity=cpu_build.UNITY_SOURCES)
-    lib = CpuLibrary(build.output)
-    echo(f"cpu: compiled {len(cpu_build.cpu_sources(gen_dir, native_isas))} sources ({', '.join(native_isas)}) "
-         f"in {len(build.objects)} translation units with -Werror")
-    for isa in native_isas:
-        if not lib.supports(isa):
-            echo(f"cpu: this CPU has no {isa}: compiled, not run")
-            continue
-        results += checks_once(build_dir / "cpu_native", build.output, CtypesExecutor(lib, isa), cases, isa,
-                               recheck, echo)
-        echo(f"cpu: {isa} checked")
-    if x86:
-        # 64-bit offsets on a square of the set (s 4x4x4 where the set has it: the default set)
-        squares = [(p, m) for p, lst in shapes.items() for m, n, k in lst if m == n == k]
-        if squares:
-            results.append(check_large_stride(lib, *(("s", 4) if ("s", 4) in squares else squares[0])))
-        if cpu_build.AARCH64.available():
-            runner = cpu_build.build(gen_dir, build_dir / "cpu_aarch64", cpu_build.AARCH64, isas=["generic", "neon"],
-                                     link="runner", unity=cpu_build.UNITY_SOURCES).output
-            results += checks_once(build_dir / "cpu_aarch64", runner,
-                                   RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix), cases, "neon (qemu)",
-                                   recheck, echo)
-            echo("cpu: neon checked under qemu-aarch64")
-        else:
-            echo("cpu: aarch64-linux-gnu-g++ or qemu-aarch64 missing: NEON not checked")
+    cores = os.cpu_count() or 1
+    # One pool compiles both builds, the native one first: the AArch64 units keep the cores busy
+    # while the native library is checked.
+    pool = ThreadPoolExecutor(max_workers=cores)
+    try:
+        native = cpu_build.start_build(gen_dir, build_dir / "cpu_native", isas=native_isas,
+                                       unity=cpu_build.UNITY_SOURCES, pool=pool)
+        cross = None
+        if x86 and cpu_build.AARCH64.available():
+            cross = cpu_build.start_build(gen_dir, build_dir / "cpu_aarch64", cpu_build.AARCH64, isas=["generic", "neon"],
+                                          link="runner", unity=cpu_build.UNITY_SOURCES, pool=pool)
+        build = native.result()
+        lib = CpuLibrary(build.output)
+        echo(f"cpu: compiled {len(cpu_build.cpu_sources(gen_dir, native_isas))} sources ({', '.join(native_isas)}) "
+             f"in {len(build.objects)} translation units with -Werror")
+        for isa in native_isas:
+            if not lib.supports(isa):
+                echo(f"cpu: this CPU has no {isa}: compiled, not run")
+                continue
+            results += checks_once(build_dir / "cpu_native", build.output, CtypesExecutor(lib, isa), cases, isa,
+                                   recheck, echo, inputs)
+            echo(f"cpu: {isa} checked")
+        if x86:
+            # 64-bit offsets on a square of the set (s 4x4x4 where the set has it: the default set)
+            squares = [(p, m) for p, lst in shapes.items() for m, n, k in lst if m == n == k]
+            if squares:
+                results.append(check_large_stride(lib, *(("s", 4) if ("s", 4) in squares else squares[0])))
+            if cross is not None:
+                runner = cross.result().output
+                # Nothing compiles any more: the emulator runs on every core.
+                executor = RunnerExecutor(runner, "neon", cpu_build.AARCH64.run_prefix, processes=cores)
+                results += checks_once(build_dir / "cpu_aarch64", runner, executor, cases, "neon (qemu)",
+                                       recheck, echo, inputs)
+                echo("cpu: neon checked under qemu-aarch64")
+            else:
+                echo("cpu: aarch64-linux-gnu-g++ or qemu-aarch64 missing: NEON not checked")
+    finally:
+        pool.shutdown(cancel_futures=True)   # a failed build does not wait for the other's compiles
     for line in summarize(results):
         echo(line)
     failed = [r for r in results if not r.passed]
