@@ -199,3 +199,26 @@ def test_check_without_a_gpu_compiles_the_newest_architecture_unless_all_are_ask
     assert check.build_for_check(tmp_path, tmp_path / "b", "sm_80", 1).archs == ("sm_80",)
     assert asked == [("sm_90",), ("sm_75", "sm_90", "sm_80"), ("sm_80",)]
     assert check.build_for_check(tmp_path, tmp_path / "b", "sm_7", 1) == 2   # a bad --arch: exit status 2
+
+
+def test_a_library_rebuilt_at_the_same_path_is_loaded_anew(tmp_path):
+    """core.build.load_library: a process that loaded a library (a tuning worker serving several runs)
+    gets the rebuilt one, where dlopen would hand back the one it holds by that path."""
+    import os
+    import subprocess
+
+    from gemmgen.harness.core.build import load_library
+
+    library = tmp_path / "libanswer.so"
+
+    def build(value: int, mtime_ns: int) -> None:
+        source = tmp_path / "answer.c"
+        source.write_text(f"int answer(void) {{ return {value}; }}\n")
+        subprocess.run(["g++", "-x", "c", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+        os.utime(library, ns=(mtime_ns, mtime_ns))
+
+    build(1, 10**18)
+    assert load_library(library).answer() == 1
+    build(2, 10**18 + 10**9)
+    assert load_library(library).answer() == 2
+    assert load_library(str(library)).answer() == 2   # (loaded once: the same handle)

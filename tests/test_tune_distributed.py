@@ -134,24 +134,89 @@ def test_a_piece_that_fails_keeps_the_pieces_before_it_and_a_run_again_resumes(f
     assert sorted(_rows(fake / "gemmgen-tuning")) == sorted(rows)
 
 
-def test_a_stage_that_cannot_be_split_runs_whole_on_one_worker(fake, cluster, monkeypatch):
-    ran = []
+@pytest.fixture
+def fake_wmma(fake, monkeypatch):
+    """The wmma stages with the library's build (nvcc) and the pieces' checks and timings (the GPU)
+    made up: each result follows from the variant's name and the point."""
+    from gemmgen.harness.wmma import tune as wmma_tune
 
-    def sweep(self, stage, ctx):   # (the wmma sweep: its stage 2 follows from its stage 1's best)
-        from distributed import get_worker
+    def build_library(root, build_dir, archs, jobs, sources, library_name="lib.so", **kwargs):
+        return type("Built", (), {"library": build_dir / library_name, "failures": {}, "local_memory_kernels": []})()
 
-        ran.append((get_worker().address, ctx.results_dir, type(ctx.stop).__name__))
-        append_result(ctx.results("wmma"), {"name": "w", "device": self.device, "status": "ok"})
-        return tune_run.Outcome(True)
+    def check_piece(specs, results_path, jobs, stop, library, base):
+        for spec in specs:
+            if zlib.crc32(spec.name.encode()) % 13 == 0:
+                append_result(results_path, {**base, "name": spec.name, "precision": spec.precision, "stage": "check",
+                                             "status": "wrong-answer", "reason": "fake"})
+        return len(specs)
 
-    monkeypatch.setattr(tune_run.GpuRunner, "wmma_sweep", sweep)
-    monkeypatch.setattr(tune_run.GpuRunner, "wmma_final", lambda self, stage, ctx: tune_run.Outcome(True))
-    monkeypatch.setattr(tune_run.GpuRunner, "wmma_table", lambda self, stage, ctx: tune_run.Outcome(True))
-    result = CliRunner().invoke(main, ["tune", "--families", "wmma", "--precisions", "h",
-                                       "--scheduler", cluster.scheduler_address])
-    assert result.exit_code == 0, result.output
-    assert ran == [(ran[0][0], fake / "gemmgen-tuning", "Deadline")]   # a worker's, the folder's full path
-    assert "wmma sweep" in result.output and "1 tried" in result.output
+    def time_piece(piece, results_path, jobs, stop, library, base):
+        assert library.startswith("/") or results_path.name != "rows.jsonl"
+        stage, reps, prec, kind, size, specs = piece
+        made = 0
+        for spec in specs:
+            if stop():
+                break
+            m, n, k = wmma_tune.shape_of(kind, size)
+            append_result(results_path, {**base, "name": spec.name, "family": spec.family, "precision": prec,
+                                         "kind": kind, "size": size, "m": m, "n": n, "k": k, "stage": stage,
+                                         "status": "ok", "time_us": 10 + zlib.crc32(f"{spec.name} {size}".encode()) % 997,
+                                         "floor_fraction": 0.5, "batch": 100, "tflops": 1.0, "bytes": 1})
+            made += 1
+        return made
+
+    def final_piece(piece, results_path, jobs, stop, library, base):
+        prec, kind, size, pair = piece
+        for name, family, spec in pair:
+            for beta in (0.0, 1.0):
+                append_result(results_path, {**base, "name": name, "family": family, "precision": prec, "kind": kind,
+                                             "size": size, "beta": beta, "status": "ok", "floor_fraction":
+                                             0.5 + zlib.crc32(f"{name} {size} {beta}".encode()) % 100 / 1000,
+                                             "time_us": 10.0})
+        return 2 * len(pair)
+
+    monkeypatch.setattr(wmma_tune, "_write_sources", lambda root, specs, bundle: [])
+    monkeypatch.setattr(wmma_tune, "build_library", build_library)
+    monkeypatch.setattr(wmma_tune, "check_piece", check_piece)
+    monkeypatch.setattr(wmma_tune, "time_piece", time_piece)
+    monkeypatch.setattr(wmma_tune, "final_piece", final_piece)
+    return fake
+
+
+WMMA = ["tune", "--families", "wmma", "--precisions", "h"]
+
+
+def test_the_wmma_stages_are_split_and_give_the_one_gpu_rows_and_table(fake_wmma, cluster):
+    one = CliRunner().invoke(main, [*WMMA, "--results", "one"])
+    assert one.exit_code == 0, one.output
+    two = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address, "--results", "two"])
+    assert two.exit_code == 0, two.output
+    rows = {name: (fake_wmma / name / tune_plan.RESULTS["wmma"]).read_text().splitlines() for name in ("one", "two")}
+    stages = {json.loads(r).get("stage") for r in rows["one"]}
+    assert {"check", "coarse", "fine", "final"} <= stages
+    # the same rows in the same order, but the final stage's, which name the run (its start, in seconds)
+    strip = [[r for r in rows[name] if '"stage": "final"' not in r] for name in ("one", "two")]
+    assert strip[0] == strip[1]
+    assert sum('"stage": "final"' in r for r in rows["one"]) == sum('"stage": "final"' in r for r in rows["two"]) > 0
+    tables = {name: json.loads((fake_wmma / name / "nvidia-fake-gpu-80gb.json").read_text())["wmma"]
+              for name in ("one", "two")}
+    assert tables["one"] == tables["two"]
+    assert "# workers (2 GPUs" in two.output
+
+
+def test_a_budget_stops_the_wmma_sweep_between_pieces_and_a_run_again_completes_it(fake_wmma, cluster):
+    one = CliRunner().invoke(main, [*WMMA, "--results", "one"])
+    assert one.exit_code == 0, one.output
+    first = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address, "--budget", "0.5s"])
+    assert first.exit_code == tune_run.BUDGET_STOPPED, first.output
+    again = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address])
+    assert again.exit_code == 0, again.output
+
+    def timings(folder):   # each point's timing once (the check runs again in a run again)
+        rows = [json.loads(r) for r in (fake_wmma / folder / tune_plan.RESULTS["wmma"]).read_text().splitlines()]
+        return sorted((r["name"], r["kind"], r["size"], r["stage"]) for r in rows if r.get("stage") in ("coarse", "fine"))
+
+    assert timings("gemmgen-tuning") == timings("one")
 
 
 @pytest.fixture
@@ -300,8 +365,9 @@ def test_the_plan_says_where_each_stage_runs():
         elif line.strip().startswith("gpus:"):
             where[stage] = line.split(":", 1)[1].strip()
     assert where["small squares"].startswith("split over the GPUs")
-    assert where["wmma sweep"].startswith("one GPU")
-    assert where["tallskinny sweep"].startswith("compiled on this machine (nvcc, one library), then split")
+    assert where["wmma sweep"] == where["wmma final"] == where["tallskinny sweep"] == (
+        "compiled on this machine (nvcc, one library), then timed in pieces split over the GPUs (--gpus), "
+        "one a GPU at a time")
     assert where["wmma table"] == where["small table"] == "this machine (nvcc, no GPU)"
     assert where["cpu blocking"] == "this machine's CPU, one timing at a time"
     assert CliRunner().invoke(main, ["tune", "--plan", "--gpus", "2"]).exit_code == 2

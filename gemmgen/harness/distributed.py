@@ -9,19 +9,18 @@ CUDA_VISIBLE_DEVICES), and `dask scheduler` / `dask worker` join other hosts wit
 would bring a binary wheel of about 70 MB with an object store and a GPU scheduler of its own that
 this work has no use for.
 
-What is split (tune_plan.where says it for every stage, and `--plan` prints it): the small family's
-sweeps, cut into pieces of whole shapes (tune_run.CHUNK variants), which a worker compiles and times on
-its GPU; and the tall-skinny sweep, compiled here as one library (in the results folder, which the
-workers share) and cut into pieces of one kernel family, precision and n, which a worker times, then its
-cut-off in k in pieces of one precision and n.  A worker writes a piece's rows to a file of its own and
-returns them.  The client (the `gemmgen tune`
-process) appends each piece's rows to the results file in the pieces' order, so the file, the
-state, the budget's stop, the resume (by variant name) and the summary are those of a one-GPU run;
-pieces the results file already holds are never submitted.  The stages that decide what to time next
-from what they timed (the wmma sweep and final timing) run whole on one worker,
-which appends to the results file itself while the client waits (still one writer at a time; an
-hour-long stage keeps every row as it comes).  The tables are compiled and written on the client
-(nvcc, no GPU), and the CPU is tuned on the client, one timing at a time.
+What is split (tune_plan.where says it for every stage, and `--plan` prints it): every stage that
+times on a GPU.  The small family's sweeps are cut into pieces of whole shapes (tune_run.CHUNK
+variants), which a worker compiles and times on its GPU.  The wmma and tall-skinny stages are compiled
+here, one library each in the results folder (which the workers share), and timed in pieces: the wmma
+sweep's check a few dozen variants a piece, its stage 1 and stage 2 a point a piece (stage 2, which
+takes stage 1's best, once stage 1 is done), its final stage a point a piece; the tall-skinny sweep a
+kernel family, precision and n a piece, then its cut-off in k a precision and n a piece.  A worker
+writes a piece's rows to a file of its own and returns them.  The client (the `gemmgen tune` process)
+appends each piece's rows to the results file in the pieces' order, so the file, the state, the
+budget's stop, the resume and the summary are those of a one-GPU run; pieces the results file already
+holds are never submitted.  The tables are compiled and written on the client (nvcc, no GPU), and the
+CPU is tuned on the client, one timing at a time.
 
 Workers: one per GPU.  On one host (`--gpus`) dask-cuda's LocalCUDACluster where it is installed (it
 also binds each worker to the CPU cores near its GPU); else a SpecCluster of our own of one Nanny per
@@ -53,7 +52,6 @@ import click
 
 from gemmgen.harness import tune_plan, tune_run
 from gemmgen.harness.core import busy
-from gemmgen.harness.core.results import in_turn
 
 INSTALL = 'several GPUs need Dask distributed: pip install "gemmgen[tune]"'
 CONNECT_SECONDS = 10    # how long `--scheduler` waits for the scheduler, and then for a worker
@@ -207,19 +205,6 @@ def run_piece(work, piece: list, stop: Deadline, jobs: int, hosts: dict[str, int
     return {"done": done, "lines": lines, "worker": get_worker().address, **_spent(before)}
 
 
-def run_whole(runner: tune_run.GpuRunner, stage: tune_plan.Stage, ctx: tune_run.Context) -> dict:
-    """On a worker: a stage that cannot be split, whole, on this worker's GPU, appending to the
-    results folder (which the workers share) itself."""
-    from distributed import get_worker
-
-    from gemmgen.generator.tuning import tables_from
-
-    before = busy.seconds()
-    with tables_from(ctx.results_dir, runner.device), busy.on_gpu():
-        outcome = runner.run(stage, ctx)
-    return {"outcome": outcome, "worker": get_worker().address, **_spent(before)}
-
-
 def _spent(before: dict[str, float]) -> dict[str, float]:
     after = busy.seconds()
     return {kind: after.get(kind, 0.0) - before.get(kind, 0.0) for kind in ("compiling", "on GPU")}
@@ -253,10 +238,6 @@ class Workers(tune_run.GpuRunner):
         if place in tune_plan.SPLIT:
             return super().run(stage, replace(ctx, results_dir=shared,
                                               spread=functools.partial(self.spread, deadline=ctx.deadline())))
-        if place == "one GPU":
-            here = tune_run.GpuRunner(found=(self.arch, self.device))   # (this runner holds the client)
-            there = replace(ctx, results_dir=shared, stop=Deadline(ctx.deadline()), spread=in_turn)
-            return self._account(self.client.submit(run_whole, here, stage, there, pure=False).result())["outcome"]
         return super().run(stage, ctx)   # nvcc or the CPU: on this machine
 
     def spread(self, pieces, work, results: Path, jobs: int, stop, deadline: float | None) -> int:

@@ -214,19 +214,18 @@ def plan(selection: Selection, families=FAMILIES, arch: str = "sm_90") -> list[S
 
 
 # Where each stage runs on several GPUs (`gemmgen tune --gpus`, harness.distributed).  The small
-# family's sweeps are cut into pieces of whole shapes, each compiled and timed on one GPU; the
-# tall-skinny sweep is compiled here as one library and its pieces (a kernel family, precision and n
-# each) are timed on the GPUs, then its cut-off in k (which takes the sweep's best) in pieces of a
-# precision and n; the wmma stages decide what to time next from what they timed (stage 2 takes
-# stage 1's best, the final stage the sweep's contenders), so each runs whole on one GPU; the tables
-# are nvcc's work alone, and the CPU is timed one timing at a time.
+# family's sweeps are cut into pieces of whole shapes, each compiled and timed on one GPU.  The wmma
+# and tall-skinny stages are compiled here, one library each, and timed in pieces on the GPUs: the
+# wmma sweep checks its variants (pieces of a few dozen), then times stage 1 and stage 2 a point a
+# piece (stage 2 takes stage 1's best, so it starts when stage 1 is done), its final stage a point a
+# piece; the tall-skinny sweep a kernel family, precision and n a piece, then its cut-off in k (which
+# takes the sweep's best) a precision and n a piece.  The tables are nvcc's work alone, and the CPU
+# is timed one timing at a time.
 WHERE = {
     "split": "split over the GPUs (--gpus): pieces of whole shapes, one a GPU at a time; then the table "
              "on this machine (nvcc)",
-    "built here, split": "compiled on this machine (nvcc, one library), then split over the GPUs (--gpus): "
-                         "pieces of one kernel family, precision and n, one a GPU at a time; then the cut-off "
-                         "in k in pieces of one precision and n",
-    "one GPU": "one GPU, whole (what it times next follows from what it timed)",
+    "built here, split": "compiled on this machine (nvcc, one library), then timed in pieces split over the "
+                         "GPUs (--gpus), one a GPU at a time",
     "nvcc": "this machine (nvcc, no GPU)",
     "cpu": "this machine's CPU, one timing at a time",
 }
@@ -237,11 +236,9 @@ def where(stage: Stage) -> str:
     """Which of WHERE runs `stage` on several GPUs."""
     if stage.family == "small" and stage.name != "table":
         return "split"
-    if stage.family == "tallskinny":
-        return "built here, split"
     if stage.family == "cpu":
         return "cpu"
-    return "nvcc" if stage.name == "table" else "one GPU"
+    return "nvcc" if stage.name == "table" else "built here, split"
 
 
 def _count(stage: Stage) -> str:

@@ -188,14 +188,16 @@ class GpuRunner:
         from gemmgen.harness.wmma import tune as wmma_tune
 
         rc = wmma_tune.run_tune(ctx.results("wmma"), ctx.build("wmma"), stage.selection.precisions, ctx.jobs,
-                                math.inf, wmma_tune.MAX_TUPLES, stop=ctx.stop)
+                                math.inf, wmma_tune.MAX_TUPLES, stop=ctx.stop, arch=self.arch, device=self.device,
+                                spread=ctx.spread)
         return Outcome(rc == 0)
 
     def wmma_final(self, stage: Stage, ctx: Context) -> Outcome:
         from gemmgen.harness.wmma import tune as wmma_tune
 
         rc = wmma_tune.run_final(ctx.results("wmma"), ctx.build("wmma"), stage.selection.precisions, ctx.jobs,
-                                 wmma_tune.MAX_TUPLES, stop=ctx.stop, resume=True)
+                                 wmma_tune.MAX_TUPLES, stop=ctx.stop, resume=True, arch=self.arch,
+                                 device=self.device, spread=ctx.spread)
         return Outcome(rc == 0)
 
     def wmma_table(self, stage: Stage, ctx: Context) -> Outcome:

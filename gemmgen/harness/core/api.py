@@ -80,9 +80,10 @@ def variant_launcher(lib, name: str, prec: str):
 class TallSkinnyLibrary:
     """The tall-skinny part of the C API (also loads a tall-skinny-only library)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, lib: ctypes.CDLL | None = None):
+        """`lib`: the library at `path` as loaded already (core.build.load_library)."""
         self.path = Path(path)
-        self.lib = ctypes.CDLL(str(self.path))
+        self.lib = lib if lib is not None else ctypes.CDLL(str(self.path))
         bind_tallskinny(self.lib)
 
     def tallskinny(self, prec, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
@@ -129,9 +130,10 @@ def strided_function(lib, symbol: str, prec: str):
 
 
 class GemmgenLibrary(TallSkinnyLibrary):
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, lib: ctypes.CDLL | None = None):
+        """`lib`: the library at `path` as loaded already (core.build.load_library)."""
         self.path = Path(path)
-        self.lib = ctypes.CDLL(str(self.path))
+        self.lib = lib if lib is not None else ctypes.CDLL(str(self.path))
         bind_tallskinny(self.lib)
         for key in PRECISION_ORDER:
             strided_function(self.lib, f"gemmgen_{key}gemm_batched_strided", key)

@@ -490,3 +490,27 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
             raise BuildError(f"linking {library} failed:\n{proc.stderr[-4000:]}")
     members = {name(u): [name(m) for m in ms] for u, ms in units.items() if ms and u not in alone}
     return BuildResult(library, sorted(built), resources, failures, members)
+
+
+def load_library(path: Path | str):
+    """The shared library at `path` as it was built last, loaded once per process.  dlopen hands out
+    a library it already holds by its path, so a process that outlives a build (a worker of a Dask
+    cluster serving one `gemmgen tune` run after another) would time the old kernels after a rebuild
+    to the same path: each build is loaded through a hard link named by its modification time."""
+    path = Path(path)
+    alias = path.with_name(f".{path.stem}.{path.stat().st_mtime_ns}{path.suffix}")
+    if not alias.exists():
+        partial = alias.with_name(f"{alias.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            os.link(path, partial)
+        except OSError:   # (a file system without hard links)
+            shutil.copyfile(path, partial)
+        partial.replace(alias)
+    return _load(str(alias))
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str):
+    import ctypes
+
+    return ctypes.CDLL(path)

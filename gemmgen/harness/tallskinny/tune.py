@@ -20,6 +20,7 @@ from gemmgen.generator.tuning import save_table, writable_table
 
 from gemmgen.harness.tallskinny.check import TsCase, run_ts_case
 from gemmgen.harness.core import busy
+from gemmgen.harness.core.build import load_library
 from gemmgen.harness.core.results import Stopped, append_result, in_turn, load_results
 from gemmgen.harness.tallskinny.workload import TsWorkload, bytes_moved
 
@@ -149,11 +150,10 @@ def _free_gpu_memory() -> None:
     cp.get_default_memory_pool().free_all_blocks()
 
 
-@functools.lru_cache(maxsize=None)
 def _library(path: str):
     from gemmgen.harness.core.api import TallSkinnyLibrary
 
-    return TallSkinnyLibrary(Path(path))
+    return TallSkinnyLibrary(path, load_library(path))
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,8 +25,7 @@ the default set stays small enough to compile in CI.
 """
 from __future__ import annotations
 
-import ctypes
-import json
+import functools
 import math
 import time
 from collections import defaultdict
@@ -42,9 +41,10 @@ from gemmgen.generator.families import parse_kernel
 from gemmgen.generator.precision import PRECISIONS
 from gemmgen.generator.tuning import load_table, save_table, writable_table
 
+from gemmgen.harness.core import busy
 from gemmgen.harness.core.api import spec_launcher
-from gemmgen.harness.core.build import build_library, code_path_tokens
-from gemmgen.harness.core.results import append_result, load_results, standing_refusals
+from gemmgen.harness.core.build import build_library, code_path_tokens, load_library
+from gemmgen.harness.core.results import append_result, in_turn, load_results, standing_refusals
 from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
@@ -132,23 +132,6 @@ def gpu_check(f, prec: str, m: int, n: int, k: int, takes_shape: bool, batch: in
     err = norm(got - expected) / (abs(alpha_r) * norm(a) * norm(b) + abs(beta_r) * norm(c0))
     worst = float(cp.max(err))
     return worst <= error_bound(prec, k), worst
-
-
-class _Workloads:
-    """The packed batch of the point being measured; kept while consecutive measurements share
-    the point (the sweep goes point by point), so each point allocates and fills once."""
-
-    def __init__(self):
-        self.key, self.work = None, None
-
-    def get(self, prec: str, kind: str, size: int) -> Workload:
-        if self.key != (prec, kind, size):
-            if self.work is not None:
-                self.work.release()
-            m, n, k = shape_of(kind, size)
-            self.work = Workload(prec, m, n, k, max(MIN_BATCH, batch_for_megabytes(prec, m, n, k, MEGABYTES)))
-            self.key = (prec, kind, size)
-        return self.work
 
 
 def _time(work: Workload, f, takes_shape: bool, reps: int) -> dict:
@@ -256,7 +239,8 @@ def sweep_candidates(precisions, arch: str, async_only: bool = False, small_only
 
 def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_s: float,
              max_tuples: int | None, async_only: bool = False, small_only: bool = False,
-             warp_only: bool = False, block_only: bool = False, stop=None) -> int:
+             warp_only: bool = False, block_only: bool = False, stop=None, arch: str | None = None,
+             device: str | None = None, spread=in_turn) -> int:
     """async_only: sweep only the wmma tuples with a cp.async ring; small_only: only the small
     family's present table kernels at the square sizes up to 32 and the rank-16 updates it was
     tuned for (after a re-tune of that family),
@@ -264,15 +248,20 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     (WmmaWarpSpec, h) at every stage-2 shape they cover; block_only: only the block kernels
     (WmmaBlockSpec).  Either way stage 2 compares with the results already in the file for the rest.
     stop(): asked before each timing besides budget_s (gemmgen tune's budget); either ends the run
-    with 3, the results so far kept (a run again resumes)."""
-    from gemmgen.harness.check import device_arch
-    from gemmgen.harness.core.timing import copy_bandwidth
+    with 3, the results so far kept (a run again resumes).
+    The variants are compiled here into one library; the check, stage 1 and stage 2 then go through
+    `spread` in pieces (check_piece, time_piece: a few dozen variants to check, or one point's
+    timings), one after the other here (results.in_turn) or on the GPUs of `gemmgen tune --gpus`,
+    whose (arch, device) are given where this machine has no GPU of its own."""
     from gemmgen.harness.core.toolchain import gpu_available
 
-    if not gpu_available():
-        raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+    if arch is None:
+        if not gpu_available():
+            raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+        from gemmgen.harness.check import device_arch
+
+        arch, device = device_arch()
     start = time.time()
-    arch, device = device_arch()
     base = {"arch": arch, "device": device}
     rows = load_results(results_path)
     done = {(r["name"], r.get("kind"), r.get("size"), r.get("stage")) for r in rows if r.get("device") == device}
@@ -321,127 +310,174 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
             refused.add(spec.name)
     click.echo(f"built {len(bundles) - len(failed_bundles)}/{len(bundles)} bundles in "
                f"{time.time() - start:.0f} s; {len(refused)} variants refused so far")
-    lib = ctypes.CDLL(str(built.library))
-    bandwidth = copy_bandwidth()
-    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
 
-    checked: dict[str, bool] = {}
-    workloads = _Workloads()
+    def spent() -> bool:
+        return time.time() - start > budget_s or bool(stop and stop())
 
-    def launcher(spec):
-        return spec_launcher(lib, spec)
-
-    def correct(spec) -> bool:
-        if spec.name in refused:
-            return False
-        if spec.name not in checked:
-            f, takes_shape = launcher(spec)
-            shape = (37, 45, 29) if takes_shape else spec.shape
-            try:
-                ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
-                if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
-                    ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
-                if ok and spec.family == "wmmawarp":   # and its copies of contiguous matrices
-                    ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, packed=True)
-                if ok and takes_shape and spec.stages:   # and the general kernel's raw packed ring
-                    packed_shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
-                    ok, err = gpu_check(f, spec.precision, *packed_shape, takes_shape, batch=2000, packed=True)
-            except Exception as exc:   # a launch failure is a result
-                ok, err = False, float("nan")
-                append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
-                                             "stage": "check", "status": "launch-failed",
-                                             "reason": str(exc)[:300]})
-            else:
-                if not ok:
-                    append_result(results_path, {**base, "name": spec.name, "precision": spec.precision,
-                                                 "stage": "check", "status": "wrong-answer",
-                                                 "reason": f"relative error {err:.3g}"})
-            checked[spec.name] = ok
-            if not ok:
-                refused.add(spec.name)
-        return checked[spec.name]
-
-    def measure(spec, kind, size, stage, reps) -> dict | None:
-        key = (spec.name, kind, size, stage)
-        if key in done:
-            return None
-        if time.time() - start > budget_s or (stop and stop()):
-            raise TimeoutError
-        if not correct(spec):
-            return None
-        f, takes_shape = launcher(spec)
-        m, n, k = shape_of(kind, size)
-        row = {**base, "name": spec.name, "family": spec.family, "precision": spec.precision,
-               "kind": kind, "size": size, "m": m, "n": n, "k": k, "stage": stage}
-        try:
-            t = _time(workloads.get(spec.precision, kind, size), f, takes_shape, reps)
-        except Exception as exc:
-            row.update(status="launch-failed", reason=str(exc)[:300])
-        else:
-            row.update(status="ok", **t, floor_fraction=t["bytes"] / bandwidth / (t["time_us"] * 1e-6))
-        append_result(results_path, row)
-        done.add(key)
-        return row
+    def timed(pieces, label: str) -> bool:
+        """Time the pieces through `spread`; False where the budget stopped them."""
+        with click.progressbar(pieces, label=label, show_pos=True) as bar:
+            spread(bar, functools.partial(time_piece, library=str(built.library), base=base), results_path,
+                   jobs, spent)
+        return not spent()
 
     # Check every variant once before timing anything: a broken template shows here, in seconds,
     # instead of after the device budget is spent.
-    with click.progressbar(specs, label="NumPy-style check (CuPy float64)", show_pos=True) as bar:
-        verdicts = [correct(spec) for spec in bar]
-    wrong = sum(1 for ok in verdicts if not ok)
+    to_check = [spec for spec in specs if spec.name not in refused]
+    with click.progressbar([to_check[i:i + CHECK_PIECE] for i in range(0, len(to_check), CHECK_PIECE)],
+                           label=f"check (CuPy float64), {CHECK_PIECE} variants a piece", show_pos=True) as bar:
+        spread(bar, functools.partial(check_piece, library=str(built.library), base=base), results_path, jobs, spent)
+    if spent():
+        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
+        return 3
+    refused |= {r["name"] for r in load_results(results_path)
+                if r.get("device") == device and r.get("stage") == "check" and r.get("status") != "ok"}
+    wrong = sum(1 for spec in specs if spec.name in refused)
     click.echo(f"{len(specs) - wrong} variants correct, {wrong} refused")
     if wrong > len(specs) // 2:
         raise click.ClickException("most variants are wrong or failed: stopping before timing")
-    try:
-        points = [(p, kind, size) for p in precisions for kind in wmma.KINDS for size in STAGE1[kind]]
-        with click.progressbar(points, label="stage 1 (coarse grid)", show_pos=True) as bar:
-            for prec, kind, size in bar:
-                for spec in general:
-                    if spec.precision == prec and fits(spec, kind, size):
-                        measure(spec, kind, size, "coarse", 3)
-        stage1 = _best_by_point(load_results(results_path), device, "coarse")
-        general_by_name = {s.name: s for s in general}   # (this run's space: the file may hold others)
-        plan = []
-        for prec in precisions:
-            for kind in wmma.KINDS:
-                for size in STAGE2_SIZES:
-                    m, n, k = shape_of(kind, size)
-                    names = set()
-                    for coarse in _nearest(STAGE1[kind], size):
-                        names.update(r["name"] for r in stage1.get((prec, kind, coarse), [])[:STAGE2_TOP])
-                    cands = [general_by_name[x] for x in sorted(names) if x in general_by_name]
-                    if (prec, kind, size) in smalls and not (async_only or warp_only or block_only):
-                        cands.append(smalls[(prec, kind, size)])
-                    if size <= wmma.TINY_TC and not only:
-                        cands += wmma.tiny_candidates(prec, m, n, k, arch)
-                    cands += warp_points.get((prec, kind, size), [])
-                    cands += block_points.get((prec, kind, size), [])
-                    plan.extend((spec, kind, size) for spec in cands)
-        with click.progressbar(plan, label="stage 2 (every size)", show_pos=True) as bar:
-            for spec, kind, size in bar:
-                measure(spec, kind, size, "fine", 5)
-    except TimeoutError:
+
+    def piece(stage: str, reps: int, prec: str, kind: str, size: int, point_specs) -> tuple:
+        return (stage, reps, prec, kind, size, tuple(s for s in dict.fromkeys(point_specs)
+                                                     if s.name not in refused and (s.name, kind, size, stage) not in done))
+
+    points = [(p, kind, size) for p in precisions for kind in wmma.KINDS for size in STAGE1[kind]]
+    stage1 = [piece("coarse", 3, prec, kind, size, [s for s in general if s.precision == prec and fits(s, kind, size)])
+              for prec, kind, size in points]
+    if not timed([x for x in stage1 if x[-1]], "stage 1 (coarse grid), a point a piece"):
+        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
+        return 3
+    coarse = _best_by_point(load_results(results_path), device, "coarse")
+    general_by_name = {s.name: s for s in general}   # (this run's space: the file may hold others)
+    stage2 = []
+    for prec in precisions:
+        for kind in wmma.KINDS:
+            for size in STAGE2_SIZES:
+                m, n, k = shape_of(kind, size)
+                names = set()
+                for point in _nearest(STAGE1[kind], size):
+                    names.update(r["name"] for r in coarse.get((prec, kind, point), [])[:STAGE2_TOP])
+                point_specs = [general_by_name[x] for x in sorted(names) if x in general_by_name]
+                if (prec, kind, size) in smalls and not (async_only or warp_only or block_only):
+                    point_specs.append(smalls[(prec, kind, size)])
+                if size <= wmma.TINY_TC and not only:
+                    point_specs += wmma.tiny_candidates(prec, m, n, k, arch)
+                point_specs += warp_points.get((prec, kind, size), [])
+                point_specs += block_points.get((prec, kind, size), [])
+                stage2.append(piece("fine", 5, prec, kind, size, point_specs))
+    if not timed([x for x in stage2 if x[-1]], "stage 2 (every size), a point a piece"):
         click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
         return 3
     click.echo(f"sweep complete in {time.time() - start:.0f} s")
     return 0
 
 
+# Variants a piece of the sweep's check holds: a few seconds of a GPU, so that a budget stops soon.
+CHECK_PIECE = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_bandwidth() -> float:
+    from gemmgen.harness.core.timing import copy_bandwidth
+
+    bandwidth = copy_bandwidth()
+    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    return bandwidth
+
+
+def check_variant(lib, spec) -> tuple[bool, float]:
+    """Every path of a variant against the float64 CuPy reference (gpu_check): an odd shape with
+    padded leading dimensions, and where the variant has them its cp.async ring, its copies of
+    contiguous matrices (warp kernels) and its raw packed ring."""
+    f, takes_shape = spec_launcher(lib, spec)
+    shape = (37, 45, 29) if takes_shape else spec.shape
+    ok, err = gpu_check(f, spec.precision, *shape, takes_shape)
+    if ok and getattr(spec, "stages", 0):   # and the cp.async ring's own path
+        ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, aligned=True)
+    if ok and spec.family == "wmmawarp":   # and its copies of contiguous matrices
+        ok, err = gpu_check(f, spec.precision, *shape, takes_shape, batch=2000, packed=True)
+    if ok and takes_shape and spec.stages:   # and the general kernel's raw packed ring
+        packed_shape = (spec.blk_m - 3, spec.blk_n - 5, 2 * spec.blk_k + 1)
+        ok, err = gpu_check(f, spec.precision, *packed_shape, takes_shape, batch=2000, packed=True)
+    return ok, err
+
+
+def check_piece(specs, results_path: Path, jobs: int, stop, library: str, base: dict) -> int:
+    """A piece of the sweep's check on this process's GPU (as results.in_turn, or a worker of
+    `gemmgen tune --gpus`, calls it): each variant through check_variant, a refusal appended to
+    results_path (stage "check"); stops between variants where stop() says so.  Returns the variants
+    checked."""
+    lib = load_library(library)
+    checked = 0
+    with busy.on_gpu():
+        for spec in specs:
+            if stop():
+                break
+            row = {**base, "name": spec.name, "precision": spec.precision, "stage": "check"}
+            try:
+                ok, err = check_variant(lib, spec)
+            except Exception as exc:   # a launch failure is a result
+                append_result(results_path, {**row, "status": "launch-failed", "reason": str(exc)[:300]})
+            else:
+                if not ok:
+                    append_result(results_path, {**row, "status": "wrong-answer", "reason": f"relative error {err:.3g}"})
+            checked += 1
+    return checked
+
+
+def time_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, base: dict) -> int:
+    """One point of the sweep on this process's GPU: piece = (stage, repeats, precision, kind, size,
+    the variants to time there), each timing appended to results_path as it comes; stops between
+    timings where stop() says so.  Returns the timings made."""
+    stage, reps, prec, kind, size, specs = piece
+    lib = load_library(library)
+    m, n, k = shape_of(kind, size)
+    made = 0
+    with busy.on_gpu():
+        bandwidth = _copy_bandwidth()
+        work = None
+        try:
+            for spec in specs:
+                if stop():
+                    break
+                if work is None:
+                    work = Workload(prec, m, n, k, max(MIN_BATCH, batch_for_megabytes(prec, m, n, k, MEGABYTES)))
+                row = {**base, "name": spec.name, "family": spec.family, "precision": spec.precision,
+                       "kind": kind, "size": size, "m": m, "n": n, "k": k, "stage": stage}
+                try:
+                    f, takes_shape = spec_launcher(lib, spec)
+                    t = _time(work, f, takes_shape, reps)
+                except Exception as exc:
+                    row.update(status="launch-failed", reason=str(exc)[:300])
+                else:
+                    row.update(status="ok", **t, floor_fraction=t["bytes"] / bandwidth / (t["time_us"] * 1e-6))
+                append_result(results_path, row)
+                made += 1
+        finally:
+            if work is not None:
+                work.release()
+    return made
+
+
 def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tuples: int = MAX_TUPLES,
-              stop=None, resume: bool = False) -> int:
+              stop=None, resume: bool = False, arch: str | None = None, device: str | None = None,
+              spread=in_turn) -> int:
     """--final-only: at each point where the table weighs a warp kernel against the rest (_contenders,
     from the stage-2 results in the file), time both with FINAL_MEGABYTES of data, beta = 0 and 1, in
     this run (rows with stage "final", `beta` and this run's `run`); write_tuning_table then decides
     between them on each one's worse fraction of the floor (_final_times).  resume: leave out the points
     where both kernels have both betas timed already (gemmgen tune, going on after its budget stopped
-    it); stop(): asked between points, ends the run with 3."""
-    from gemmgen.harness.check import device_arch
-    from gemmgen.harness.core.timing import copy_bandwidth, median_time_ms
+    it); stop(): asked between points, ends the run with 3.  The kernels are compiled here; the points
+    go through `spread` (final_piece, one point each), as in run_tune."""
     from gemmgen.harness.core.toolchain import gpu_available
 
-    if not gpu_available():
-        raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+    if arch is None:
+        if not gpu_available():
+            raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+        from gemmgen.harness.check import device_arch
+
+        arch, device = device_arch()
     start = time.time()
-    arch, device = device_arch()
     base = {"arch": arch, "device": device, "stage": "final", "run": int(start)}
     rows = load_results(results_path)
     timed = _final_times(rows, device) if resume else {}
@@ -459,28 +495,48 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     root = build_dir / arch
     bundles = _write_sources(root, specs, BUNDLE)
     built = build_library(root, root / "build", (arch,), jobs or None, sources=bundles, library_name="libfinal_wmma.so")
-    lib = ctypes.CDLL(str(built.library))
-    bandwidth = copy_bandwidth()
-    with click.progressbar(points, label="final (far past L2)", show_pos=True) as bar:
-        for prec, kind, size, pair in bar:
-            if stop and stop():
-                click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
-                return 3
-            m, n, k = shape_of(kind, size)
-            batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
-            work = Workload(prec, m, n, k, batch)
-            for r in pair:   # (a row's family says "wmma" for a block kernel serving a range: the spec's does not)
-                f, takes_shape = spec_launcher(lib, by_name[r["name"]])
+    never = lambda: False   # noqa: E731
+    pieces = [(prec, kind, size, tuple((r["name"], r["family"], by_name[r["name"]]) for r in pair))
+              for prec, kind, size, pair in points]
+    spread(pieces, functools.partial(final_piece, library=str(built.library), base=base), results_path, jobs,
+           stop or never)
+    if stop and stop():
+        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
+        return 3
+    click.echo(f"final stage complete in {time.time() - start:.0f} s")
+    return 0
+
+
+def final_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, base: dict) -> int:
+    """One point of the final stage on this process's GPU: piece = (precision, kind, size, the pair
+    as (name, family, spec)), each kernel at beta = 0 and 1 with FINAL_MEGABYTES of data.  Returns the
+    timings made (none where stop() says so before the point)."""
+    from gemmgen.harness.core.timing import median_time_ms
+
+    prec, kind, size, pair = piece
+    if stop():
+        return 0
+    lib = load_library(library)
+    m, n, k = shape_of(kind, size)
+    batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
+    made = 0
+    with busy.on_gpu():
+        bandwidth = _copy_bandwidth()
+        work = Workload(prec, m, n, k, batch)
+        try:
+            for name, family, spec in pair:   # (a row's family says "wmma" for a block kernel serving a range: the spec's does not)
+                f, takes_shape = spec_launcher(lib, spec)
                 for beta in (0.0, 1.0):
                     ms = median_time_ms(work.ours(f, 1.0, beta, takes_shape=takes_shape))
                     append_result(results_path, {
-                        **base, "name": r["name"], "family": r["family"], "precision": prec, "kind": kind,
+                        **base, "name": name, "family": family, "precision": prec, "kind": kind,
                         "size": size, "m": m, "n": n, "k": k, "beta": beta, "batch": batch, "status": "ok",
                         "time_us": ms * 1e3,
                         "floor_fraction": bytes_moved(prec, m, n, k, batch, beta != 0) / bandwidth / (ms * 1e-3)})
+                    made += 1
+        finally:
             work.release()
-    click.echo(f"final stage complete in {time.time() - start:.0f} s")
-    return 0
+    return made
 
 
 def _spills(spec, built, stem) -> bool:
