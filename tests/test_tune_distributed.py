@@ -186,31 +186,45 @@ def fake_wmma(fake, monkeypatch):
 WMMA = ["tune", "--families", "wmma", "--precisions", "h"]
 
 
-def test_the_wmma_stages_are_split_and_give_the_one_gpu_rows_and_table(fake_wmma, cluster):
-    one = CliRunner().invoke(main, [*WMMA, "--results", "one"])
+def _one_gpu_and_cluster(folder, run: list[str], family: str, cluster):
+    """The same run on one GPU (into folder/one) and on the cluster (folder/two): each one's results
+    rows and table section, and the cluster run's output."""
+    one = CliRunner().invoke(main, [*run, "--results", "one"])
     assert one.exit_code == 0, one.output
-    two = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address, "--results", "two"])
+    two = CliRunner().invoke(main, [*run, "--scheduler", cluster.scheduler_address, "--results", "two"])
     assert two.exit_code == 0, two.output
-    rows = {name: (fake_wmma / name / tune_plan.RESULTS["wmma"]).read_text().splitlines() for name in ("one", "two")}
+    rows = {name: (folder / name / tune_plan.RESULTS[family]).read_text().splitlines() for name in ("one", "two")}
+    tables = {name: json.loads((folder / name / "nvidia-fake-gpu-80gb.json").read_text())[family]
+              for name in ("one", "two")}
+    return rows, tables, two.output
+
+
+def test_the_wmma_stages_are_split_and_give_the_one_gpu_rows_and_table(fake_wmma, cluster):
+    rows, tables, output = _one_gpu_and_cluster(fake_wmma, WMMA, "wmma", cluster)
     stages = {json.loads(r).get("stage") for r in rows["one"]}
     assert {"check", "coarse", "fine", "final"} <= stages
     # the same rows in the same order, but the final stage's, which name the run (its start, in seconds)
     strip = [[r for r in rows[name] if '"stage": "final"' not in r] for name in ("one", "two")]
     assert strip[0] == strip[1]
     assert sum('"stage": "final"' in r for r in rows["one"]) == sum('"stage": "final"' in r for r in rows["two"]) > 0
-    tables = {name: json.loads((fake_wmma / name / "nvidia-fake-gpu-80gb.json").read_text())["wmma"]
-              for name in ("one", "two")}
     assert tables["one"] == tables["two"]
-    assert "# workers (2 GPUs" in two.output
+    assert "# workers (2 GPUs" in output
+
+
+def _stopped_then_resumed(run: list[str], budget: str, cluster, stopped=lambda: None) -> None:
+    """The run on one GPU (into ./one), then on the cluster into ./gemmgen-tuning stopped by `budget`
+    (`stopped()` asserts what the stop left), then the same command again to its end."""
+    one = CliRunner().invoke(main, [*run, "--results", "one"])
+    assert one.exit_code == 0, one.output
+    first = CliRunner().invoke(main, [*run, "--scheduler", cluster.scheduler_address, "--budget", budget])
+    assert first.exit_code == tune_run.BUDGET_STOPPED, first.output
+    stopped()
+    again = CliRunner().invoke(main, [*run, "--scheduler", cluster.scheduler_address])
+    assert again.exit_code == 0, again.output
 
 
 def test_a_budget_stops_the_wmma_sweep_between_pieces_and_a_run_again_completes_it(fake_wmma, cluster):
-    one = CliRunner().invoke(main, [*WMMA, "--results", "one"])
-    assert one.exit_code == 0, one.output
-    first = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address, "--budget", "0.5s"])
-    assert first.exit_code == tune_run.BUDGET_STOPPED, first.output
-    again = CliRunner().invoke(main, [*WMMA, "--scheduler", cluster.scheduler_address])
-    assert again.exit_code == 0, again.output
+    _stopped_then_resumed(WMMA, "0.5s", cluster)
 
     def timings(folder):   # each point's timing once (the check runs again in a run again)
         rows = [json.loads(r) for r in (fake_wmma / folder / tune_plan.RESULTS["wmma"]).read_text().splitlines()]
@@ -266,28 +280,18 @@ TALLSKINNY = ["tune", "--families", "tallskinny", "--precisions", "s,d"]
 
 
 def test_the_tallskinny_sweep_is_split_and_gives_the_one_gpu_table(fake_tallskinny, cluster):
-    one = CliRunner().invoke(main, [*TALLSKINNY, "--results", "one"])
-    assert one.exit_code == 0, one.output
-    two = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address, "--results", "two"])
-    assert two.exit_code == 0, two.output
-    rows = {name: (fake_tallskinny / name / tune_plan.RESULTS["tallskinny"]).read_text().splitlines()
-            for name in ("one", "two")}
+    rows, tables, output = _one_gpu_and_cluster(fake_tallskinny, TALLSKINNY, "tallskinny", cluster)
     assert rows["one"] == rows["two"]   # the pieces' rows, in the pieces' order
     assert any('"stage": "cutoff"' in r for r in rows["one"])
-    tables = {name: json.loads((fake_tallskinny / name / "nvidia-fake-gpu-80gb.json").read_text())["tallskinny"]
-              for name in ("one", "two")}
     assert tables["one"] == tables["two"] and {r["precision"] for r in tables["one"]} == {"s", "d"}
-    assert "# workers (2 GPUs" in two.output
+    assert "# workers (2 GPUs" in output
 
 
 def test_a_budget_stops_the_split_tallskinny_sweep_and_a_run_again_completes_it(fake_tallskinny, cluster):
-    one = CliRunner().invoke(main, [*TALLSKINNY, "--results", "one"])
-    assert one.exit_code == 0, one.output
-    first = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address, "--budget", "0.02s"])
-    assert first.exit_code == tune_run.BUDGET_STOPPED, first.output
-    assert not (fake_tallskinny / "gemmgen-tuning" / "nvidia-fake-gpu-80gb.json").exists()
-    again = CliRunner().invoke(main, [*TALLSKINNY, "--scheduler", cluster.scheduler_address])
-    assert again.exit_code == 0, again.output
+    def no_table():
+        assert not (fake_tallskinny / "gemmgen-tuning" / "nvidia-fake-gpu-80gb.json").exists()
+
+    _stopped_then_resumed(TALLSKINNY, "0.02s", cluster, no_table)
     done = (fake_tallskinny / "gemmgen-tuning" / tune_plan.RESULTS["tallskinny"]).read_text().splitlines()
     assert sorted(done) == sorted((fake_tallskinny / "one" / tune_plan.RESULTS["tallskinny"]).read_text().splitlines())
 
