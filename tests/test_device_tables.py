@@ -116,6 +116,11 @@ def test_the_list_marks_the_rows_and_names_their_file(tmp_path, monkeypatch):
     assert sum(f"[only {H200}]" in line for line in lines) == 2
     assert "small rows for NVIDIA H200 only: h200-tuning/nvidia-h200.json" in lines[2]
     assert lines[0].endswith("--tables h100-tuning --tables h200-tuning")
+    # a later table choosing the fallback's kernels everywhere adds nothing, and the list names no file for it
+    _table(tmp_path / "same", "NVIDIA H200 NVL", small=[{**_plain(s), "device": "NVIDIA H200 NVL"} for s in SIZES])
+    same = _invoke(tmp_path, monkeypatch, "list", "--tables", "h100-tuning", "--tables", "same", "--arch", "sm_90",
+                   "--precisions", "d", "--sizes", "3,14", "--tallskinny-n", "")
+    assert same.exit_code == 0 and "[only" not in same.output and "small rows for" not in same.output
 
 
 def test_a_later_tables_wmma_and_tallskinny_rows_are_not_used(tmp_path, monkeypatch):

@@ -180,7 +180,9 @@ class Manifest:
         for section in sections:
             source, rows = _tuned_section(arch, section)
             # the device and file of each section: a folder's table (--tables) may replace only some
-            key = (source, rows[0].get("device") if rows else None, section_file(source, section) if source else None)
+            # (the device of its rows for every GPU: rows for one device, from a later --tables, may come first)
+            device = next((r.get("device") for r in rows if "for_device" not in r), rows[0].get("device") if rows else None)
+            key = (source, device, section_file(source, section) if source else None)
             by_source.setdefault(key, []).append(section)
         parts = []
         for (source, device, path), names in by_source.items():

@@ -262,7 +262,8 @@ def device_row_files(arch: str) -> list[tuple[str, Path]]:
     device (tables_from with several folders)."""
     if arch.startswith("cpu_"):
         return []
-    return [(t["device"], p) for _, p, t in _stack(arch)[1:] if t.get("small") and t.get("device")]
+    keyed = {r.get("for_device") for r in _own(arch).get("small", [])}
+    return [(t["device"], p) for _, p, t in _stack(arch)[1:] if t.get("device") in keyed]
 
 
 def stack_notes(folders) -> list[str]:
