@@ -52,26 +52,31 @@ def selection_options(func):
 
 
 def tables_option(func):
-    """--tables DIR: a folder of tables made by `gemmgen tune` (list and generate)."""
-    return click.option("--tables", type=click.Path(path_type=Path), default=None,
+    """--tables DIR: a folder of tables made by `gemmgen tune` (list and generate); more than once for
+    several devices."""
+    return click.option("--tables", type=click.Path(path_type=Path), multiple=True,
                         help="A folder of tuning tables made by `gemmgen tune --results` (<device>.json, "
                              "cpu_<isa>.json): each family's rows there serve instead of the packaged table's "
-                             "of the same architecture (default: the packaged tables alone).")(func)
+                             "of the same architecture (default: the packaged tables alone).  Again for "
+                             "another device's folder: the first folder's table serves every GPU of its "
+                             "architecture, a later one's small rows serve only its device (chosen by "
+                             "cudaDeviceProp.name at run time).")(func)
 
 
-def _with_tables(selection: Selection, tables: Path | None) -> Selection:
-    """The selection reading `tables` (checked: a folder holding at least one usable table)."""
-    if tables is None:
-        return selection
+def _with_tables(selection: Selection, tables: tuple[Path, ...]) -> tuple[Selection, list[str]]:
+    """The selection reading `tables` (checked: each a folder holding at least one usable table, and
+    together no device twice for an architecture), and what of the later folders is not used."""
+    if not tables:
+        return selection, []
     import dataclasses
 
-    from .generator.tuning import TableError, usable_tables
+    from .generator.tuning import TableError, stack_notes
 
     try:
-        usable_tables(tables)
+        notes = stack_notes(tables)
     except TableError as err:
         raise click.ClickException(f"--tables: {err}") from None
-    return dataclasses.replace(selection, tables=str(tables))
+    return dataclasses.replace(selection, tables=tuple(str(t) for t in tables)), notes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,6 +92,8 @@ def _print_manifest(manifest: Manifest) -> None:
     click.echo(f"# {manifest.selection.command()}")
     click.echo(f"# {len(manifest.kernels)} kernels, {len(manifest.dispatch)} dispatch entries")
     for line in manifest.table_summary():
+        click.echo(f"# {line}")
+    for line in manifest.tables_not_used:
         click.echo(f"# {line}")
     click.echo(f"# to compile: {build_cost(manifest).summary()}")
     for e in manifest.dispatch:
@@ -109,7 +116,7 @@ def list_cmd(arch, precisions, sizes, shapes, tables, as_json, tallskinny_n):
     """Show which kernel variants a selection would emit, which serves each shape, and what compiling
     them costs: the CUDA sources and the kernel builds (kernels ptxas compiles, over every transpose
     pair, interface and target architecture)."""
-    manifest = build_manifest(_with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables))
+    manifest = build_manifest(_with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables)[0])
     if as_json:
         from .generator.cost import build_cost
 
@@ -140,7 +147,7 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
     from .generator import cpu
     from .generator.emit import plan, write
 
-    selection = _with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables)
+    selection, not_used = _with_tables(_selection(arch, precisions, sizes, shapes, tallskinny_n), tables)
     try:
         selection = dataclasses.replace(selection, cpu_isas=cpu.parse_isas(cpu_isa))
     except ValueError as err:
@@ -148,6 +155,8 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
     if out_dir.exists() and not out_dir.is_dir():
         raise click.ClickException(f"output {out_dir} exists and is not a folder")
     manifest = build_manifest(selection)
+    for line in not_used:
+        click.echo(f"gemmgen: {line}", err=True)
     if dry_run:
         _print_manifest(manifest)
         for rel in sorted(plan(manifest)):

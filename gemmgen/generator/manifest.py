@@ -14,7 +14,8 @@ from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .families import family_of, parse_kernel
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, format_ranges, parse_ranges
-from .tuning import KEYED_ROW_FIELDS, load_table, row_key_label, section_file, tables_from
+from .tuning import (KEYED_ROW_FIELDS, device_row_files, load_table, row_key_label, section_file, stack_notes,
+                     tables_from)
 
 Shape = tuple[int, int, int]
 
@@ -62,9 +63,10 @@ class Selection:
     shapes: tuple[Shape, ...] = ()
     tallskinny_ns: tuple[int, ...] = tallskinny.DEFAULT_NS   # n of the tsm2/ism2 families (h, s, d)
     cpu_isas: tuple[str, ...] = cpu.ISA_ORDER   # the cpu family's ISAs (generic always included)
-    # A folder of tables made by `gemmgen tune` (generator.tuning.tables_from), read before the packaged
-    # ones; "" for the packaged tables alone.
-    tables: str = ""
+    # Folders of tables made by `gemmgen tune` (generator.tuning.tables_from), read before the packaged
+    # ones: per architecture the first that has a table serves, the later ones add rows for their devices;
+    # () for the packaged tables alone.
+    tables: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not _above_small(self.precisions):
@@ -108,8 +110,7 @@ class Selection:
             parts.append("--tallskinny-n " + ranges_arg(self.tallskinny_ns))
         if self.cpu_isas != cpu.ISA_ORDER:   # the default stays implicit: GPU banners unchanged
             parts.append("--cpu-isa " + ",".join(self.cpu_isas))
-        if self.tables:
-            parts.append(f"--tables {self.tables}")
+        parts += [f"--tables {folder}" for folder in self.tables]
         return " ".join(parts)
 
 
@@ -144,6 +145,8 @@ class Manifest:
     cpu_kernels: tuple[cpu.CpuSpec, ...] = ()   # one per CPU precision, shape and ISA
     wmma_ranges: tuple[wmma.WmmaRange, ...] = ()   # the general Tensor Core kernel, any shape (h, hc)
     tallskinny_routes: tuple[tallskinny.TensorCoreRoute, ...] = ()   # h tall-skinny GEMMs on Tensor Cores
+    # what of the later --tables folders is not used (tuning.stack_notes): their wmma, tallskinny, CPU tables
+    tables_not_used: tuple[str, ...] = ()
 
     @property
     def wmma_kernels(self) -> tuple[wmma.WmmaSpec, ...]:
@@ -177,7 +180,9 @@ class Manifest:
         for section in sections:
             source, rows = _tuned_section(arch, section)
             # the device and file of each section: a folder's table (--tables) may replace only some
-            key = (source, rows[0].get("device") if rows else None, section_file(source, section) if source else None)
+            # (the device of its rows for every GPU: rows for one device, from a later --tables, may come first)
+            device = next((r.get("device") for r in rows if "for_device" not in r), rows[0].get("device") if rows else None)
+            key = (source, device, section_file(source, section) if source else None)
             by_source.setdefault(key, []).append(section)
         parts = []
         for (source, device, path), names in by_source.items():
@@ -187,6 +192,8 @@ class Manifest:
                 whose = "its own table" if source == arch else f"{source}'s table (no {arch} table)"
                 where = f" ({path})" if self.selection.tables else ""
                 parts.append(f"{', '.join(names)}: {whose}, tuned on {device or 'an unnamed device'}{where}")
+                if "small" in names and source == arch:
+                    parts += [f"small rows for {other} only: {file}" for other, file in device_row_files(arch)]
         refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
         if refused:
             parts.append(f"{refused} of those rows refused on {arch} (notes below)")
@@ -221,6 +228,7 @@ class Manifest:
                 "dispatch": [e.to_json() for e in self.tallskinny],
                 "tensor_core": [r.to_json() for r in self.tallskinny_routes],
             },
+            **({"tables_not_used": list(self.tables_not_used)} if self.tables_not_used else {}),
             "cpu_isas": list(self.selection.cpu_isas),
             "cpu_kernels": [
                 {"name": s.name, "family": s.family, "precision": s.precision, "m": s.m, "n": s.n,
@@ -281,8 +289,9 @@ def _tuned_label(row: dict, source: str, arch: str) -> str:
 
 def build_manifest(selection: Selection) -> Manifest:
     """The manifest of `selection`, from the tables of selection.tables over the packaged ones."""
+    not_used = tuple(stack_notes(selection.tables)) if len(selection.tables) > 1 else ()
     with tables_from(selection.tables):
-        return _build_manifest(selection)
+        return replace(_build_manifest(selection), tables_not_used=not_used)
 
 
 def _build_manifest(selection: Selection) -> Manifest:

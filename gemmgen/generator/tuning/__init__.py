@@ -12,6 +12,13 @@ The packaged tables (this folder) serve by default.  A folder of tables made by 
 `cpu_<isa>.json` as here.  Each section the folder's table has replaces the packaged table's
 section of the same architecture; the sections it lacks stay the packaged ones, so a tuning of
 one family changes only that family's choices.
+
+Several folders (`--tables A --tables B`, each one device's tuning) may be in force at once: per
+architecture the first folder holding a table of it serves as above (its device's rows are the
+fallback for every GPU of the architecture), and each later folder's table adds its small rows as
+rows for its own device (`for_device`), where they choose another kernel than the fallback's
+(device_rows).  A later table's wmma and tallskinny sections, and a later folder's CPU tables, are
+not used: those dispatches have no device key (stack_notes says so).
 """
 from __future__ import annotations
 
@@ -41,7 +48,9 @@ def row_key_label(row: dict) -> str:
     return ", ".join(parts)
 GPU_SECTIONS = ("small", "wmma", "tallskinny")
 
-# The folder of tables in force (tables_from), and the device whose table the tuners write there.
+# The folders of tables in force (tables_from; the first is the one tuners write to), and the device
+# whose table the tuners write there.
+_folders: tuple[Path, ...] = ()
 _folder: Path | None = None
 _device: str | None = None
 
@@ -60,18 +69,30 @@ def device_table_name(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "gpu"
 
 
+def _as_folders(folders) -> tuple[Path, ...]:
+    """A folder, a sequence of folders (the order of `--tables`), or None/'' for none."""
+    if not folders:
+        return ()
+    if isinstance(folders, (str, Path)):
+        return (Path(folders),)
+    return tuple(Path(f) for f in folders if f)
+
+
 @contextmanager
-def tables_from(folder: Path | str | None, device: str | None = None):
+def tables_from(folder, device: str | None = None):
     """Read (and write) tables in `folder` while in force; None: the packaged ones alone.  `device`:
     the GPU being tuned, whose table (`<device_table_name>.json`) is the folder's only GPU table
-    read and the one written (another device's table of the same architecture stays untouched)."""
-    global _folder, _device
-    saved = _folder, _device
-    _folder, _device = (Path(folder) if folder else None), device
+    read and the one written (another device's table of the same architecture stays untouched).
+    `folder` may be a sequence of folders (`--tables` given more than once): the first serves, the
+    later ones add rows for their devices (module docstring); tuners write to the first."""
+    global _folders, _folder, _device
+    saved = _folders, _folder, _device
+    _folders = _as_folders(folder)
+    _folder, _device = (_folders[0] if _folders else None), device
     try:
         yield
     finally:
-        _folder, _device = saved
+        _folders, _folder, _device = saved
 
 
 def _load(path: Path) -> dict:
@@ -122,12 +143,103 @@ def usable_tables(folder: Path) -> dict[str, Path]:
     return found
 
 
+def _stack(name: str) -> list[tuple[Path, Path, dict]]:
+    """(folder, file, table) of `name` in each folder in force that has one, in the order of the folders."""
+    found = []
+    for folder in _folders:
+        path = folder_tables(folder, _device).get(name) if folder.is_dir() else None
+        if path:
+            found.append((folder, path, _load(path)))
+    return found
+
+
+def _shape(row: dict) -> tuple:
+    return (row["precision"], row["m"], row["n"], row["k"])
+
+
+def _keyed(row: dict) -> bool:
+    return any(f in row for f in KEYED_ROW_FIELDS)
+
+
+def _strided_kernel(row: dict):
+    """The kernel a small row runs on strided batches, the only ones rows for a device serve: its tuple
+    without the pointer-array ring (array_stages), which pointer arrays take from the shape's row."""
+    from dataclasses import replace
+
+    from ..small import SmallSpec
+
+    return replace(SmallSpec.from_row(row), array_stages=0)
+
+
+def row_order(row: dict) -> tuple:
+    """The order of a table's small rows: precision, shape, then the plain row and the narrower ones
+    (as `gemmgen tune small` writes them)."""
+    from ..precision import PRECISION_ORDER
+
+    return (PRECISION_ORDER.index(row["precision"]), row["m"], row["n"], row["k"], row.get("for_device", ""),
+            -row.get("max_megabytes", 1 << 30))
+
+
+def device_rows(table: dict, path: Path, fallback: list[dict]) -> list[dict]:
+    """A later --tables table's small rows as rows for its own device: each plain row whose kernel
+    differs from the fallback's plain row of its shape (or whose shape the fallback lacks), without its
+    pointer-array ring; its own rows for its device (for_device, max_megabytes) as they are.  TableError
+    where it names no device, or has rows for another device."""
+    device = table.get("device")
+    rows = table.get("small") or []
+    if not device:
+        raise TableError(f"{path} names no device (\"device\"): its small rows cannot be keyed to one")
+    others = sorted({r["for_device"] for r in rows if r.get("for_device", device) != device})
+    if others:
+        raise TableError(f"{path} has small rows for {', '.join(others)}, not its device {device}: "
+                         "a later --tables folder adds rows for its own device only")
+    plain = {_shape(r): r for r in fallback if not _keyed(r)}
+    own = [{**r, "for_device": device} for r in rows if _keyed(r)]
+    own_device = {_shape(r) for r in own if "max_megabytes" not in r}   # its own row for the device serves
+    out = []
+    for row in rows:
+        if _keyed(row) or _shape(row) in own_device:
+            continue
+        base = plain.get(_shape(row))
+        if base is not None and _strided_kernel(base) == _strided_kernel(row):
+            continue   # the fallback runs the same kernel there
+        out.append({**{k: v for k, v in row.items() if k != "array_stages"}, "for_device": device})
+    return out + own
+
+
+def _merged(arch: str, found: list[tuple[Path, Path, dict]]) -> dict:
+    """`arch`'s table from its tables in several folders: the first one's, its small section (or the
+    packaged one's, where it has none) with each later table's rows for its device (device_rows); those
+    replace the fallback's rows for that device at the shapes the later table has."""
+    first_folder, _, base = found[0]
+    later = found[1:]
+    devices = [base.get("device")] + [t.get("device") for _, _, t in later]
+    for i, (folder, _, table) in enumerate(later, 1):
+        if table.get("device") and table["device"] in devices[:i]:
+            other = found[devices.index(table["device"])][0]
+            raise TableError(f"{other} and {folder} both hold tables of {table['device']} for {arch}; "
+                             "give one --tables folder per device")
+    later = [(f, p, t) for f, p, t in later if t.get("small")]
+    if not later:
+        return base
+    fallback = base["small"] if "small" in base else _load(table_path(arch)).get("small", [])
+    rows = list(fallback)
+    for _, path, table in later:
+        shapes = {_shape(r) for r in table["small"]}
+        rows = [r for r in rows if not (r.get("for_device") == table["device"] and _shape(r) in shapes)]
+        rows += device_rows(table, path, fallback)
+    return {**base, "small": sorted(rows, key=row_order)}
+
+
 def _own(name: str) -> dict:
-    """The table of `name` in the folder in force ({} where it has none, or none is in force)."""
-    if _folder is None:
+    """The table of `name` in the folders in force ({} where none has one, or none is in force): the
+    first folder's, with the small rows of the later folders' tables of a GPU architecture (_merged)."""
+    found = _stack(name)
+    if not found:
         return {}
-    path = folder_tables(_folder, _device).get(name) if _folder.is_dir() else None
-    return _load(path) if path else {}
+    if len(found) == 1 or name.startswith("cpu_"):
+        return found[0][2]
+    return _merged(name, found)
 
 
 def load_table(arch: str) -> dict:
@@ -137,10 +249,56 @@ def load_table(arch: str) -> dict:
 
 
 def section_file(arch: str, section: str) -> Path | None:
-    """The file `arch`'s `section` comes from (load_table), or None where no table has it."""
-    if section in _own(arch):
-        return folder_tables(_folder, _device)[arch]
+    """The file `arch`'s `section` comes from (load_table), or None where no table has it (the first
+    folder's table for a small section with rows for other devices merged in: device_row_files)."""
+    found = _stack(arch)
+    if found and section in found[0][2]:
+        return found[0][1]
     return table_path(arch) if section in _load(table_path(arch)) else None
+
+
+def device_row_files(arch: str) -> list[tuple[str, Path]]:
+    """(device, file) of each later folder's table whose small rows `arch`'s table takes as rows for its
+    device (tables_from with several folders)."""
+    if arch.startswith("cpu_"):
+        return []
+    keyed = {r.get("for_device") for r in _own(arch).get("small", [])}
+    return [(t["device"], p) for _, p, t in _stack(arch)[1:] if t.get("device") in keyed]
+
+
+def stack_notes(folders) -> list[str]:
+    """Check the folders of `--tables` (each usable_tables, and together: no device twice for an
+    architecture, no later rows for another device) and say which of the later folders' rows are not
+    used: their wmma and tallskinny sections and their CPU tables, whose dispatch has no device key.
+    TableError where they cannot serve."""
+    folders = _as_folders(folders)
+    names: dict[str, list[Path]] = {}
+    for folder in folders:
+        for name in usable_tables(folder):
+            names.setdefault(name, []).append(folder)
+    notes = []
+    with tables_from(folders):
+        for name in sorted(names):
+            found = _stack(name)
+            if len(found) < 2:
+                continue
+            load_table(name)   # the merge's errors, now
+            first_folder, _, first = found[0]
+            for folder, path, table in found[1:]:
+                if name.startswith("cpu_"):
+                    notes.append(f"--tables {folder}: {path.name} not used: the CPU dispatch has no device key; "
+                                 f"{name} keeps {first_folder}'s")
+                    continue
+                unused = [s for s in GPU_SECTIONS if s != "small" and table.get(s)]
+                if not unused:
+                    continue
+                whose = {s: f"{first_folder}'s" if s in first else "the packaged table's" for s in unused}
+                keeps = (next(iter(whose.values())) if len(set(whose.values())) == 1
+                         else ", ".join(f"{w} {s}" for s, w in whose.items()))
+                families = "those families'" if len(unused) > 1 else "that family's"
+                notes.append(f"--tables {folder}: {table.get('device', path.name)}'s {', '.join(unused)} rows not used: "
+                             f"{families} dispatch has no device key; {name} keeps {keeps}")
+    return notes
 
 
 def writable_table(arch: str) -> dict:
