@@ -2,6 +2,7 @@
 CUDA graph so tiny kernels are not measuring launch gaps, and the copy bandwidth of the same run."""
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Callable
 
@@ -121,3 +122,14 @@ def headless_pyplot():
     except ImportError:
         return None
     return plt
+
+
+@functools.lru_cache(maxsize=None)
+def copy_bandwidth_once() -> float:
+    """copy_bandwidth of this process's GPU, measured at its first call: a tuning process (or a worker
+    of `gemmgen tune --gpus`) times piece after piece on the same GPU."""
+    import click
+
+    bandwidth = copy_bandwidth()
+    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    return bandwidth

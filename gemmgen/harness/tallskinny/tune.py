@@ -21,6 +21,7 @@ from gemmgen.generator.tuning import save_table, writable_table
 from gemmgen.harness.tallskinny.check import TsCase, run_ts_case
 from gemmgen.harness.core import busy
 from gemmgen.harness.core.build import load_library
+from gemmgen.harness.core.timing import copy_bandwidth_once
 from gemmgen.harness.core.results import Stopped, append_result, in_turn, load_results
 from gemmgen.harness.tallskinny.workload import TsWorkload, bytes_moved
 
@@ -156,13 +157,6 @@ def _library(path: str):
     return TallSkinnyLibrary(path, load_library(path))
 
 
-@functools.lru_cache(maxsize=None)
-def _copy_bandwidth() -> float:
-    from gemmgen.harness.core.timing import copy_bandwidth
-
-    return copy_bandwidth()
-
-
 def time_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, base: dict,
                done: frozenset, refused: frozenset, bandwidth: float | None) -> int:
     """One piece on the GPU of this process (as results.in_turn, or a worker of `gemmgen tune --gpus`,
@@ -172,7 +166,7 @@ def time_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, 
     `refused`); stops between timings where stop() says so.  Returns the timings made."""
     with busy.on_gpu():
         return _PieceTimer(_library(library), base, results_path, done, refused,
-                           bandwidth or _copy_bandwidth(), stop).run(piece)
+                           bandwidth or copy_bandwidth_once(), stop).run(piece)
 
 
 class _PieceTimer:

@@ -45,6 +45,7 @@ from gemmgen.harness.core import busy
 from gemmgen.harness.core.api import spec_launcher
 from gemmgen.harness.core.build import build_library, code_path_tokens, load_library
 from gemmgen.harness.core.results import append_result, in_turn, load_results, standing_refusals
+from gemmgen.harness.core.timing import copy_bandwidth_once
 from gemmgen.harness.core.workload import Workload, batch_for_megabytes, bytes_moved, flops
 
 STAGE1 = {"square": (8, 16, 24, 32, 48, 64, 96, 128, 192, 256), "rank": (16, 32, 64, 128, 256)}
@@ -253,14 +254,8 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     `spread` in pieces (check_piece, time_piece: a few dozen variants to check, or one point's
     timings), one after the other here (results.in_turn) or on the GPUs of `gemmgen tune --gpus`,
     whose (arch, device) are given where this machine has no GPU of its own."""
-    from gemmgen.harness.core.toolchain import gpu_available
-
     if arch is None:
-        if not gpu_available():
-            raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
-        from gemmgen.harness.check import device_arch
-
-        arch, device = device_arch()
+        arch, device = _this_gpu()
     start = time.time()
     base = {"arch": arch, "device": device}
     rows = load_results(results_path)
@@ -328,8 +323,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                            label=f"check (CuPy float64), {CHECK_PIECE} variants a piece", show_pos=True) as bar:
         spread(bar, functools.partial(check_piece, library=str(built.library), base=base), results_path, jobs, spent)
     if spent():
-        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
-        return 3
+        return _budget_reached(results_path)
     refused |= {r["name"] for r in load_results(results_path)
                 if r.get("device") == device and r.get("stage") == "check" and r.get("status") != "ok"}
     wrong = sum(1 for spec in specs if spec.name in refused)
@@ -345,8 +339,7 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
     stage1 = [piece("coarse", 3, prec, kind, size, [s for s in general if s.precision == prec and fits(s, kind, size)])
               for prec, kind, size in points]
     if not timed([x for x in stage1 if x[-1]], "stage 1 (coarse grid), a point a piece"):
-        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
-        return 3
+        return _budget_reached(results_path)
     coarse = _best_by_point(load_results(results_path), device, "coarse")
     general_by_name = {s.name: s for s in general}   # (this run's space: the file may hold others)
     stage2 = []
@@ -366,23 +359,28 @@ def run_tune(results_path: Path, build_dir: Path, precisions, jobs: int, budget_
                 point_specs += block_points.get((prec, kind, size), [])
                 stage2.append(piece("fine", 5, prec, kind, size, point_specs))
     if not timed([x for x in stage2 if x[-1]], "stage 2 (every size), a point a piece"):
-        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
-        return 3
+        return _budget_reached(results_path)
     click.echo(f"sweep complete in {time.time() - start:.0f} s")
     return 0
 
 
+def _this_gpu() -> tuple[str, str]:
+    """(arch, device) of the GPU of this machine, which the tuner measures on."""
+    from gemmgen.harness.check import device_arch
+    from gemmgen.harness.core.toolchain import gpu_available
+
+    if not gpu_available():
+        raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
+    return device_arch()
+
+
+def _budget_reached(results_path: Path) -> int:
+    click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
+    return 3
+
+
 # Variants a piece of the sweep's check holds: a few seconds of a GPU, so that a budget stops soon.
 CHECK_PIECE = 64
-
-
-@functools.lru_cache(maxsize=None)
-def _copy_bandwidth() -> float:
-    from gemmgen.harness.core.timing import copy_bandwidth
-
-    bandwidth = copy_bandwidth()
-    click.echo(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    return bandwidth
 
 
 def check_variant(lib, spec) -> tuple[bool, float]:
@@ -434,7 +432,7 @@ def time_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str, 
     m, n, k = shape_of(kind, size)
     made = 0
     with busy.on_gpu():
-        bandwidth = _copy_bandwidth()
+        bandwidth = copy_bandwidth_once()
         work = None
         try:
             for spec in specs:
@@ -469,14 +467,8 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     where both kernels have both betas timed already (gemmgen tune, going on after its budget stopped
     it); stop(): asked between points, ends the run with 3.  The kernels are compiled here; the points
     go through `spread` (final_piece, one point each), as in run_tune."""
-    from gemmgen.harness.core.toolchain import gpu_available
-
     if arch is None:
-        if not gpu_available():
-            raise click.ClickException("no GPU present; gemmgen tune wmma measures on the GPU it runs on")
-        from gemmgen.harness.check import device_arch
-
-        arch, device = device_arch()
+        arch, device = _this_gpu()
     start = time.time()
     base = {"arch": arch, "device": device, "stage": "final", "run": int(start)}
     rows = load_results(results_path)
@@ -501,8 +493,7 @@ def run_final(results_path: Path, build_dir: Path, precisions, jobs: int, max_tu
     spread(pieces, functools.partial(final_piece, library=str(built.library), base=base), results_path, jobs,
            stop or never)
     if stop and stop():
-        click.echo(f"budget reached; results so far are in {results_path} (run again to resume)")
-        return 3
+        return _budget_reached(results_path)
     click.echo(f"final stage complete in {time.time() - start:.0f} s")
     return 0
 
@@ -521,7 +512,7 @@ def final_piece(piece: tuple, results_path: Path, jobs: int, stop, library: str,
     batch = batch_for_megabytes(prec, m, n, k, FINAL_MEGABYTES)
     made = 0
     with busy.on_gpu():
-        bandwidth = _copy_bandwidth()
+        bandwidth = copy_bandwidth_once()
         work = Workload(prec, m, n, k, batch)
         try:
             for name, family, spec in pair:   # (a row's family says "wmma" for a block kernel serving a range: the spec's does not)
