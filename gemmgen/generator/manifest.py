@@ -14,7 +14,7 @@ from .arch import ARCHS, CP_ASYNC_MIN_CC, DEFAULT_ARCHS, parse_archs
 from .families import family_of, parse_kernel
 from .precision import PRECISION_ORDER, parse_precisions
 from .spec import SpecError, format_ranges, parse_ranges
-from .tuning import (KEYED_ROW_FIELDS, device_row_files, load_table, row_key_label, section_file, stack_notes,
+from .tuning import (device_row_files, is_keyed_row, load_table, row_key_label, section_file, stack_notes,
                      tables_from)
 
 Shape = tuple[int, int, int]
@@ -258,7 +258,7 @@ def _tuned_small(arch: str) -> tuple[dict[tuple[str, int, int, int], dict], dict
     plain, keyed = {}, {}
     for r in rows:
         shape = (r["precision"], r["m"], r["n"], r["k"])
-        if not any(f in r for f in KEYED_ROW_FIELDS):
+        if not is_keyed_row(r):
             plain[shape] = {**r, "arch": source}
         elif source == arch:
             keyed.setdefault(shape, []).append({**r, "arch": source})

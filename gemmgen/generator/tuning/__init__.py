@@ -157,13 +157,15 @@ def _shape(row: dict) -> tuple:
     return (row["precision"], row["m"], row["n"], row["k"])
 
 
-def _keyed(row: dict) -> bool:
+def is_keyed_row(row: dict) -> bool:
+    """A small row for one GPU model or for launches up to a size (KEYED_ROW_FIELDS), not the shape's own."""
     return any(f in row for f in KEYED_ROW_FIELDS)
 
 
-def _strided_kernel(row: dict):
-    """The kernel a small row runs on strided batches, the only ones rows for a device serve: its tuple
-    without the pointer-array ring (array_stages), which pointer arrays take from the shape's row."""
+def strided_kernel(row: dict):
+    """The kernel a small row (or a timing of the small sweep) runs on strided batches, the only ones rows
+    for a device serve: its tuple without the pointer-array ring (array_stages), which pointer arrays take
+    from the shape's row."""
     from dataclasses import replace
 
     from ..small import SmallSpec
@@ -193,15 +195,15 @@ def device_rows(table: dict, path: Path, fallback: list[dict]) -> list[dict]:
     if others:
         raise TableError(f"{path} has small rows for {', '.join(others)}, not its device {device}: "
                          "a later --tables folder adds rows for its own device only")
-    plain = {_shape(r): r for r in fallback if not _keyed(r)}
-    own = [{**r, "for_device": device} for r in rows if _keyed(r)]
+    plain = {_shape(r): r for r in fallback if not is_keyed_row(r)}
+    own = [{**r, "for_device": device} for r in rows if is_keyed_row(r)]
     own_device = {_shape(r) for r in own if "max_megabytes" not in r}   # its own row for the device serves
     out = []
     for row in rows:
-        if _keyed(row) or _shape(row) in own_device:
+        if is_keyed_row(row) or _shape(row) in own_device:
             continue
         base = plain.get(_shape(row))
-        if base is not None and _strided_kernel(base) == _strided_kernel(row):
+        if base is not None and strided_kernel(base) == strided_kernel(row):
             continue   # the fallback runs the same kernel there
         out.append({**{k: v for k, v in row.items() if k != "array_stages"}, "for_device": device})
     return out + own

@@ -17,12 +17,11 @@ they were timed on strided batches, and pointer arrays keep the shape's row (and
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from gemmgen.generator import small
 from gemmgen.generator.precision import PRECISIONS
-from gemmgen.generator.tuning import KEYED_ROW_FIELDS, save_table, writable_table
+from gemmgen.generator.tuning import is_keyed_row, row_order, save_table, strided_kernel, writable_table
 from gemmgen.harness.core.results import load_results
 from gemmgen.harness.core.workload import bytes_moved
 
@@ -46,7 +45,7 @@ def _fastest_by_name(rows: list[dict]) -> dict[tuple, dict[str, dict]]:
     for r in rows:
         if r.get("status") != "ok" or r.get("interface", "strided") != "strided":
             continue
-        name = replace(small.SmallSpec.from_row(r), array_stages=0).name
+        name = strided_kernel(r).name
         out.setdefault((r["precision"], r["m"], r["n"], r["k"]), {})[name] = r
     return out
 
@@ -63,8 +62,8 @@ def _row(spec: small.SmallSpec, measured: dict, device: str, gain: float, max_me
 
 def narrow_rows(results: list[dict], device: str, table_rows: list[dict]) -> tuple[list[dict], list[str]]:
     """The rows for `device` (see the module's text) and a line per shape on what was decided."""
-    plain = {(r["precision"], r["m"], r["n"], r["k"]): replace(small.SmallSpec.from_row(r), array_stages=0).name
-             for r in table_rows if not any(f in r for f in KEYED_ROW_FIELDS)}
+    plain = {(r["precision"], r["m"], r["n"], r["k"]): strided_kernel(r).name
+             for r in table_rows if not is_keyed_row(r)}
     mine = [r for r in results if r.get("device") == device]
     big = _fastest_by_name([r for r in mine if launch_megabytes(r) > NARROW_MEGABYTES])
     mid = _fastest_by_name([r for r in mine if launch_megabytes(r) <= NARROW_MEGABYTES])
@@ -81,7 +80,7 @@ def narrow_rows(results: list[dict], device: str, table_rows: list[dict]) -> tup
                 continue
             where = f"launches up to {bound} MB" if bound else "launches past it"
             best = min(times.values(), key=lambda r: r["time_us"])
-            best_name = replace(small.SmallSpec.from_row(best), array_stages=0).name
+            best_name = strided_kernel(best).name
             if serving not in times:
                 lines.append(f"{label}, {where}: {serving} not timed in this run; no row")
                 continue
@@ -152,7 +151,7 @@ def write_narrow_rows(results_paths: list[Path], arch: str, command: str,
     small_rows = table.get("small", [])
     lines = []
     for device in devices:
-        rows, decided = narrow_rows(results, device, [r for r in small_rows if not any(f in r for f in KEYED_ROW_FIELDS)])
+        rows, decided = narrow_rows(results, device, [r for r in small_rows if not is_keyed_row(r)])
         if confirm:
             rows, confirmed = confirm_rows(rows, *confirm)
             decided += confirmed
@@ -161,9 +160,7 @@ def write_narrow_rows(results_paths: list[Path], arch: str, command: str,
                                                     and (r["precision"], r["m"], r["n"], r["k"]) in shapes)]
         small_rows += rows
         lines += [f"{device}: {line}" for line in decided]
-    order = lambda r: (list(PRECISIONS).index(r["precision"]), r["m"], r["n"], r["k"],   # noqa: E731
-                       r.get("for_device", ""), -r.get("max_megabytes", 1 << 30))
-    table["small"] = sorted(small_rows, key=order)
+    table["small"] = sorted(small_rows, key=row_order)
     table.setdefault("commands", {})["small_narrow"] = \
         f"{command} (results: {', '.join(str(p) for p in results_paths)})"
     save_table(arch, table)

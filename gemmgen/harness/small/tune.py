@@ -20,8 +20,7 @@ from gemmgen.generator import small, wmma
 from gemmgen.generator.emit import kernel_source, kernel_source_path, support_files
 from gemmgen.generator.arch import DEFAULT_ARCHS
 from gemmgen.generator.manifest import Selection
-from gemmgen.generator.precision import PRECISIONS
-from gemmgen.generator.tuning import KEYED_ROW_FIELDS, load_table, save_table, writable_table
+from gemmgen.generator.tuning import is_keyed_row, load_table, row_order, save_table, writable_table
 
 from gemmgen.harness.core import reference as ref
 from gemmgen.harness.core.api import variant_function
@@ -435,7 +434,5 @@ def write_tuning_table(results_path: Path, arch: str, device: str, command: str)
          "floor_fraction": round(r["floor_fraction"], 4), "batch": r["batch"], "device": device,
          "candidates_tried": counts[key]}
         for key, (r, spec) in best.items()
-    ] + [r for r in table.get("small", []) if any(f in r for f in KEYED_ROW_FIELDS)],   # narrow.py's rows stay
-        key=lambda r: (list(PRECISIONS).index(r["precision"]), r["m"], r["n"], r["k"], r.get("for_device", ""),
-                       -r.get("max_megabytes", 1 << 30)))
+    ] + [r for r in table.get("small", []) if is_keyed_row(r)], key=row_order)   # narrow.py's rows stay
     return save_table(arch, table)
