@@ -131,10 +131,7 @@ def strided_function(lib, symbol: str, prec: str):
 
 class GemmgenLibrary(TallSkinnyLibrary):
     def __init__(self, path: Path, lib: ctypes.CDLL | None = None):
-        """`lib`: the library at `path` as loaded already (core.build.load_library)."""
-        self.path = Path(path)
-        self.lib = lib if lib is not None else ctypes.CDLL(str(self.path))
-        bind_tallskinny(self.lib)
+        super().__init__(path, lib)
         for key in PRECISION_ORDER:
             strided_function(self.lib, f"gemmgen_{key}gemm_batched_strided", key)
             g = getattr(self.lib, f"gemmgen_{key}gemm_batched")
