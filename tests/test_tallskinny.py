@@ -423,3 +423,100 @@ def test_a_sweep_piece_checks_each_candidate_once_times_what_is_left_and_stops_w
     calls = iter(range(10**6))
     stopped = ts_tune.time_piece(("tsm2", "d", 8), tmp_path / "b.jsonl", 1, lambda: next(calls) >= 5, **args)
     assert stopped == 5
+
+
+# ---- TSMMA: TSM2's product on the fp64 Tensor Cores -------------------------------------------------------
+def test_tsmma_names_rules_and_sweep():
+    spec = tallskinny.TsmmaSpec("d", 32, 4, 4, 16, 4)
+    assert spec.name == "tsmma_d_n32_w4x4_k16_s4" and tallskinny.parse_spec(spec.name) == spec.validate()
+    assert spec.block_rows == 128 and spec.t1 == 128
+    # the ring as TsmmaShape lays it out: 4 stages of (16 x 136 + 32 x 20) doubles
+    assert spec.smem_bytes == 4 * (16 * 136 + 32 * 20) * 8
+    for args, rule in ((("s", 8, 4, 4, 16, 4), "precision"), (("d", 33, 4, 4, 16, 4), "n"),
+                       (("d", 8, 3, 4, 16, 4), "warps"), (("d", 8, 4, 3, 16, 4), "tiles"),
+                       (("d", 8, 4, 4, 12, 4), "bk"), (("d", 8, 4, 4, 16, 9), "stages"),
+                       (("d", 32, 8, 8, 8, 3), "shared memory")):
+        with pytest.raises(SpecError) as err:
+            tallskinny.TsmmaSpec(*args).validate()
+        assert err.value.rule == rule, args
+    with pytest.raises(SpecError) as err:
+        spec.validate("sm_75")
+    assert err.value.rule == "architecture"
+    assert spec.is_valid("sm_80") and spec.is_valid("sm_90")
+    with pytest.raises(SpecError):
+        tallskinny.parse_spec("tsmma_s_n8_w4x4_k16_s4")
+    sweep = tallskinny.tsmma_sweep("d", 32)
+    assert sweep and all(s.is_valid() for s in sweep) and spec in sweep
+    assert tallskinny.tsmma_sweep("s", 16) == [] and tallskinny.tsmma_sweep("d", 40) == []
+
+
+def _tables_with_tsmma(n_rows=(16, 32), min_m=4096):
+    from gemmgen.generator.tuning import load_table
+
+    table = json.loads(json.dumps(load_table("sm_90")))
+    for row in table["tallskinny"]:
+        if row["precision"] == "d" and row["n"] in n_rows:
+            row["tsmma"] = {"warps": 4, "tiles": 4, "bk": 16, "stages": 4, "min_m": min_m}
+    return table
+
+
+def test_tsmma_rows_become_dispatch_entries_from_sm80():
+    from gemmgen.generator.emit import launch_pairs, tallskinny_dispatch_source
+
+    table = _tables_with_tsmma()
+    notes = []
+    entries = tallskinny.build_entries(("s", "d"), (3, 16, 32), ("sm_75", "sm_90"),
+                                       lambda arch: table if arch == "sm_90" else {}, notes)
+    assert not notes
+    with_mma = [e for e in entries if e.mma is not None]
+    # d n = 16 and 32 have rows, n = 3 borrows nothing of them (n = 2 and 4 have no tsmma); never before sm_80
+    assert {(e.precision, e.n, e.cc) for e in with_mma} == {("d", 16, 90), ("d", 32, 90)}
+    e = with_mma[0]
+    assert e.mma_min_m == 4096 and e.mma in e.kernels and e.to_json()["tsmma"] == e.mma.name
+    assert launch_pairs(e.mma) == (("N", "N"), ("N", "T"))   # op(A) = A only
+    source = tallskinny_dispatch_source(entries, sorted({k for x in entries for k in x.kernels}, key=lambda s: s.name),
+                                        {"banner": "", "version": ""})
+    assert f'"{e.mma.name}", {e.mma.name}, 4096LL' in source
+    assert "if (mma_serves(e, which, ta, m))" in source
+
+
+def test_tsmma_cases_reach_the_kernel_and_its_edges():
+    from types import SimpleNamespace
+
+    from gemmgen.harness.tallskinny import check
+
+    spec = tallskinny.TsmmaSpec("d", 24, 4, 4, 16, 4)
+    entry = SimpleNamespace(precision="d", n=24, ism2_max_k=32, tsm2=tallskinny.Tsm2Spec("d", 24, 128, 24, 4),
+                            ism2_reachable=(None, None), mma=spec, mma_min_m=5000)
+    cases = list(check.tsmma_cases([entry], np.random.default_rng(1)))
+    assert all(c.transa == "N" for c in cases)                      # the only op(A) it serves
+    api = [c for c in cases if c.target == "api"]
+    assert api and all(c.m >= 5000 and c.k > 32 for c in api)       # where the dispatch sends calls to it
+    direct = [c for c in cases if c.target == spec.name]
+    assert {c.split for c in direct} >= {0, 1, 2, 3}
+    assert any(c.m < spec.block_rows and c.k < spec.bk for c in direct)
+    assert any(c.offset for c in direct) and any(c.pad == 0 for c in direct) and any(c.pad == 1 for c in direct)
+    assert any(c.kind == "beta0-nan" for c in cases) and any(c.kind == "exact" for c in cases)
+    quick = list(check.tsmma_cases([entry], np.random.default_rng(1), quick=True))
+    assert quick and all(c.target == "api" for c in quick)
+
+
+def test_tsmma_wins_a_row_only_where_it_beats_tsm2_at_the_largest_shapes():
+    from gemmgen.harness.tallskinny import tune
+
+    shapes = tune.TSM2_SHAPES
+
+    def rows(mma_times):
+        out = []
+        for m, t in zip(shapes, mma_times):
+            out.append({"stage": "tsm2", "name": "tsm2_d_n32_t128x32x4_s8", "precision": "d", "n": 32, "m": m,
+                        "time_us": 100.0, "floor_fraction": 0.4, "t1": 128, "t2": 32, "t3": 4})
+            out.append({"stage": "tsmma", "name": "tsmma_d_n32_w4x4_k16_s4", "precision": "d", "n": 32, "m": m,
+                        "time_us": t, "floor_fraction": 40 / t, "warps": 4, "tiles": 4, "bk": 16, "stages": 4})
+        return out
+    best = {"name": "tsm2_d_n32_t128x32x4_s8"}
+    everywhere = tune._tsmma_choice(rows([50.0] * len(shapes)), "d", 32, best)
+    assert everywhere["min_m"] == 0 and (everywhere["warps"], everywhere["bk"]) == (4, 16)
+    from_second = tune._tsmma_choice(rows([120.0] + [50.0] * (len(shapes) - 1)), "d", 32, best)
+    assert from_second["min_m"] == shapes[1]
+    assert tune._tsmma_choice(rows([50.0] * (len(shapes) - 1) + [99.0]), "d", 32, best) is None   # within noise

@@ -64,9 +64,9 @@ def variant_kernels(spec) -> frozenset[tuple]:
         if spec.precision == "h":   # WgmmaPath<__half>: wgmma_block_kernel<N_TILE, WGMMA_STAGES>
             out.add(("wgmma_block", spec.blk_n if spec.blk_n % 16 == 0 and spec.blk_n <= 128 else 16))
         return frozenset(out)
-    out = {(spec.name, ta, tb) for ta, tb in pairs}   # wmmatiny, tsm2, ism2: one kernel per pair
-    if spec.family == "tsm2":
-        out.add(("scale", spec.precision))   # launch_tsm2 scales C first where k is split: scale_kernel<S>
+    out = {(spec.name, ta, tb) for ta, tb in pairs}   # wmmatiny, tsm2, ism2, tsmma: one kernel per pair
+    if spec.family in ("tsm2", "tsmma"):
+        out.add(("scale", spec.precision))   # their launchers scale C first where k is split: scale_kernel<S>
     return frozenset(out)
 
 

@@ -28,7 +28,8 @@ DEVICE_HEADERS = {
     "small": ("gemmgen_small.cuh", "gemmgen_small_launch.cuh", "gemmgen_small_tile.cuh", "gemmgen_small_stage.cuh",
               "gemmgen_small_mma.cuh", "gemmgen_small_staged.cuh", "gemmgen_small_ring_product.cuh", "gemmgen_small_ring.cuh",
               "gemmgen_small_elementwise.cuh"),
-    "tallskinny": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh"),
+    "tallskinny": ("gemmgen_tallskinny_common.cuh", "gemmgen_tallskinny_tsm2.cuh", "gemmgen_tallskinny_ism2.cuh",
+                   "gemmgen_tallskinny_tsmma.cuh"),
     "wmma": ("gemmgen_wmma.cuh", "gemmgen_wmma_common.cuh", "gemmgen_wmma_copy.cuh", "gemmgen_wmma_tensor_copy.cuh",
              "gemmgen_wmma_mma.cuh", "gemmgen_wmma_wgmma.cuh", "gemmgen_wmma_general.cuh", "gemmgen_wmma_packed.cuh",
              "gemmgen_wmma_ring.cuh", "gemmgen_wmma_whole.cuh", "gemmgen_wmma_warp.cuh",
@@ -98,8 +99,7 @@ TALLSKINNY_TRANS = (("N", "N"), ("N", "T"), ("T", "N"), ("T", "T"))
 
 def tallskinny_source(spec, command: str, trans_pairs=None) -> str:
     return render(family_of(spec).template, spec=spec, p=PRECISIONS[spec.precision],
-                  cp_async_min_cc=CP_ASYNC_MIN_CC,
-                  trans_pairs=TALLSKINNY_TRANS if trans_pairs is None else trans_pairs,
+                  cp_async_min_cc=CP_ASYNC_MIN_CC, trans_pairs=launch_pairs(spec, trans_pairs),
                   banner=banner(command), version=__version__)
 
 
@@ -108,8 +108,9 @@ def launch_pairs(spec, trans_pairs=None) -> tuple[tuple[str, str], ...]:
     (or `trans_pairs`), or their stored layouts where the kernel conjugates at run time; tall-skinny: NN,
     NT, TN, TT."""
     family = family_of(spec)
-    if family.tallskinny:
-        return TALLSKINNY_TRANS if trans_pairs is None else tuple(trans_pairs)
+    if family.tallskinny:   # (TSMMA serves op(A) = A only)
+        pairs = TALLSKINNY_TRANS if trans_pairs is None else tuple(trans_pairs)
+        return tuple(pair for pair in pairs if pair[0] in getattr(spec, "a_layouts", ("N", "T")))
     pairs = PRECISIONS[spec.precision].trans_pairs if trans_pairs is None else trans_pairs
     return layout_pairs(pairs) if family.conjugate_at_run_time else tuple(pairs)
 

@@ -31,7 +31,7 @@ class KernelFamily:
     conjugate_at_run_time: bool
     # What manifest.json says of one of its kernels beside name, family and precision (spec attributes).
     json_fields: tuple[str, ...]
-    tallskinny: bool = False  # launched per (op(A), op(B)) of NN, NT, TN, TT with m, k (TSM2/ISM2)
+    tallskinny: bool = False  # launched per (op(A), op(B)) of NN, NT, TN, TT with m, k (TSM2/ISM2/TSMMA)
 
     def kernel_json(self, spec) -> dict:
         """A kernel's entry in manifest.json."""
@@ -60,6 +60,9 @@ FAMILIES: tuple[KernelFamily, ...] = (
                  any_shape=True, conjugate_at_run_time=False, json_fields=TALLSKINNY_JSON,
                  tallskinny=True),
     KernelFamily("ism2", "tallskinny", "tallskinny/tallskinny_variant.cu.j2", tallskinny.Ism2Spec.parse,
+                 any_shape=True, conjugate_at_run_time=False, json_fields=TALLSKINNY_JSON,
+                 tallskinny=True),
+    KernelFamily("tsmma", "tallskinny", "tallskinny/tallskinny_variant.cu.j2", tallskinny.TsmmaSpec.parse,
                  any_shape=True, conjugate_at_run_time=False, json_fields=TALLSKINNY_JSON,
                  tallskinny=True),
 )

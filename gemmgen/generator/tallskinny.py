@@ -41,6 +41,7 @@ RING_STAGES = (2, 3, 4, 5, 6, 7, 8)
 
 _TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?(?:_s(\d+))?$")
 _ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
+_TSMMA_NAME = re.compile(r"^tsmma_(d)_n(\d+)_w(\d+)x(\d+)_k(\d+)_s(\d+)$")
 
 
 def compute_bytes(precision: str) -> int:
@@ -186,6 +187,90 @@ class Ism2Spec(Spec):
     def validate(self, arch: str | None = None) -> "Ism2Spec":
         _common_rules(self.precision, self.n, self.t1, self.t2, self.t3)
         require(self.opt in (1, 2), "opt", f"opt={self.opt}: ISM2 has optimizations 1 and 2 (§5.2)")
+        return self
+
+
+TSMMA_PRECISIONS = ("d",)
+TSMMA_MAX_N = 32                 # NT = 4 tiles of 8 columns: the accumulators of 8 row tiles fit the registers
+TSMMA_SMEM_LIMIT = 99 * 1024     # opt-in shared memory of a block on every sm_80+ architecture (sm_86/89: 99 KB)
+TSMMA_MIN_CC = 80                # mma.sync.m8n8k4.f64 and cp.async
+
+
+@dataclass(frozen=True, order=True)
+class TsmmaSpec(Spec):
+    """TSM2's product on the fp64 Tensor Cores (beyond the paper; gemmgen_tallskinny_tsmma.cuh says how):
+    `warps` warps per block stacked along m, each `tiles` 8-row tiles of C by every column, `bk` columns of
+    op(A) per stage of a `stages`-deep cp.async ring.  op(A) = A only (the dispatch sends op(A) = A^T to
+    TSM2); sm_80 and up."""
+    precision: str
+    n: int
+    warps: int
+    tiles: int
+    bk: int
+    stages: int
+
+    family = "tsmma"
+    headers = ("gemmgen_tallskinny_tsmma.cuh",)
+    a_layouts = ("N",)           # the op(A) its launchers serve
+
+    @property
+    def name(self) -> str:
+        return f"tsmma_{self.precision}_n{self.n}_w{self.warps}x{self.tiles}_k{self.bk}_s{self.stages}"
+
+    @classmethod
+    def parse(cls, name: str) -> "TsmmaSpec":
+        m = _TSMMA_NAME.match(name)
+        if not m:
+            raise SpecError("name", f"{name!r} is not a tsmma kernel name "
+                                    "(tsmma_d_n<N>_w<warps>x<tiles>_k<bk>_s<stages>)")
+        prec, *nums = m.groups()
+        return cls(prec, *(int(x) for x in nums)).validate()
+
+    @property
+    def block_rows(self) -> int:
+        return 8 * self.tiles * self.warps
+
+    @property
+    def t1(self) -> int:          # manifest.json's tall-skinny fields: threads per block,
+        return 32 * self.warps
+
+    @property
+    def t2(self) -> int:          # columns of C per pass (all of them),
+        return self.n
+
+    @property
+    def t3(self) -> int:          # columns of op(A) per stage
+        return self.bk
+
+    @property
+    def smem_bytes(self) -> int:
+        """The ring, as TsmmaShape lays it out (A: LDA ≡ 8 mod 16 doubles; B: LDB ≡ 4 mod 16)."""
+        lda = self.block_rows + (24 - self.block_rows % 16) % 16
+        ldb = self.bk + (20 - self.bk % 16) % 16
+        return self.stages * (self.bk * lda + ceil_div(self.n, 8) * 8 * ldb) * 8
+
+    @property
+    def registers(self) -> int:
+        """2 per double: the accumulators (tiles × column tiles × 2), one A and one B fragment per tile,
+        plus the indexing (fitted to ptxas on sm_90)."""
+        nt = ceil_div(self.n, 8)
+        return 2 * (2 * self.tiles * nt + self.tiles + nt) + 40
+
+    def validate(self, arch: str | None = None) -> "TsmmaSpec":
+        require(self.precision in TSMMA_PRECISIONS, "precision",
+                f"{self.precision!r}: TSMMA multiplies on the fp64 Tensor Cores ({', '.join(TSMMA_PRECISIONS)})")
+        require(1 <= self.n <= TSMMA_MAX_N, "n", f"n={self.n} is outside 1..{TSMMA_MAX_N}")
+        require(self.warps in (1, 2, 4, 8), "warps", f"warps={self.warps} must be 1, 2, 4 or 8")
+        require(self.tiles in (1, 2, 4, 8), "tiles", f"tiles={self.tiles} must be 1, 2, 4 or 8")
+        require(self.bk in (8, 16, 32), "bk", f"bk={self.bk} must be 8, 16 or 32 (a multiple of the mma's k = 4)")
+        require(2 <= self.stages <= 8, "stages", f"stages={self.stages} must be 2..8")
+        require(self.registers <= MAX_REGS, "registers",
+                f"{self.tiles} row tiles by {ceil_div(self.n, 8)} column tiles need about {self.registers} "
+                f"registers (> {MAX_REGS})")
+        require(self.smem_bytes <= TSMMA_SMEM_LIMIT, "shared memory",
+                f"the ring needs {self.smem_bytes} bytes (> {TSMMA_SMEM_LIMIT})")
+        require(arch is None or ARCHS[arch].cc >= TSMMA_MIN_CC, "architecture",
+                f"{arch} has no fp64 mma.sync (sm_{TSMMA_MIN_CC} and up)")
         return self
 
 
@@ -421,11 +506,29 @@ def ism2_sweep(precision: str, n: int) -> list[Ism2Spec]:
     return sorted({s for s in out if s.is_valid()})
 
 
+TSMMA_SWEEP_WARPS = (2, 4, 8)
+TSMMA_SWEEP_TILES = (2, 4, 8)
+TSMMA_SWEEP_BK = (8, 16, 32)
+TSMMA_SWEEP_STAGES = (3, 4, 6)
+
+
+def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
+    """TSMMA's candidates at n (none outside its precisions and n): warps × row tiles × k per stage ×
+    ring depth, the valid ones (registers, shared memory)."""
+    if precision not in TSMMA_PRECISIONS or n > TSMMA_MAX_N:
+        return []
+    out = [TsmmaSpec(precision, n, w, t, bk, s) for w in TSMMA_SWEEP_WARPS for t in TSMMA_SWEEP_TILES
+           for bk in TSMMA_SWEEP_BK for s in TSMMA_SWEEP_STAGES]
+    return sorted(s for s in out if s.is_valid())
+
+
 def parse_spec(name: str):
     if name.startswith("tsm2_"):
         return Tsm2Spec.parse(name)
     if name.startswith("ism2_"):
         return Ism2Spec.parse(name)
+    if name.startswith("tsmma_"):
+        return TsmmaSpec.parse(name)
     raise SpecError("name", f"{name!r} is not a tall-skinny kernel name")
 
 
@@ -434,7 +537,8 @@ def parse_ns(text: str) -> tuple[int, ...]:
     return parse_ranges(text, 1, MAX_N, "tall-skinny n", "1-32 or 2,4,8,16")
 
 
-_ = ARCHS  # the specs are arch-independent (48 KB dynamic shared memory fits every listed arch)
+# TSM2 and ISM2 specs are arch-independent (48 KB dynamic shared memory fits every listed arch); TSMMA's
+# validate(arch) refuses architectures before sm_80.
 
 
 # ---- what the dispatch serves (the manifest's tall-skinny part) -------------------------------------
@@ -454,6 +558,8 @@ class TallSkinnyEntry:
     opt2_min_m: int                     # m ≥ this: ISM2 optimization 2, else 1
     tcf: tuple[tuple[int, int], ...]    # (m_min, tcf) ascending; tcf 0 = chosen at launch
     source: str
+    mma: TsmmaSpec | None = None        # in TSM2's region with op(A) = A and m ≥ mma_min_m: TSMMA instead
+    mma_min_m: int = NEVER
 
     @property
     def ism2_reachable(self) -> tuple[Ism2Spec | None, Ism2Spec | None]:
@@ -468,7 +574,8 @@ class TallSkinnyEntry:
 
     @property
     def kernels(self):
-        return (self.tsm2,) + tuple(k for k in self.ism2_reachable if k is not None)
+        return ((self.tsm2,) + tuple(k for k in self.ism2_reachable if k is not None)
+                + ((self.mma,) if self.mma is not None else ()))
 
     def to_json(self) -> dict:
         opt1, opt2 = self.ism2_reachable
@@ -476,7 +583,9 @@ class TallSkinnyEntry:
                 "ism2_opt1": opt1.name if opt1 else None, "ism2_opt2": opt2.name if opt2 else None,
                 "ism2_max_k": self.ism2_max_k,
                 "opt2_min_m": None if self.opt2_min_m >= NEVER else self.opt2_min_m,
-                "tcf": [list(t) for t in self.tcf], "source": self.source}
+                "tcf": [list(t) for t in self.tcf], "source": self.source,
+                "tsmma": self.mma.name if self.mma else None,
+                "tsmma_min_m": self.mma_min_m if self.mma else None}
 
 
 # ---- the Tensor Core route of the h entry point ---------------------------------------------------------
@@ -543,12 +652,18 @@ def entry_from_row(row: dict, cc: int, n: int | None = None) -> TallSkinnyEntry:
     tcf = tuple(sorted((int(a), int(b)) for a, b in row.get("tcf", [])))[:MAX_TCF_CUTS]
     opt2 = row.get("opt2_min_m")
     source = f"tuned on {row.get('device', 'unknown')}"
+    mma, mma_min_m = None, NEVER
+    r = row.get("tsmma")
+    if r and cc >= TSMMA_MIN_CC:
+        candidate = TsmmaSpec(prec, n, r["warps"], r["tiles"], r["bk"], r["stages"])
+        if candidate.is_valid() or n == row_n:   # another n: where the row's blocking fits it
+            mma, mma_min_m = candidate.validate(), int(r.get("min_m", 0))
     return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),
                            spec("ism2_opt1", Ism2Spec, base.ism2_opt1, opt=1),
                            spec("ism2_opt2", Ism2Spec, base.ism2_opt2, opt=2),
                            int(row.get("ism2_max_k", base.ism2_max_k)),
                            NEVER if opt2 is None else int(opt2), tcf,
-                           source if n == row_n else f"{source} for n={row_n}")
+                           source if n == row_n else f"{source} for n={row_n}", mma, mma_min_m)
 
 
 def nearest_tuned_n(tuned: list[int], n: int) -> int | None:
@@ -582,8 +697,8 @@ def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallS
                 if entry is None:
                     entry = default_entry(prec, n, cc)
                 same = previous is not None and (
-                    previous.kernels, previous.ism2_max_k, previous.opt2_min_m, previous.tcf) == (
-                    entry.kernels, entry.ism2_max_k, entry.opt2_min_m, entry.tcf)
+                    previous.kernels, previous.ism2_max_k, previous.opt2_min_m, previous.tcf, previous.mma_min_m) == (
+                    entry.kernels, entry.ism2_max_k, entry.opt2_min_m, entry.tcf, entry.mma_min_m)
                 if not same:
                     entries.append(entry)
                     previous = entry

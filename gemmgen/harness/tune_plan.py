@@ -156,7 +156,7 @@ def _tallskinny(selection: Selection, arch: str) -> list[Stage]:
     if not precs:
         return []
     ns, ism2_ns = tallskinny.TUNED_NS, tallskinny.TUNED_ISM2_NS
-    variants = tune_tallskinny.sweep(precs, ns, ism2_ns)
+    variants = tune_tallskinny.sweep(precs, ns, ism2_ns, arch)
     return [Stage("tallskinny", "sweep", _command("tallskinny", _flag("--precisions", precs, tallskinny.PRECISIONS_TS)),
                   len(variants), None,
                   f"{RESULTS_DIR}/{RESULTS['tallskinny']}; {_table(arch, 'tallskinny')}; "

@@ -1,4 +1,4 @@
-"""GPU checks of the tall-skinny families (TSM2, ISM2 optimizations 1 and 2) against the float64
+"""GPU checks of the tall-skinny families (TSM2, ISM2 optimizations 1 and 2, TSMMA) against the float64
 NumPy reference: through the public gemmgen_?gemm_tallskinny and through every emitted variant's
 own entry point with forced k-groups / tcf, on random shapes that are multiples of no tile, all four
 transpose pairs, leading dimensions larger than the rows, C's padding poisoned and checked
@@ -282,6 +282,45 @@ def tensor_core_route_cases(entries, routes: list[dict], rng: np.random.Generato
         yield TsCase(e.precision, m, e.n, k, "N", "N", "tensor-core route, A off 16 bytes", 1.0, 0.5, pad=0, offset=1)
 
 
+def tsmma_cases(entries, rng: np.random.Generator, quick: bool = False) -> Iterator[TsCase]:
+    """Per dispatch entry with a TSMMA kernel (fp64 Tensor Cores, op(A) = A): the public API where the
+    entry sends calls to it (m from its cut-off, k in TSM2's region) with op(B) = B and B^T; the kernel
+    directly with k split in 1 and 3 slices and at the launch's choice; m and k off every tile (an m
+    below one block, a k below one stage); lda odd (A copied element by element), lda even over odd m
+    (16-byte chunks, the last one half past m), A one element off 16 bytes; beta = 0 over NaN and an
+    exact integer case."""
+    for e in _one_per_n(entries):
+        spec = e.mma
+        if spec is None:
+            continue
+        p, n = e.precision, e.n
+
+        def scal():
+            return float(rng.uniform(0.5, 1.5) * rng.choice([-1, 1]))
+
+        def tall():
+            return max(e.mma_min_m, _odd(rng, 33, 900)), e.ism2_max_k + _odd(rng, 1, 700)
+        for tb in ("N", "T"):
+            m, k = tall()
+            yield TsCase(p, m, n, k, "N", tb, "tsmma", scal(), scal(), pad=int(rng.integers(0, 2)))
+        m, k = tall()
+        yield TsCase(p, m, n, k, "N", "N", "beta0-nan", scal(), 0.0)
+        yield TsCase(p, m, n, min(k, 300), "N", "T", "exact", 1.0, 1.0)
+        if quick:
+            continue
+        for split in (0, 1, 3):
+            m, k = _odd(rng, 33, 900), _odd(rng, 8 * spec.bk + 1, 3000)
+            yield TsCase(p, m, n, k, "N", "NT"[split % 2], "tsmma", scal(), scal(), spec.name, split)
+        yield TsCase(p, _odd(rng, 1, spec.block_rows), n, _odd(rng, 1, spec.bk), "N", "N", "tsmma: m, k below a tile",
+                     scal(), scal(), spec.name, 0)
+        k = _odd(rng, 3 * spec.bk, 2000)
+        yield TsCase(p, _odd(rng, 33, 900), n, k, "N", "T", "exact-extent", 0.75, 0.5, spec.name, 2, pad=0)
+        yield TsCase(p, _odd(rng, 33, 900), n, k, "N", "N", "exact-extent", 0.75, 0.5, spec.name, 2, pad=1)
+        yield TsCase(p, _odd(rng, 33, 900), n, k, "N", "N", "exact-extent", -1.25, 0.0, spec.name, 0, pad=1,
+                     offset=1)
+        yield TsCase(p, _odd(rng, 33, 900), n, k, "N", "T", "beta0-nan", scal(), 0.0, spec.name, 3)
+
+
 def run_cases(lib, cases, seed: int = 2027, progress: Callable | None = None,
               exact_buffers: bool = False) -> list[CaseResult]:
     rng = np.random.default_rng(seed)
@@ -380,7 +419,9 @@ def entries_from_manifest(manifest: dict) -> list:
         out.append(SimpleNamespace(precision=e["precision"], n=e["n"], ism2_max_k=e["ism2_max_k"],
                                    tsm2=parse_spec(e["tsm2"]),
                                    ism2_reachable=tuple(e[key] and parse_spec(e[key])
-                                                        for key in ("ism2_opt1", "ism2_opt2"))))
+                                                        for key in ("ism2_opt1", "ism2_opt2")),
+                                   mma=parse_spec(e["tsmma"]) if e.get("tsmma") else None,
+                                   mma_min_m=e.get("tsmma_min_m") or 0))
     return out
 
 
@@ -396,7 +437,8 @@ def manifest_cases(manifest: dict, rng: np.random.Generator, quick: bool = False
     if quick:
         exact = [c for c in exact if c.target == "api"]
     routes = manifest["tallskinny"].get("tensor_core", [])
-    return cases + list(edge_cases(entries)) + exact + list(tensor_core_route_cases(entries, routes, rng))
+    return (cases + list(edge_cases(entries)) + exact + list(tensor_core_route_cases(entries, routes, rng))
+            + list(tsmma_cases(entries, rng, quick)))
 
 
 def run_manifest_checks(lib, manifest: dict, quick: bool = False,
@@ -415,4 +457,8 @@ def run_manifest_checks(lib, manifest: dict, quick: bool = False,
     precs = {e.precision for e in entries_from_manifest(manifest)}
     if not quick and "h" in precs and 16 in ns:
         results.append(check_tall(lib, "h", 2**31 // 16 + 4099, 16, 16, "N"))
+    tsmma = [e.mma for e in entries_from_manifest(manifest) if e.mma is not None]
+    if not quick and tsmma:   # A of more than 2^31 elements through the TSMMA kernel of the largest n
+        spec = max(tsmma, key=lambda s: s.n)
+        results.append(check_tall(lib, spec.precision, 2**31 // 40 + 4099, spec.n, 40, "N", target=spec.name))
     return results

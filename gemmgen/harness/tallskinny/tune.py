@@ -32,14 +32,24 @@ CUTOFF_M = 10**6
 CUTOFF_TOLERANCE = 0.03       # differences below 3 % are run-to-run noise at these sizes
 
 
-def sweep(precisions, tsm2_ns, ism2_ns) -> list:
-    """The variants a run compiles and times: TSM2's sweep at each TSM2 n, then ISM2's at each ISM2 n."""
+def _with_tsmma(arch: str | None) -> bool:
+    """Whether the sweep has TSMMA (fp64 mma.sync: sm_80 and up; every architecture where none is named)."""
+    from gemmgen.generator.arch import ARCHS
+
+    return arch is None or ARCHS[arch].cc >= tallskinny.TSMMA_MIN_CC
+
+
+def sweep(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list:
+    """The variants a run compiles and times: TSM2's sweep at each TSM2 n, ISM2's at each ISM2 n, and
+    TSMMA's at each TSM2 n where the precision and the architecture (`arch`, None: any) have it."""
     return ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsm2_sweep(p, n)]
-            + [s for p in precisions for n in ism2_ns for s in tallskinny.ism2_sweep(p, n)])
+            + [s for p in precisions for n in ism2_ns for s in tallskinny.ism2_sweep(p, n)]
+            + ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsmma_sweep(p, n)]
+               if _with_tsmma(arch) else []))
 
 
 def _correct(lib, spec, rng) -> tuple[bool, str]:
-    if spec.family == "tsm2":
+    if spec.family in ("tsm2", "tsmma"):
         case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
     else:
         case = TsCase(spec.precision, 5001, spec.n, spec.n + 3, "N", "N", "random", 0.9, 0.7, spec.name, 3)
@@ -60,8 +70,8 @@ def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, writ
     if arch is None:
         arch, device = device_arch()
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,
-                                tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch, sweep(precisions, tsm2_ns, ism2_ns),
-                                jobs or None)
+                                tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch,
+                                sweep(precisions, tsm2_ns, ism2_ns, arch), jobs or None)
     return run_tune(build.library, device, arch, results_path, precisions, tsm2_ns, ism2_ns, None, write_table,
                     note_dir / f"tune_tallskinny_{arch}.md", stop, resume, spread, jobs)
 
@@ -71,18 +81,21 @@ def _point(row: dict) -> tuple:
     return row["name"], row.get("stage"), row.get("m"), row.get("k"), row.get("split")
 
 
-def sweep_pieces(precisions, tsm2_ns, ism2_ns) -> list[tuple[str, str, int]]:
+def sweep_pieces(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list[tuple[str, str, int]]:
     """The sweep cut into pieces that need nothing of one another, (family, precision, n), the
     costliest first (the bytes all its timings move), so that several GPUs finish close together."""
     def cost(piece):
         family, prec, n = piece
-        if family == "tsm2":
-            return len(tallskinny.tsm2_sweep(prec, n)) * sum(bytes_moved(prec, s, n, s) for s in TSM2_SHAPES)
+        if family in ("tsm2", "tsmma"):
+            cands = tallskinny.tsm2_sweep(prec, n) if family == "tsm2" else tallskinny.tsmma_sweep(prec, n)
+            return len(cands) * sum(bytes_moved(prec, s, n, s) for s in TSM2_SHAPES)
         return (len(tallskinny.ism2_sweep(prec, n)) * len(tallskinny.ISM2_SWEEP_TCF)
                 * sum(bytes_moved(prec, m, n, n) for m in ISM2_MS))
 
     pieces = ([("tsm2", p, n) for p in precisions for n in tsm2_ns]
-              + [("ism2", p, n) for p in precisions for n in ism2_ns])
+              + [("ism2", p, n) for p in precisions for n in ism2_ns]
+              + ([("tsmma", p, n) for p in precisions for n in tsm2_ns if tallskinny.tsmma_sweep(p, n)]
+                 if _with_tsmma(arch) else []))
     return sorted(pieces, key=lambda piece: (-cost(piece), piece))
 
 
@@ -109,7 +122,7 @@ def run_tune(library: Path, device: str, arch: str, results_path: Path, precisio
     never = lambda: False   # noqa: E731
     work = functools.partial(time_piece, library=str(library), base={"arch": arch, "device": device},
                              done=frozenset(done), refused=frozenset(refused), bandwidth=bandwidth)
-    spread(sweep_pieces(precisions, tsm2_ns, ism2_ns), work, results_path, jobs, stop or never)
+    spread(sweep_pieces(precisions, tsm2_ns, ism2_ns, arch), work, results_path, jobs, stop or never)
     if stop and stop():
         raise Stopped
     # The TSM2/ISM2 cut-off in k, with each family's best variant of the sweep.
@@ -187,12 +200,13 @@ class _PieceTimer:
                     if self.pending(ts_spec, CUTOFF_M, k, 0, "cutoff") or self.pending(is_spec, CUTOFF_M, k, split, "cutoff"):
                         self.at(TsWorkload(prec, CUTOFF_M, n, k), [(ts_spec, 0), (is_spec, split)], "cutoff")
                 return self.timed
-            if family == "tsm2":
-                cands = [s for s in tallskinny.tsm2_sweep(prec, n) if self.usable(s)]
+            if family in ("tsm2", "tsmma"):   # TSMMA competes with TSM2 at TSM2's shapes
+                sweep = tallskinny.tsm2_sweep if family == "tsm2" else tallskinny.tsmma_sweep
+                cands = [s for s in sweep(prec, n) if self.usable(s)]
                 for size in TSM2_SHAPES:
-                    if any(self.pending(spec, size, size, 0, "tsm2") for spec in cands):
+                    if any(self.pending(spec, size, size, 0, family) for spec in cands):
                         # (a workload of these sizes takes seconds to fill: only where a timing is left)
-                        self.at(TsWorkload(prec, size, n, size), [(spec, 0) for spec in cands], "tsm2")
+                        self.at(TsWorkload(prec, size, n, size), [(spec, 0) for spec in cands], family)
             else:
                 cands = [s for s in tallskinny.ism2_sweep(prec, n) if self.usable(s)]
                 for m in ISM2_MS:
@@ -242,6 +256,8 @@ class _PieceTimer:
                "m": work.m, "k": work.k}
         if spec.family == "ism2":
             row["opt"] = spec.opt
+        elif spec.family == "tsmma":
+            row.update(warps=spec.warps, tiles=spec.tiles, bk=spec.bk, stages=spec.stages)
         else:
             row["rows"] = spec.rows
             row["stages"] = spec.stages
@@ -256,11 +272,11 @@ class _PieceTimer:
         self.timed += 1
 
 
-def _tsm2_score(rows, prec, n):
-    """Per TSM2 variant: mean fraction of the floor over the tuning shapes (all present)."""
+def _tsm2_score(rows, prec, n, stage="tsm2"):
+    """Per TSM2 (or TSMMA) variant: mean fraction of the floor over the tuning shapes (all present)."""
     by = defaultdict(dict)
     for r in rows:
-        if r.get("stage") == "tsm2" and r["precision"] == prec and r["n"] == n:
+        if r.get("stage") == stage and r["precision"] == prec and r["n"] == n:
             by[r["name"]][r["m"]] = r
     out = {}
     for name, shapes in by.items():
@@ -269,8 +285,8 @@ def _tsm2_score(rows, prec, n):
     return out
 
 
-def _best_tsm2(rows, prec, n):
-    scores = _tsm2_score(rows, prec, n)
+def _best_tsm2(rows, prec, n, stage="tsm2"):
+    scores = _tsm2_score(rows, prec, n, stage)
     if not scores:
         return None
     name = max(scores, key=lambda k: scores[k][0])
@@ -283,6 +299,30 @@ def _best_ism2(rows, prec, n, m, opt=None):
     return min(cands, key=lambda r: r["time_us"]) if cands else None
 
 
+def _tsmma_choice(rows, prec, n, best_tsm2) -> dict | None:
+    """The best TSMMA variant at n where it beats TSM2's best by more than the noise at the largest tuning
+    shapes: it serves TSM2's region (op(A) = A) from the smallest tuning m from which it wins at every
+    larger one (0 where it wins at all of them)."""
+    bm = _best_tsm2(rows, prec, n, "tsmma")
+    if not bm:
+        return None
+
+    def times(name, stage):
+        return {r["m"]: r["time_us"] for r in rows if r.get("stage") == stage and r["name"] == name}
+    mma, tsm2 = times(bm["name"], "tsmma"), times(best_tsm2["name"], "tsm2")
+    wins = [m for m in TSM2_SHAPES if m in mma and m in tsm2 and mma[m] * (1 + CUTOFF_TOLERANCE) < tsm2[m]]
+    if TSM2_SHAPES[-1] not in wins:
+        return None
+    min_m = TSM2_SHAPES[-1]
+    for m in reversed(TSM2_SHAPES[:-1]):
+        if m not in wins:
+            break
+        min_m = m
+    score = _tsm2_score(rows, prec, n, "tsmma")[bm["name"]][0]
+    return {"warps": bm["warps"], "tiles": bm["tiles"], "bk": bm["bk"], "stages": bm["stages"],
+            "min_m": 0 if min_m == TSM2_SHAPES[0] else min_m, "mean_floor_fraction": round(score, 4)}
+
+
 def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
     out = []
     for prec in precisions:
@@ -293,6 +333,9 @@ def make_table_rows(rows, precisions, tsm2_ns, ism2_ns, device) -> list[dict]:
                 score = _tsm2_score(rows, prec, n)[bt["name"]][0]
                 row["tsm2"] = {"t1": bt["t1"], "t2": bt["t2"], "t3": bt["t3"], "rows": bt.get("rows", 1),
                                "stages": bt.get("stages", 0), "mean_floor_fraction": round(score, 4)}
+                mma = _tsmma_choice(rows, prec, n, bt)
+                if mma:
+                    row["tsmma"] = mma
             if n in ism2_ns:
                 per_opt = {}
                 for opt in (1, 2):
