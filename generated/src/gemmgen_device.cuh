@@ -247,6 +247,17 @@ template <typename S> struct BatchPointers {
     __device__ __forceinline__ S* output(long long i) const { return C_array ? C_array[i] : C + i * stride_c; }
 };
 
+// d += a·b over one 8×8×4 fp64 tile (sm_80+; nothing before): lane (g, t) = (lane / 4, lane % 4) holds
+// A(g, t), B(t, g) and C(g, 2t), C(g, 2t + 1).  The small family's mma knob and TSMMA use it.
+__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b)
+{
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 { %0, %1 }, { %2 }, { %3 }, { %0, %1 };\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a), "d"(b));
+#endif
+}
+
 // ---- cp.async (sm_80+): global -> shared memory without registers ---------------------------------
 // Below sm_80 these compile to nothing or a plain copy; the families that use them say so with a
 // `gemmgen-code-paths:` line, so each side of the branch gets its own PTX.

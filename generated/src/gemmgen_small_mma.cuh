@@ -48,15 +48,6 @@ struct MmaTiles {
     static constexpr int ELEMS = 2 / P;   // elements of C per lane and tile
 };
 
-__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b)
-{
-#if __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 { %0, %1 }, { %2 }, { %3 }, { %0, %1 };\n"
-        : "+d"(d[0]), "+d"(d[1])
-        : "d"(a), "d"(b));
-#endif
-}
-
 // The lane's part of C in the warp's tiles: tile (i, j) covers real rows row0 + 8i .. + 7 and real
 // columns col0 + 8j .. + 7 of the GEMM's M × P·N real C.
 template <typename R, int M, int N, int WARPS>
