@@ -192,16 +192,22 @@ def test_ranges_format_back_to_what_was_parsed(text):
 def test_manifest_json_lists_every_family_of_the_registry_as_it_says():
     """Each family's kernels are in manifest.json with the fields its registry entry names; a family in
     the registry whose kernels reach no listing fails here.  The default set with a tiny Tensor Core kernel
-    added to the exact-shape table (no packaged table chooses one) has a kernel of every family."""
+    added to the exact-shape table (no packaged table chooses one), and a TSMMA kernel to a d tall-skinny
+    entry, has a kernel of every family."""
     import dataclasses
 
     from gemmgen.generator.families import FAMILIES
     from gemmgen.generator.manifest import DispatchEntry
     from gemmgen.generator.wmma import WmmaTinySpec
 
+    from gemmgen.generator.tallskinny import TsmmaSpec
+
     manifest = build_manifest(Selection())
     tiny = DispatchEntry("h", 4, 4, 16, 90, WmmaTinySpec.parse("wmmatiny_h_m4n4k16_w1"), "test")
-    listing = dataclasses.replace(manifest, dispatch=manifest.dispatch + (tiny,)).to_json()
+    # and a TSMMA kernel on a d tall-skinny entry, whether or not the packaged table chooses one
+    ts = [dataclasses.replace(e, mma=TsmmaSpec("d", e.n, 4, 4, 16, 4), mma_min_m=0)
+          if e.precision == "d" and e.mma is None and e.n == 16 else e for e in manifest.tallskinny]
+    listing = dataclasses.replace(manifest, dispatch=manifest.dispatch + (tiny,), tallskinny=tuple(ts)).to_json()
     entries = listing["kernels"] + listing["wmma"]["kernels"] + listing["tallskinny"]["kernels"]
     assert {e["family"] for e in entries} == {f.name for f in FAMILIES}
     for family in FAMILIES:
