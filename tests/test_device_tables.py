@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmgen.cli import main
-from gemmgen.generator import small
+from gemmgen.generator import small, tallskinny
 from gemmgen.generator.emit import plan
 from gemmgen.generator.manifest import Selection, build_manifest
 from gemmgen.generator.tuning import TABLE_DIR, device_table_name, load_table, tables_from
@@ -114,22 +114,21 @@ def test_the_list_marks_the_rows_and_names_their_file(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert sum(f"[only {H200}]" in line for line in lines) == 2
-    assert "small rows for NVIDIA H200 only: h200-tuning/nvidia-h200.json" in lines[2]
+    assert "rows for NVIDIA H200 only: h200-tuning/nvidia-h200.json" in lines[2]
     assert lines[0].endswith("--tables h100-tuning --tables h200-tuning")
     # a later table choosing the fallback's kernels everywhere adds nothing, and the list names no file for it
     _table(tmp_path / "same", "NVIDIA H200 NVL", small=[{**_plain(s), "device": "NVIDIA H200 NVL"} for s in SIZES])
     same = _invoke(tmp_path, monkeypatch, "list", "--tables", "h100-tuning", "--tables", "same", "--arch", "sm_90",
                    "--precisions", "d", "--sizes", "3,14", "--tallskinny-n", "")
-    assert same.exit_code == 0 and "[only" not in same.output and "small rows for" not in same.output
+    assert same.exit_code == 0 and "[only" not in same.output and "rows for NVIDIA" not in same.output
 
 
-def test_a_later_tables_wmma_and_tallskinny_rows_are_not_used(tmp_path, monkeypatch):
+def test_a_later_tables_wmma_rows_are_not_used(tmp_path, monkeypatch):
     h100 = _h100(tmp_path)
-    h200 = _h200(tmp_path, wmma=PACKAGED["wmma"][:3],
-                 tallskinny=[r for r in PACKAGED["tallskinny"] if r["precision"] == "h"])
+    h200 = _h200(tmp_path, wmma=PACKAGED["wmma"][:3])
     alone, both = _manifest(h100, precisions="d").to_json(), _manifest(h100, h200, precisions="d").to_json()
-    assert both["tallskinny"] == alone["tallskinny"] and both["wmma"] == alone["wmma"]
-    note = (f"--tables h200-tuning: {H200}'s wmma, tallskinny rows not used: those families' dispatch has no "
+    assert both["wmma"] == alone["wmma"]
+    note = (f"--tables h200-tuning: {H200}'s wmma rows not used: that family's dispatch has no "
             "device key; sm_90 keeps the packaged table's")
     out = _invoke(tmp_path, monkeypatch, "generate", "--tables", "h100-tuning", "--tables", "h200-tuning",
                   "--arch", "sm_90", "--precisions", "d", "--sizes", "3", "--dry-run")
@@ -142,8 +141,25 @@ def test_a_later_tables_wmma_and_tallskinny_rows_are_not_used(tmp_path, monkeypa
     _table(tmp_path / "h100-tuning", H100, small=[], wmma=PACKAGED["wmma"])
     listing = _invoke(tmp_path, monkeypatch, "list", "--tables", "h100-tuning", "--tables", "h200-tuning",
                       "--arch", "sm_90", "--precisions", "d", "--sizes", "3")
-    assert ("# --tables h200-tuning: NVIDIA H200's wmma, tallskinny rows not used: those families' dispatch has no "
-            "device key; sm_90 keeps h100-tuning's wmma, the packaged table's tallskinny") in listing.output
+    assert ("# --tables h200-tuning: NVIDIA H200's wmma rows not used: that family's dispatch has no "
+            "device key; sm_90 keeps h100-tuning's") in listing.output
+
+
+def test_a_later_tables_tallskinny_rows_serve_its_device_where_they_differ(tmp_path):
+    rows = [dict(r) for r in PACKAGED["tallskinny"] if r["precision"] == "d"]
+    for r in rows:
+        if r["n"] == 32:   # another kernel for n = 32 (and every n that borrows it), the same for the others
+            r["tsmma"] = {"warps": 4, "tiles": 4, "bk": 16, "stages": 4, "min_m": 0}
+    h100, h200 = _h100(tmp_path), _h200(tmp_path, tallskinny=rows)
+    alone, both = _manifest(h100, precisions="d"), _manifest(h100, h200, precisions="d")
+    mine = [e for e in both.tallskinny if e.device]
+    assert mine and {e.device for e in mine} == {H200} and all(e.mma is not None for e in mine)
+    assert {e.n for e in mine} == {n for n in range(1, 33) if tallskinny.nearest_tuned_n(
+        sorted(r["n"] for r in rows), n) == 32}
+    assert [e for e in both.tallskinny if not e.device] == list(alone.tallskinny)   # the fallback stays
+    dispatch = plan(both)["src/gemmgen_tallskinny_dispatch.cu"]
+    assert f'{{32, 90, "{H200}", ' in dispatch and "find_entry(table, n, cc, device.name)" in dispatch
+    assert {e["for_device"] for e in both.to_json()["tallskinny"]["dispatch"]} == {None, H200}
 
 
 def test_the_generated_dispatch_names_the_device(tmp_path):

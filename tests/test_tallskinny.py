@@ -280,16 +280,16 @@ def test_argument_checks_and_quick_return(ts_build, change, code):
 
 
 def test_ring_copies_never_read_past_the_element():
-    """Every cp.async of the tall-skinny kernels copies whole elements (s, d) or whole pairs of fp16
-    rows: a copy with a source size below its copy size counts, for compute-sanitizer, as a read of
+    """Every cp.async of the tall-skinny kernels copies whole elements (s, d), whole pairs of fp16
+    rows or (TSMMA) whole 16-byte chunks: a copy with a source size below its copy size counts, for compute-sanitizer, as a read of
     the whole copy, which at the last row of A's last column passes the call's bytes."""
     src = Path(__file__).resolve().parent.parent / "generated" / "src"
     header = "".join(p.read_text() for p in sorted(src.glob("gemmgen_tallskinny_*.cuh")))
     calls = re.findall(r"copy_async<([^>]+)>\(([^;]*)\);", header)
     assert calls
-    for size, args in calls:
+    for size, args in calls:   # the source bytes (the last argument) are the copy's size, always
         last = args.rsplit(",", 1)[1].strip()
-        assert last in ("4", "(int)sizeof(S)") and (size == "4" or "sizeof(S)" in size), (size, args)
+        assert last == size or (last == "(int)sizeof(S)" and "sizeof(S)" in size), (size, args)
     assert "asm volatile(\"cp.async" not in header   # every copy goes through copy_async
 
 

@@ -46,6 +46,7 @@ def support_files(command: str, archs, small_precisions, tallskinny_ns=tallskinn
         "src/gemmgen_device.cuh": render("common/gemmgen_device.cuh.j2", selection_macros=SELECTION_MACROS,
                                           band_macros=tuple(BAND_MACROS.values()), band_split=BAND_SPLIT_CC,
                                           **common),
+        "src/gemmgen_current_device.h": render("common/gemmgen_current_device.h.j2", **common),
         **{f"src/{name}": render(f"{folder}/{name}.j2", skew=wmma.SKEW, **common)
            for folder, names in DEVICE_HEADERS.items() for name in names},
         "include/gemmgen.h": render("gemmgen.h.j2", precisions=precisions, archs=archs,

@@ -192,8 +192,8 @@ class Manifest:
                 whose = "its own table" if source == arch else f"{source}'s table (no {arch} table)"
                 where = f" ({path})" if self.selection.tables else ""
                 parts.append(f"{', '.join(names)}: {whose}, tuned on {device or 'an unnamed device'}{where}")
-                if "small" in names and source == arch:
-                    parts += [f"small rows for {other} only: {file}" for other, file in device_row_files(arch)]
+                if source == arch and {"small", "tallskinny"} & set(names):
+                    parts += [f"rows for {other} only: {file}" for other, file in device_row_files(arch)]
         refused = sum(1 for n in self.notes if n.startswith(f"{arch} ") and " refused" in n)
         if refused:
             parts.append(f"{refused} of those rows refused on {arch} (notes below)")
@@ -353,7 +353,8 @@ def _build_manifest(selection: Selection) -> Manifest:
     # tuned one's (the same kernels: nothing more to compile; before sm_80 the cp.async ring of a
     # borrowed kernel copies synchronously).
     ts_entries = tallskinny.build_entries(selection.precisions, selection.tallskinny_ns, selection.archs,
-                                    lambda arch: {"tallskinny": _tuned_section(arch, "tallskinny")[1]}, notes)
+                                    lambda arch: dict(zip(("source", "tallskinny"), _tuned_section(arch, "tallskinny"))),
+                                    notes)
     routes = _tallskinny_routes(selection, ts_entries)
     cpu_kernels, cpu_notes = cpu.select(selection.precisions, selection.small_shapes, selection.cpu_isas)
     ranges: list[wmma.WmmaRange] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .arch import ARCHS
 from .precision import PRECISIONS
@@ -560,6 +560,7 @@ class TallSkinnyEntry:
     source: str
     mma: TsmmaSpec | None = None        # in TSM2's region with op(A) = A and m ≥ mma_min_m: TSMMA instead
     mma_min_m: int = NEVER
+    device: str | None = None           # serves only the GPU of this name (a row's for_device); None: any
 
     @property
     def ism2_reachable(self) -> tuple[Ism2Spec | None, Ism2Spec | None]:
@@ -585,7 +586,7 @@ class TallSkinnyEntry:
                 "opt2_min_m": None if self.opt2_min_m >= NEVER else self.opt2_min_m,
                 "tcf": [list(t) for t in self.tcf], "source": self.source,
                 "tsmma": self.mma.name if self.mma else None,
-                "tsmma_min_m": self.mma_min_m if self.mma else None}
+                "tsmma_min_m": self.mma_min_m if self.mma else None, "for_device": self.device}
 
 
 # ---- the Tensor Core route of the h entry point ---------------------------------------------------------
@@ -673,7 +674,30 @@ def nearest_tuned_n(tuned: list[int], n: int) -> int | None:
     return min(tuned, key=lambda t: (abs(t - n), t)) if tuned else None
 
 
+def _choices(entry: TallSkinnyEntry) -> tuple:
+    """What an entry makes the dispatch do (its source aside)."""
+    return entry.kernels, entry.ism2_max_k, entry.opt2_min_m, entry.tcf, entry.mma_min_m
+
+
+def _entry_from_rows(rows: dict, prec: str, n: int, cc: int, where: str, notes: list) -> TallSkinnyEntry | None:
+    """The entry of (prec, n) from tuned rows {(precision, n): row}: n's own row or the nearest tuned n's
+    (the model's register-path choice is far slower where a tuned table exists: docs/perf/); None where
+    there is none, or it is refused (said in `notes`)."""
+    near = nearest_tuned_n(sorted(t for p, t in rows if p == prec), n)
+    if near is None:
+        return None
+    try:
+        return entry_from_row(rows[(prec, near)], cc, n)
+    except (SpecError, KeyError, TypeError, ValueError) as err:
+        notes.append(f"{where} tallskinny row for {prec} n={near} refused for n={n}: {err}")
+        return None
+
+
 def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallSkinnyEntry, ...]:
+    """The dispatch entries of (precision, n) per architecture: each architecture's tuned rows (or the
+    model's choice), one entry where the choices change from the architecture below; and, from the
+    rows of an architecture's own table (not a borrowed one: load_table's "source") that carry
+    `for_device` (a cudaDeviceProp.name), an entry for that GPU model where its choices differ."""
     from .precision import PRECISION_ORDER
 
     entries = []
@@ -683,23 +707,19 @@ def build_entries(precisions, ns, archs, load_table, notes: list) -> tuple[TallS
         for n in ns:
             previous = None
             for arch in archs:
-                rows = {(r["precision"], r["n"]): r for r in load_table(arch).get("tallskinny", [])}
+                table = load_table(arch)
+                section = table.get("tallskinny", [])
                 cc = ARCHS[arch].cc
-                entry = None
-                # An n without a row of its own borrows the nearest tuned n's row (the model's
-                # register-path choice is far slower where a tuned table exists: docs/perf/).
-                near = nearest_tuned_n(sorted(t for p, t in rows if p == prec), n)
-                if near is not None:
-                    try:
-                        entry = entry_from_row(rows[(prec, near)], cc, n)
-                    except (SpecError, KeyError, TypeError, ValueError) as err:
-                        notes.append(f"{arch} tallskinny row for {prec} n={near} refused for n={n}: {err}")
-                if entry is None:
-                    entry = default_entry(prec, n, cc)
-                same = previous is not None and (
-                    previous.kernels, previous.ism2_max_k, previous.opt2_min_m, previous.tcf, previous.mma_min_m) == (
-                    entry.kernels, entry.ism2_max_k, entry.opt2_min_m, entry.tcf, entry.mma_min_m)
-                if not same:
+                rows = {(r["precision"], r["n"]): r for r in section if "for_device" not in r}
+                entry = _entry_from_rows(rows, prec, n, cc, arch, notes) or default_entry(prec, n, cc)
+                if previous is None or _choices(previous) != _choices(entry):
                     entries.append(entry)
                     previous = entry
-    return tuple(sorted(entries, key=lambda e: (PRECISION_ORDER.index(e.precision), e.n, e.cc)))
+                if table.get("source", arch) != arch:
+                    continue   # rows for one GPU model serve only from their architecture's own table
+                for device in sorted({r["for_device"] for r in section if "for_device" in r}):
+                    own = {(r["precision"], r["n"]): r for r in section if r.get("for_device") == device}
+                    mine = _entry_from_rows(own, prec, n, cc, f"{arch} ({device})", notes)
+                    if mine is not None and _choices(mine) != _choices(entry):
+                        entries.append(replace(mine, device=device, source=f"{mine.source}, for {device}"))
+    return tuple(sorted(entries, key=lambda e: (PRECISION_ORDER.index(e.precision), e.n, e.cc, e.device or "")))

@@ -17,8 +17,9 @@ Several folders (`--tables A --tables B`, each one device's tuning) may be in fo
 architecture the first folder holding a table of it serves as above (its device's rows are the
 fallback for every GPU of the architecture), and each later folder's table adds its small rows as
 rows for its own device (`for_device`), where they choose another kernel than the fallback's
-(device_rows).  A later table's wmma and tallskinny sections, and a later folder's CPU tables, are
-not used: those dispatches have no device key (stack_notes says so).
+(device_rows), and its tallskinny rows likewise (the generator keeps an entry for the device where
+its choices differ).  A later table's wmma section, and a later folder's CPU tables, are not used:
+those dispatches have no device key (stack_notes says so).
 """
 from __future__ import annotations
 
@@ -209,10 +210,25 @@ def device_rows(table: dict, path: Path, fallback: list[dict]) -> list[dict]:
     return out + own
 
 
+def device_tallskinny_rows(table: dict, path: Path) -> list[dict]:
+    """A later --tables table's tallskinny rows as rows for its own device (for_device).  TableError where
+    it names no device, or has rows for another device."""
+    device = table.get("device")
+    rows = table.get("tallskinny") or []
+    if not device:
+        raise TableError(f"{path} names no device (\"device\"): its tallskinny rows cannot be keyed to one")
+    others = sorted({r["for_device"] for r in rows if r.get("for_device", device) != device})
+    if others:
+        raise TableError(f"{path} has tallskinny rows for {', '.join(others)}, not its device {device}: "
+                         "a later --tables folder adds rows for its own device only")
+    return [{**r, "for_device": device} for r in rows]
+
+
 def _merged(arch: str, found: list[tuple[Path, Path, dict]]) -> dict:
     """`arch`'s table from its tables in several folders: the first one's, its small section (or the
     packaged one's, where it has none) with each later table's rows for its device (device_rows); those
-    replace the fallback's rows for that device at the shapes the later table has."""
+    replace the fallback's rows for that device at the shapes the later table has.  Its tallskinny
+    section likewise, each later table's rows replacing the fallback's rows for that device."""
     first_folder, _, base = found[0]
     later = found[1:]
     devices = [base.get("device")] + [t.get("device") for _, _, t in later]
@@ -221,16 +237,24 @@ def _merged(arch: str, found: list[tuple[Path, Path, dict]]) -> dict:
             other = found[devices.index(table["device"])][0]
             raise TableError(f"{other} and {folder} both hold tables of {table['device']} for {arch}; "
                              "give one --tables folder per device")
-    later = [(f, p, t) for f, p, t in later if t.get("small")]
-    if not later:
-        return base
-    fallback = base["small"] if "small" in base else _load(table_path(arch)).get("small", [])
-    rows = list(fallback)
-    for _, path, table in later:
-        shapes = {_shape(r) for r in table["small"]}
-        rows = [r for r in rows if not (r.get("for_device") == table["device"] and _shape(r) in shapes)]
-        rows += device_rows(table, path, fallback)
-    return {**base, "small": sorted(rows, key=row_order)}
+    merged = dict(base)
+    later_small = [(f, p, t) for f, p, t in later if t.get("small")]
+    if later_small:
+        fallback = base["small"] if "small" in base else _load(table_path(arch)).get("small", [])
+        rows = list(fallback)
+        for _, path, table in later_small:
+            shapes = {_shape(r) for r in table["small"]}
+            rows = [r for r in rows if not (r.get("for_device") == table["device"] and _shape(r) in shapes)]
+            rows += device_rows(table, path, fallback)
+        merged["small"] = sorted(rows, key=row_order)
+    later_ts = [(f, p, t) for f, p, t in later if t.get("tallskinny")]
+    if later_ts:
+        rows = list(base["tallskinny"] if "tallskinny" in base else _load(table_path(arch)).get("tallskinny", []))
+        for _, path, table in later_ts:
+            own = device_tallskinny_rows(table, path)
+            rows = [r for r in rows if r.get("for_device") != table["device"]] + own
+        merged["tallskinny"] = rows
+    return merged
 
 
 def _own(name: str) -> dict:
@@ -260,18 +284,19 @@ def section_file(arch: str, section: str) -> Path | None:
 
 
 def device_row_files(arch: str) -> list[tuple[str, Path]]:
-    """(device, file) of each later folder's table whose small rows `arch`'s table takes as rows for its
-    device (tables_from with several folders)."""
+    """(device, file) of each later folder's table whose small or tallskinny rows `arch`'s table takes as
+    rows for its device (tables_from with several folders)."""
     if arch.startswith("cpu_"):
         return []
-    keyed = {r.get("for_device") for r in _own(arch).get("small", [])}
+    own = _own(arch)
+    keyed = {r.get("for_device") for section in ("small", "tallskinny") for r in own.get(section, [])}
     return [(t["device"], p) for _, p, t in _stack(arch)[1:] if t.get("device") in keyed]
 
 
 def stack_notes(folders) -> list[str]:
     """Check the folders of `--tables` (each usable_tables, and together: no device twice for an
     architecture, no later rows for another device) and say which of the later folders' rows are not
-    used: their wmma and tallskinny sections and their CPU tables, whose dispatch has no device key.
+    used: their wmma sections and their CPU tables, whose dispatch has no device key.
     TableError where they cannot serve."""
     folders = _as_folders(folders)
     names: dict[str, list[Path]] = {}
@@ -291,7 +316,7 @@ def stack_notes(folders) -> list[str]:
                     notes.append(f"--tables {folder}: {path.name} not used: the CPU dispatch has no device key; "
                                  f"{name} keeps {first_folder}'s")
                     continue
-                unused = [s for s in GPU_SECTIONS if s != "small" and table.get(s)]
+                unused = [s for s in GPU_SECTIONS if s not in ("small", "tallskinny") and table.get(s)]
                 if not unused:
                     continue
                 whose = {s: f"{first_folder}'s" if s in first else "the packaged table's" for s in unused}

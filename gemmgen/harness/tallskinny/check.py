@@ -165,12 +165,14 @@ def _ism2_shape(rng) -> tuple[int, int]:
 
 
 def _one_per_n(entries) -> Iterator:
-    """The first dispatch entry of each (precision, n): the others serve other compute
-    capabilities, and a case through the API runs whichever entry the GPU present selects."""
+    """The first dispatch entry of each (precision, n) and of each GPU model with entries of its own: the
+    others serve other compute capabilities, and a case through the API runs whichever entry the GPU
+    present selects (a GPU model's entry: its kernels are checked directly on any GPU)."""
     seen = set()
     for e in entries:
-        if (e.precision, e.n) not in seen:
-            seen.add((e.precision, e.n))
+        key = (e.precision, e.n, getattr(e, "device", None))
+        if key not in seen:
+            seen.add(key)
             yield e
 
 
@@ -421,7 +423,7 @@ def entries_from_manifest(manifest: dict) -> list:
                                    ism2_reachable=tuple(e[key] and parse_spec(e[key])
                                                         for key in ("ism2_opt1", "ism2_opt2")),
                                    mma=parse_spec(e["tsmma"]) if e.get("tsmma") else None,
-                                   mma_min_m=e.get("tsmma_min_m") or 0))
+                                   mma_min_m=e.get("tsmma_min_m") or 0, device=e.get("for_device")))
     return out
 
 
