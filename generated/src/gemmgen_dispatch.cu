@@ -5,10 +5,10 @@
 // generator built (a tuned row where one exists for the architecture, else the paper's heuristic;
 // narrower rows for one GPU model or for launches up to a size take precedence where they apply).
 #include <cstring>
-#include <mutex>
 
 #include "gemmgen.h"
 #include "gemmgen_device.cuh"
+#include "gemmgen_current_device.h"
 
 // GEMMGEN_WITH_<PRECISION>, GEMMGEN_WITH_<FAMILY>: what a CMake build selected; GEMMGEN_BUILT_BELOW_80,
 // GEMMGEN_BUILT_FROM_80: whether it built the kernels only devices below or from sm_80 run (gemmgen_device.cuh).
@@ -6444,37 +6444,8 @@ const char* const kernel_names[] = {
 };
 constexpr int kernel_count = (int)(sizeof(kernel_names) / sizeof(kernel_names[0])) - 1;
 
-// The current device: its compute capability and name, read once per device.
-struct Device {
-    int cc;             // -1: unknown
-    char name[256];
-};
-
-Device query_device(int dev)
-{
-    Device d{-1, {0}};
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
-        d.cc = prop.major * 10 + prop.minor;
-        std::memcpy(d.name, prop.name, sizeof(d.name));
-        d.name[sizeof(d.name) - 1] = 0;
-    }
-    return d;
-}
-
-Device current_device()
-{
-    constexpr int CACHED = 64;
-    static Device cached[CACHED];
-    static std::once_flag once[CACHED];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess)
-        return Device{-1, {0}};
-    if (dev < 0 || dev >= CACHED)
-        return query_device(dev);
-    std::call_once(once[dev], [dev] { cached[dev] = query_device(dev); });
-    return cached[dev];
-}
+using gemmgen::Device;
+using gemmgen::current_device;
 
 int device_cc() { return current_device().cc; }
 
