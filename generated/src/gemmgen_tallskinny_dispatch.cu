@@ -359,39 +359,7 @@ extern "C" int ism2_d_n12_t128x12x8_opt1(char, char, int, int, double, const dou
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n12_t128x12x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n13_t128x13x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n14_t128x14x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n15_t128x15x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n16_t128x16x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n16_t128x16x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n17_t128x17x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n18_t128x18x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n19_t128x19x8_opt2(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n1_t128x1x16_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x8_opt1(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int ism2_d_n20_t128x20x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n21_t128x21x2_opt1(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -439,51 +407,29 @@ extern "C" int ism2_d_n9_t128x9x8_opt1(char, char, int, int, double, const doubl
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int ism2_d_n9_t128x9x8_opt2(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n10_t128x10x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n10_t64x10x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n11_t128x11x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n11_t64x11x4_r4_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n12_t128x12x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n12_t64x12x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n13_t128x13x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n13_t128x13x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n14_t128x14x2_r2_s8(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n14_t128x14x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n15_t128x15x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n15_t128x15x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n16_t128x16x2_r2_s8(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n16_t128x16x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n17_t128x17x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n17_t128x17x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n18_t128x18x2_r2_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n18_t128x18x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n19_t128x19x2_r2_s8(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n19_t128x19x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n1_t128x1x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n20_t128x20x2_r2_s8(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n20_t128x20x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n21_t128x21x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -503,21 +449,13 @@ extern "C" int tsm2_d_n28_t128x28x4_s4(char, char, int, int, double, const doubl
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n29_t128x29x4_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n29_t128x29x8_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n2_t128x2x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n30_t128x30x4_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n30_t128x30x8_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n31_t128x31x4_s8(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n31_t128x31x8_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n32_t128x32x4_s8(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n32_t128x32x8_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n3_t128x3x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -527,15 +465,9 @@ extern "C" int tsm2_d_n5_t128x5x4_r2_s4(char, char, int, int, double, const doub
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n6_t128x6x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n7_t128x7x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n7_t64x7x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n8_t128x8x4_r2_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n8_t64x8x4_r4_s4(char, char, int, int, double, const double*, int,
-    const double*, int, double, double*, int, int, cudaStream_t);
-extern "C" int tsm2_d_n9_t128x9x4_r2_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
 extern "C" int tsm2_d_n9_t64x9x4_r4_s4(char, char, int, int, double, const double*, int,
     const double*, int, double, double*, int, int, cudaStream_t);
@@ -1004,140 +936,110 @@ const TsEntry<double, double> ts_d[] = {
      {ism2_d_n7_t128x7x8_opt1, ism2_d_n7_t128x7x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
      nullptr, nullptr, 0LL},
-    {7, 90, "NVIDIA H200", "tsm2_d_n7_t128x7x4_r2_s4", tsm2_d_n7_t128x7x4_r2_s4,
-     {"ism2_d_n7_t128x7x8_opt1", nullptr},
-     {ism2_d_n7_t128x7x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
-     nullptr, nullptr, 0LL},
     {8, 75, nullptr, "tsm2_d_n8_t64x8x4_r4_s4", tsm2_d_n8_t64x8x4_r4_s4,
      {"ism2_d_n8_t128x8x8_opt1", "ism2_d_n8_t128x8x8_opt2"},
      {ism2_d_n8_t128x8x8_opt1, ism2_d_n8_t128x8x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
-     nullptr, nullptr, 0LL},
-    {8, 90, "NVIDIA H200", "tsm2_d_n8_t128x8x4_r2_s4", tsm2_d_n8_t128x8x4_r2_s4,
-     {"ism2_d_n8_t128x8x8_opt1", nullptr},
-     {ism2_d_n8_t128x8x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
      nullptr, nullptr, 0LL},
     {9, 75, nullptr, "tsm2_d_n9_t64x9x4_r4_s4", tsm2_d_n9_t64x9x4_r4_s4,
      {"ism2_d_n9_t128x9x8_opt1", "ism2_d_n9_t128x9x8_opt2"},
      {ism2_d_n9_t128x9x8_opt1, ism2_d_n9_t128x9x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
      nullptr, nullptr, 0LL},
-    {9, 90, "NVIDIA H200", "tsm2_d_n9_t128x9x4_r2_s4", tsm2_d_n9_t128x9x4_r2_s4,
-     {"ism2_d_n9_t128x9x8_opt1", nullptr},
-     {ism2_d_n9_t128x9x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
-     nullptr, nullptr, 0LL},
     {10, 75, nullptr, "tsm2_d_n10_t64x10x4_r4_s4", tsm2_d_n10_t64x10x4_r4_s4,
      {"ism2_d_n10_t128x10x8_opt1", "ism2_d_n10_t128x10x8_opt2"},
      {ism2_d_n10_t128x10x8_opt1, ism2_d_n10_t128x10x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
-     nullptr, nullptr, 0LL},
-    {10, 90, "NVIDIA H200", "tsm2_d_n10_t128x10x4_r2_s4", tsm2_d_n10_t128x10x4_r2_s4,
-     {"ism2_d_n10_t128x10x8_opt1", nullptr},
-     {ism2_d_n10_t128x10x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
      nullptr, nullptr, 0LL},
     {11, 75, nullptr, "tsm2_d_n11_t64x11x4_r4_s4", tsm2_d_n11_t64x11x4_r4_s4,
      {"ism2_d_n11_t128x11x8_opt1", "ism2_d_n11_t128x11x8_opt2"},
      {ism2_d_n11_t128x11x8_opt1, ism2_d_n11_t128x11x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
      nullptr, nullptr, 0LL},
-    {11, 90, "NVIDIA H200", "tsm2_d_n11_t128x11x4_r2_s4", tsm2_d_n11_t128x11x4_r2_s4,
-     {"ism2_d_n11_t128x11x8_opt1", nullptr},
-     {ism2_d_n11_t128x11x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
-     nullptr, nullptr, 0LL},
     {12, 75, nullptr, "tsm2_d_n12_t64x12x4_r4_s4", tsm2_d_n12_t64x12x4_r4_s4,
      {"ism2_d_n12_t128x12x8_opt1", "ism2_d_n12_t128x12x8_opt2"},
      {ism2_d_n12_t128x12x8_opt1, ism2_d_n12_t128x12x8_opt2},
      256, 100000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 1, 1},
-     nullptr, nullptr, 0LL},
-    {12, 90, "NVIDIA H200", "tsm2_d_n12_t128x12x4_r2_s4", tsm2_d_n12_t128x12x4_r2_s4,
-     {"ism2_d_n12_t128x12x8_opt1", nullptr},
-     {ism2_d_n12_t128x12x8_opt1, nullptr},
-     256, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 4, 2},
      nullptr, nullptr, 0LL},
     {13, 75, nullptr, "tsm2_d_n13_t128x13x2_r2_s8", tsm2_d_n13_t128x13x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {13, 90, "NVIDIA H200", "tsm2_d_n13_t128x13x4_r2_s4", tsm2_d_n13_t128x13x4_r2_s4,
-     {"ism2_d_n13_t128x13x8_opt1", "ism2_d_n13_t128x13x8_opt2"},
-     {ism2_d_n13_t128x13x8_opt1, ism2_d_n13_t128x13x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {13, 90, "NVIDIA H200", "tsm2_d_n13_t128x13x2_r2_s8", tsm2_d_n13_t128x13x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n13_w8x2_k8_s3", tsmma_d_n13_w8x2_k8_s3, 20480LL},
     {14, 75, nullptr, "tsm2_d_n14_t128x14x2_r2_s8", tsm2_d_n14_t128x14x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {14, 90, "NVIDIA H200", "tsm2_d_n14_t128x14x4_r2_s4", tsm2_d_n14_t128x14x4_r2_s4,
-     {"ism2_d_n14_t128x14x8_opt1", "ism2_d_n14_t128x14x8_opt2"},
-     {ism2_d_n14_t128x14x8_opt1, ism2_d_n14_t128x14x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {14, 90, "NVIDIA H200", "tsm2_d_n14_t128x14x2_r2_s8", tsm2_d_n14_t128x14x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n14_w8x2_k8_s3", tsmma_d_n14_w8x2_k8_s3, 20480LL},
     {15, 75, nullptr, "tsm2_d_n15_t128x15x2_r2_s8", tsm2_d_n15_t128x15x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {15, 90, "NVIDIA H200", "tsm2_d_n15_t128x15x4_r2_s4", tsm2_d_n15_t128x15x4_r2_s4,
-     {"ism2_d_n15_t128x15x8_opt1", "ism2_d_n15_t128x15x8_opt2"},
-     {ism2_d_n15_t128x15x8_opt1, ism2_d_n15_t128x15x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {15, 90, "NVIDIA H200", "tsm2_d_n15_t128x15x2_r2_s8", tsm2_d_n15_t128x15x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n15_w8x2_k8_s3", tsmma_d_n15_w8x2_k8_s3, 20480LL},
     {16, 75, nullptr, "tsm2_d_n16_t128x16x2_r2_s8", tsm2_d_n16_t128x16x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {16, 90, "NVIDIA H200", "tsm2_d_n16_t128x16x4_r2_s4", tsm2_d_n16_t128x16x4_r2_s4,
-     {"ism2_d_n16_t128x16x8_opt1", "ism2_d_n16_t128x16x8_opt2"},
-     {ism2_d_n16_t128x16x8_opt1, ism2_d_n16_t128x16x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {16, 90, "NVIDIA H200", "tsm2_d_n16_t128x16x2_r2_s8", tsm2_d_n16_t128x16x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n16_w8x2_k8_s3", tsmma_d_n16_w8x2_k8_s3, 20480LL},
     {17, 75, nullptr, "tsm2_d_n17_t128x17x2_r2_s8", tsm2_d_n17_t128x17x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {17, 90, "NVIDIA H200", "tsm2_d_n17_t128x17x4_r2_s4", tsm2_d_n17_t128x17x4_r2_s4,
-     {"ism2_d_n17_t128x17x8_opt1", "ism2_d_n17_t128x17x8_opt2"},
-     {ism2_d_n17_t128x17x8_opt1, ism2_d_n17_t128x17x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {17, 90, "NVIDIA H200", "tsm2_d_n17_t128x17x2_r2_s8", tsm2_d_n17_t128x17x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n17_w8x2_k8_s3", tsmma_d_n17_w8x2_k8_s3, 20480LL},
     {18, 75, nullptr, "tsm2_d_n18_t128x18x2_r2_s8", tsm2_d_n18_t128x18x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {18, 90, "NVIDIA H200", "tsm2_d_n18_t128x18x4_r2_s4", tsm2_d_n18_t128x18x4_r2_s4,
-     {"ism2_d_n18_t128x18x8_opt1", "ism2_d_n18_t128x18x8_opt2"},
-     {ism2_d_n18_t128x18x8_opt1, ism2_d_n18_t128x18x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {18, 90, "NVIDIA H200", "tsm2_d_n18_t128x18x2_r2_s8", tsm2_d_n18_t128x18x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n18_w8x2_k8_s3", tsmma_d_n18_w8x2_k8_s3, 20480LL},
     {19, 75, nullptr, "tsm2_d_n19_t128x19x2_r2_s8", tsm2_d_n19_t128x19x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {19, 90, "NVIDIA H200", "tsm2_d_n19_t128x19x4_r2_s4", tsm2_d_n19_t128x19x4_r2_s4,
-     {"ism2_d_n19_t128x19x8_opt1", "ism2_d_n19_t128x19x8_opt2"},
-     {ism2_d_n19_t128x19x8_opt1, ism2_d_n19_t128x19x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {19, 90, "NVIDIA H200", "tsm2_d_n19_t128x19x2_r2_s8", tsm2_d_n19_t128x19x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n19_w8x2_k8_s3", tsmma_d_n19_w8x2_k8_s3, 20480LL},
     {20, 75, nullptr, "tsm2_d_n20_t128x20x2_r2_s8", tsm2_d_n20_t128x20x2_r2_s8,
      {nullptr, nullptr},
      {nullptr, nullptr},
      0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      nullptr, nullptr, 0LL},
-    {20, 90, "NVIDIA H200", "tsm2_d_n20_t128x20x4_r2_s4", tsm2_d_n20_t128x20x4_r2_s4,
-     {"ism2_d_n20_t128x20x8_opt1", "ism2_d_n20_t128x20x8_opt2"},
-     {ism2_d_n20_t128x20x8_opt1, ism2_d_n20_t128x20x8_opt2},
-     32, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 32},
+    {20, 90, "NVIDIA H200", "tsm2_d_n20_t128x20x2_r2_s8", tsm2_d_n20_t128x20x2_r2_s8,
+     {nullptr, nullptr},
+     {nullptr, nullptr},
+     0, 4611686018427387904LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 2, 2},
      "tsmma_d_n20_w8x2_k8_s3", tsmma_d_n20_w8x2_k8_s3, 20480LL},
     {21, 75, nullptr, "tsm2_d_n21_t128x21x4_r2_s4", tsm2_d_n21_t128x21x4_r2_s4,
      {"ism2_d_n21_t128x21x2_opt1", nullptr},
@@ -1224,7 +1126,7 @@ const TsEntry<double, double> ts_d[] = {
      {ism2_d_n29_t128x29x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
      nullptr, nullptr, 0LL},
-    {29, 90, "NVIDIA H200", "tsm2_d_n29_t128x29x8_s4", tsm2_d_n29_t128x29x8_s4,
+    {29, 90, "NVIDIA H200", "tsm2_d_n29_t128x29x4_s8", tsm2_d_n29_t128x29x4_s8,
      {"ism2_d_n29_t128x29x4_opt1", nullptr},
      {ism2_d_n29_t128x29x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
@@ -1234,7 +1136,7 @@ const TsEntry<double, double> ts_d[] = {
      {ism2_d_n30_t128x30x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
      nullptr, nullptr, 0LL},
-    {30, 90, "NVIDIA H200", "tsm2_d_n30_t128x30x8_s4", tsm2_d_n30_t128x30x8_s4,
+    {30, 90, "NVIDIA H200", "tsm2_d_n30_t128x30x4_s8", tsm2_d_n30_t128x30x4_s8,
      {"ism2_d_n30_t128x30x4_opt1", nullptr},
      {ism2_d_n30_t128x30x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
@@ -1244,7 +1146,7 @@ const TsEntry<double, double> ts_d[] = {
      {ism2_d_n31_t128x31x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
      nullptr, nullptr, 0LL},
-    {31, 90, "NVIDIA H200", "tsm2_d_n31_t128x31x8_s4", tsm2_d_n31_t128x31x8_s4,
+    {31, 90, "NVIDIA H200", "tsm2_d_n31_t128x31x4_s8", tsm2_d_n31_t128x31x4_s8,
      {"ism2_d_n31_t128x31x4_opt1", nullptr},
      {ism2_d_n31_t128x31x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
@@ -1254,7 +1156,7 @@ const TsEntry<double, double> ts_d[] = {
      {ism2_d_n32_t128x32x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
      nullptr, nullptr, 0LL},
-    {32, 90, "NVIDIA H200", "tsm2_d_n32_t128x32x8_s4", tsm2_d_n32_t128x32x8_s4,
+    {32, 90, "NVIDIA H200", "tsm2_d_n32_t128x32x4_s8", tsm2_d_n32_t128x32x4_s8,
      {"ism2_d_n32_t128x32x4_opt1", nullptr},
      {ism2_d_n32_t128x32x4_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
