@@ -188,6 +188,10 @@ int launch_tsmma(int m, int k, double alpha, const double* A, int lda, const dou
     if (L::BYTES > 48 * 1024 &&
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
         return GEMMGEN_LAUNCH_FAILED;
+    if (m <= 0)
+        return 0;
+    if (k <= 0)   // (the dispatch never launches a product then; a direct call gets C = beta·C)
+        return scale(m, N, beta, C, ldc, stream);
     const long long blocks = ((long long)m + L::BM - 1) / L::BM;
     if (blocks > MAX_GRID)
         return GEMMGEN_LAUNCH_FAILED;
