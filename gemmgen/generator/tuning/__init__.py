@@ -183,19 +183,26 @@ def row_order(row: dict) -> tuple:
             -row.get("max_megabytes", 1 << 30))
 
 
+def _own_device(table: dict, path: Path, section: str) -> tuple[str, list[dict]]:
+    """A later --tables table's device and its rows of `section`, which may be keyed to that device only.
+    TableError where it names no device, or has rows for another device."""
+    device = table.get("device")
+    rows = table.get(section) or []
+    if not device:
+        raise TableError(f"{path} names no device (\"device\"): its {section} rows cannot be keyed to one")
+    others = sorted({r["for_device"] for r in rows if r.get("for_device", device) != device})
+    if others:
+        raise TableError(f"{path} has {section} rows for {', '.join(others)}, not its device {device}: "
+                         "a later --tables folder adds rows for its own device only")
+    return device, rows
+
+
 def device_rows(table: dict, path: Path, fallback: list[dict]) -> list[dict]:
     """A later --tables table's small rows as rows for its own device: each plain row whose kernel
     differs from the fallback's plain row of its shape (or whose shape the fallback lacks), without its
     pointer-array ring; its own rows for its device (for_device, max_megabytes) as they are.  TableError
     where it names no device, or has rows for another device."""
-    device = table.get("device")
-    rows = table.get("small") or []
-    if not device:
-        raise TableError(f"{path} names no device (\"device\"): its small rows cannot be keyed to one")
-    others = sorted({r["for_device"] for r in rows if r.get("for_device", device) != device})
-    if others:
-        raise TableError(f"{path} has small rows for {', '.join(others)}, not its device {device}: "
-                         "a later --tables folder adds rows for its own device only")
+    device, rows = _own_device(table, path, "small")
     plain = {_shape(r): r for r in fallback if not is_keyed_row(r)}
     own = [{**r, "for_device": device} for r in rows if is_keyed_row(r)]
     own_device = {_shape(r) for r in own if "max_megabytes" not in r}   # its own row for the device serves
@@ -213,14 +220,7 @@ def device_rows(table: dict, path: Path, fallback: list[dict]) -> list[dict]:
 def device_tallskinny_rows(table: dict, path: Path) -> list[dict]:
     """A later --tables table's tallskinny rows as rows for its own device (for_device).  TableError where
     it names no device, or has rows for another device."""
-    device = table.get("device")
-    rows = table.get("tallskinny") or []
-    if not device:
-        raise TableError(f"{path} names no device (\"device\"): its tallskinny rows cannot be keyed to one")
-    others = sorted({r["for_device"] for r in rows if r.get("for_device", device) != device})
-    if others:
-        raise TableError(f"{path} has tallskinny rows for {', '.join(others)}, not its device {device}: "
-                         "a later --tables folder adds rows for its own device only")
+    device, rows = _own_device(table, path, "tallskinny")
     return [{**r, "for_device": device} for r in rows]
 
 
