@@ -262,7 +262,7 @@ class TsmmaSpec(Spec):
         require(1 <= self.n <= TSMMA_MAX_N, "n", f"n={self.n} is outside 1..{TSMMA_MAX_N}")
         require(self.warps in (1, 2, 4, 8), "warps", f"warps={self.warps} must be 1, 2, 4 or 8")
         require(self.tiles in (1, 2, 4, 8), "tiles", f"tiles={self.tiles} must be 1, 2, 4 or 8")
-        require(self.bk in (8, 16, 32), "bk", f"bk={self.bk} must be 8, 16 or 32 (a multiple of the mma's k = 4)")
+        require(self.bk in (4, 8, 16, 32), "bk", f"bk={self.bk} must be 4, 8, 16 or 32 (a multiple of the mma's k = 4)")
         require(2 <= self.stages <= 8, "stages", f"stages={self.stages} must be 2..8")
         require(self.registers <= MAX_REGS, "registers",
                 f"{self.tiles} row tiles by {ceil_div(self.n, 8)} column tiles need about {self.registers} "
@@ -508,8 +508,10 @@ def ism2_sweep(precision: str, n: int) -> list[Ism2Spec]:
 
 TSMMA_SWEEP_WARPS = (2, 4, 8)
 TSMMA_SWEEP_TILES = (2, 4, 8)
-TSMMA_SWEEP_BK = (8, 16, 32)
-TSMMA_SWEEP_STAGES = (3, 4, 6)
+# Every TSMMA winner of the H200's first sweep (bk 8-32, 3-6 stages) had bk = 8 and 3 stages, the sweep's
+# smallest: the sweep now reaches below them and no longer times the larger stages.
+TSMMA_SWEEP_BK = (4, 8, 16)
+TSMMA_SWEEP_STAGES = (2, 3, 4)
 
 
 def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
