@@ -360,6 +360,10 @@ int launch_tsm2(int m, int k, Scalar alpha, const S* A, int lda, const S* B, int
             return GEMMGEN_LAUNCH_FAILED;
         max_block = attr.maxThreadsPerBlock;
     }
+    if (m <= 0)
+        return 0;
+    if (k <= 0)   // (the dispatch never launches a product then; a direct call gets C = beta·C)
+        return scale(m, N, beta, C, ldc, stream);
     const long long blocks = ((long long)m + (long long)T1 * RM - 1) / ((long long)T1 * RM);
     if (blocks > MAX_GRID || blocks < 1)
         return GEMMGEN_LAUNCH_FAILED;
