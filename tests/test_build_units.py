@@ -50,7 +50,7 @@ def test_ptxas_report_keeps_arch_specific_targets():
 def test_templates_branch_only_where_sources_say_so():
     """Every `__CUDA_ARCH__ >= X` in the templates is the cp.async threshold or the tensor copy
     engine's, and exactly the sources that instantiate a cp.async ring (TSM2, wmma or small with a
-    strided or a pointer-array ring, every warp and block wmma kernel) or the small family's fp64
+    strided or a pointer-array ring, every warp and block wmma kernel, every TSMMA kernel) or the small family's fp64
     Tensor Core product (`mma`, sm_80+ as well) declare the first code path, and exactly the h wmma tuples with
     the whole-GEMM path or a cp.async ring (its beta = 0 kernel's register bound is below sm_90's), the h block kernels with the wgmma path and the hc wgmma source the second (the
     latter two as `90a`: sm_90a code), so their sm_80/sm_90 SASS is built from PTX of that level; the whole-GEMM
@@ -71,7 +71,7 @@ def test_templates_branch_only_where_sources_say_so():
                 or (family == "small" and (SmallSpec.parse(source.stem).stages > 0
                                            or SmallSpec.parse(source.stem).array_stages > 0
                                            or SmallSpec.parse(source.stem).mma))
-                or family in ("wmmawarp", "wmmablock"))
+                or family in ("wmmawarp", "wmmablock", "tsmma"))
         whole = family == "wmma" and source.stem.startswith("wmma_") and WmmaSpec.parse(source.stem).whole_path
         h_ring = family == "wmma" and source.stem.startswith("wmma_h_") and WmmaSpec.parse(source.stem).stages > 0
         # the block kernels' wgmma path, and the hc wgmma source the dispatch tries first
