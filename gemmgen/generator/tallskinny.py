@@ -41,7 +41,7 @@ RING_STAGES = (2, 3, 4, 5, 6, 7, 8)
 
 _TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?(?:_s(\d+))?$")
 _ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
-_TSMMA_NAME = re.compile(r"^tsmma_(d)_n(\d+)_w(\d+)x(\d+)_k(\d+)_s(\d+)$")
+_TSMMA_NAME = re.compile(r"^tsmma_([dh])_n(\d+)_w(\d+)x(\d+)_k(\d+)(?:_g(\d+))?_s(\d+)$")
 
 
 def compute_bytes(precision: str) -> int:
@@ -190,24 +190,30 @@ class Ism2Spec(Spec):
         return self
 
 
-TSMMA_PRECISIONS = ("d",)
+TSMMA_PRECISIONS = ("d", "h")
 TSMMA_MAX_N = 32                 # NT = 4 tiles of 8 columns: the accumulators of 8 row tiles fit the registers
 TSMMA_SMEM_LIMIT = 99 * 1024     # opt-in shared memory of a block on every sm_80+ architecture (sm_86/89: 99 KB)
-TSMMA_MIN_CC = 80                # mma.sync.m8n8k4.f64 and cp.async
+TSMMA_MIN_CC = 80                # mma.sync (m8n8k4.f64, m16n8k16.f16) and cp.async
+TSMMA_TILE_ROWS = {"d": 8, "h": 16}          # rows of the mma's C tile
+TSMMA_BK = {"d": (4, 8, 16, 32), "h": (16, 32, 64)}   # multiples of the mma's k (4, 16)
+TSMMA_MAX_THREADS = 512
 
 
 @dataclass(frozen=True, order=True)
 class TsmmaSpec(Spec):
-    """TSM2's product on the fp64 Tensor Cores (beyond the paper; gemmgen_tallskinny_tsmma.cuh says how):
-    `warps` warps per block stacked along m, each `tiles` 8-row tiles of C by every column, `bk` columns of
-    op(A) per stage of a `stages`-deep cp.async ring.  op(A) = A only (the dispatch sends op(A) = A^T to
-    TSM2); sm_80 and up."""
+    """TSM2's product on the Tensor Cores (beyond the paper; gemmgen_tallskinny_tsmma.cuh says how): d on
+    the fp64 mma, h on the fp16 mma with fp32 sums.  `warps` warps per block stacked along m, each `tiles`
+    row tiles of C (8 rows in d, 16 in h) by every column, `bk` columns of op(A) per stage of a
+    `stages`-deep cp.async ring; h only: `kgroups` groups of those warps split each stage's columns and
+    add their sums in the block (fp16 C takes no atomic sums across blocks).  op(A) = A only (the
+    dispatch sends op(A) = A^T to TSM2); sm_80 and up."""
     precision: str
     n: int
     warps: int
     tiles: int
     bk: int
     stages: int
+    kgroups: int = 1
 
     family = "tsmma"
     headers = ("gemmgen_tallskinny_tsmma.cuh",)
@@ -215,24 +221,32 @@ class TsmmaSpec(Spec):
 
     @property
     def name(self) -> str:
-        return f"tsmma_{self.precision}_n{self.n}_w{self.warps}x{self.tiles}_k{self.bk}_s{self.stages}"
+        groups = f"_g{self.kgroups}" if self.precision == "h" else ""
+        return f"tsmma_{self.precision}_n{self.n}_w{self.warps}x{self.tiles}_k{self.bk}{groups}_s{self.stages}"
 
     @classmethod
     def parse(cls, name: str) -> "TsmmaSpec":
         m = _TSMMA_NAME.match(name)
         if not m:
             raise SpecError("name", f"{name!r} is not a tsmma kernel name "
-                                    "(tsmma_d_n<N>_w<warps>x<tiles>_k<bk>_s<stages>)")
-        prec, *nums = m.groups()
-        return cls(prec, *(int(x) for x in nums)).validate()
+                                    "(tsmma_d_n<N>_w<warps>x<tiles>_k<bk>_s<stages>, "
+                                    "tsmma_h_n<N>_w<warps>x<tiles>_k<bk>_g<kgroups>_s<stages>)")
+        prec, n, warps, tiles, bk, groups, stages = m.groups()
+        if (groups is None) != (prec == "d"):
+            raise SpecError("name", f"{name!r}: h TSMMA names carry _g<kgroups>, d ones do not")
+        return cls(prec, int(n), int(warps), int(tiles), int(bk), int(stages), int(groups or 1)).validate()
+
+    @property
+    def tile_rows(self) -> int:
+        return TSMMA_TILE_ROWS.get(self.precision, 8)
 
     @property
     def block_rows(self) -> int:
-        return 8 * self.tiles * self.warps
+        return self.tile_rows * self.tiles * self.warps
 
     @property
     def t1(self) -> int:          # manifest.json's tall-skinny fields: threads per block,
-        return 32 * self.warps
+        return 32 * self.warps * self.kgroups
 
     @property
     def t2(self) -> int:          # columns of C per pass (all of them),
@@ -240,39 +254,55 @@ class TsmmaSpec(Spec):
 
     @property
     def t3(self) -> int:          # columns of op(A) per stage
-        return self.bk
+        return self.bk * self.kgroups
 
     @property
     def smem_bytes(self) -> int:
-        """The ring, as TsmmaShape lays it out (A: LDA ≡ 8 mod 16 doubles; B: LDB ≡ 4 mod 16)."""
-        lda = self.block_rows + (24 - self.block_rows % 16) % 16
-        ldb = self.bk + (20 - self.bk % 16) % 16
-        return self.stages * (self.bk * lda + ceil_div(self.n, 8) * 8 * ldb) * 8
+        """The ring, as TsmmaShape (d) and TsmmaHalfShape (h) lay it out."""
+        np_ = ceil_div(self.n, 8) * 8
+        if self.precision == "h":
+            ks, bm = self.bk * self.kgroups, self.block_rows
+            lda, ldb_n, ldb_t = (ceil_div(bm, 32) * 32 + 8, ceil_div(ks, 32) * 32 + 8, ceil_div(np_, 32) * 32 + 8)
+            ring = self.stages * (ks * lda + max(np_ * ldb_n, ks * ldb_t)) * 2
+            sums = (self.kgroups - 1) * self.warps * 32 * self.tiles * (np_ // 8) * 4 * 4
+            return max(ring, sums)
+        lda = self.block_rows + (24 - self.block_rows % 16) % 16     # A: LDA ≡ 8 mod 16 doubles
+        ldb = self.bk + (20 - self.bk % 16) % 16                     # B: LDB ≡ 4 mod 16
+        return self.stages * (self.bk * lda + np_ * ldb) * 8
 
     @property
     def registers(self) -> int:
-        """2 per double: the accumulators (tiles × column tiles × 2), one A and one B fragment per tile,
-        plus 40 for the indexing: a bound for the rule, not a fit (ptxas on sm_90, n = 32: 4 warps × 4 tiles
-        96 registers against 120 estimated, 2 × 8 tiles 194-202 against 192; every emitted TSMMA kernel is
-        checked spill-free when it is built)."""
+        """A bound for the rule, not a fit.  d: 2 per double: the accumulators (tiles × column tiles × 2),
+        one A and one B fragment per tile, plus 40 for the indexing (ptxas on sm_90, n = 32: 4 warps × 4
+        tiles 96 registers against 120 estimated, 2 × 8 tiles 194-202 against 192).  h: 4 fp32 sums per
+        tile pair, 4 A and 2 B registers per tile, the lane's offsets (2 + 2 per column tile) plus 40.
+        Every emitted TSMMA kernel is checked spill-free when it is built."""
         nt = ceil_div(self.n, 8)
+        if self.precision == "h":
+            return 4 * self.tiles * nt + 4 * self.tiles + 4 * nt + 2 + 40
         return 2 * (2 * self.tiles * nt + self.tiles + nt) + 40
 
     def validate(self, arch: str | None = None) -> "TsmmaSpec":
         require(self.precision in TSMMA_PRECISIONS, "precision",
-                f"{self.precision!r}: TSMMA multiplies on the fp64 Tensor Cores ({', '.join(TSMMA_PRECISIONS)})")
+                f"{self.precision!r}: TSMMA multiplies on the Tensor Cores in {', '.join(TSMMA_PRECISIONS)}")
         require(1 <= self.n <= TSMMA_MAX_N, "n", f"n={self.n} is outside 1..{TSMMA_MAX_N}")
         require(self.warps in (1, 2, 4, 8), "warps", f"warps={self.warps} must be 1, 2, 4 or 8")
         require(self.tiles in (1, 2, 4, 8), "tiles", f"tiles={self.tiles} must be 1, 2, 4 or 8")
-        require(self.bk in (4, 8, 16, 32), "bk", f"bk={self.bk} must be 4, 8, 16 or 32 (a multiple of the mma's k = 4)")
+        bks = TSMMA_BK[self.precision]
+        require(self.bk in bks, "bk", f"bk={self.bk} must be one of {', '.join(map(str, bks))} in "
+                                      f"{self.precision} (a multiple of the mma's k)")
         require(2 <= self.stages <= 8, "stages", f"stages={self.stages} must be 2..8")
+        require(self.kgroups in ((1, 2, 4, 8) if self.precision == "h" else (1,)), "kgroups",
+                f"kgroups={self.kgroups}: h splits k among 1, 2, 4 or 8 groups of warps, d across blocks (1)")
+        require(self.t1 <= TSMMA_MAX_THREADS, "threads",
+                f"{self.warps} warps × {self.kgroups} k groups = {self.t1} threads (> {TSMMA_MAX_THREADS})")
         require(self.registers <= MAX_REGS, "registers",
                 f"{self.tiles} row tiles by {ceil_div(self.n, 8)} column tiles need about {self.registers} "
                 f"registers (> {MAX_REGS})")
         require(self.smem_bytes <= TSMMA_SMEM_LIMIT, "shared memory",
                 f"the ring needs {self.smem_bytes} bytes (> {TSMMA_SMEM_LIMIT})")
         require(arch is None or ARCHS[arch].cc >= TSMMA_MIN_CC, "architecture",
-                f"{arch} has no fp64 mma.sync (sm_{TSMMA_MIN_CC} and up)")
+                f"{arch} has no mma.sync and cp.async for TSMMA (sm_{TSMMA_MIN_CC} and up)")
         return self
 
 
@@ -514,15 +544,26 @@ TSMMA_SWEEP_TILES = (2, 4, 8)
 # smallest: the sweep now reaches below them and no longer times the larger stages.
 TSMMA_SWEEP_BK = (4, 8, 16)
 TSMMA_SWEEP_STAGES = (2, 3, 4)
+# h: blocks of 16-64 rows (m = 12345-50000 gives 190-3100 of them) with 1-4 k groups, so that a short A
+# still spreads over every SM; 16 or 32 columns of A per group and stage.
+TSMMA_H_SWEEP_WARPS = (1, 2, 4)
+TSMMA_H_SWEEP_TILES = (1, 2)
+TSMMA_H_SWEEP_BK = (16, 32)
+TSMMA_H_SWEEP_KGROUPS = (1, 2, 4)
+TSMMA_H_SWEEP_STAGES = (3, 4)
 
 
 def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
     """TSMMA's candidates at n (none outside its precisions and n): warps × row tiles × k per stage ×
-    ring depth, the valid ones (registers, shared memory)."""
+    ring depth (× k groups in h), the valid ones (threads, registers, shared memory)."""
     if precision not in TSMMA_PRECISIONS or n > TSMMA_MAX_N:
         return []
-    out = [TsmmaSpec(precision, n, w, t, bk, s) for w in TSMMA_SWEEP_WARPS for t in TSMMA_SWEEP_TILES
-           for bk in TSMMA_SWEEP_BK for s in TSMMA_SWEEP_STAGES]
+    if precision == "h":
+        out = [TsmmaSpec(precision, n, w, t, bk, s, g) for w in TSMMA_H_SWEEP_WARPS for t in TSMMA_H_SWEEP_TILES
+               for bk in TSMMA_H_SWEEP_BK for s in TSMMA_H_SWEEP_STAGES for g in TSMMA_H_SWEEP_KGROUPS]
+    else:
+        out = [TsmmaSpec(precision, n, w, t, bk, s) for w in TSMMA_SWEEP_WARPS for t in TSMMA_SWEEP_TILES
+               for bk in TSMMA_SWEEP_BK for s in TSMMA_SWEEP_STAGES]
     return sorted(s for s in out if s.is_valid())
 
 
@@ -660,7 +701,7 @@ def entry_from_row(row: dict, cc: int, n: int | None = None) -> TallSkinnyEntry:
     mma, mma_min_m = None, NEVER
     r = row.get("tsmma")
     if r and cc >= TSMMA_MIN_CC:
-        candidate = TsmmaSpec(prec, n, r["warps"], r["tiles"], r["bk"], r["stages"])
+        candidate = TsmmaSpec(prec, n, r["warps"], r["tiles"], r["bk"], r["stages"], int(r.get("kgroups", 1)))
         if candidate.is_valid() or n == row_n:   # another n: where the row's blocking fits it
             mma, mma_min_m = candidate.validate(), int(r.get("min_m", 0))
     return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),

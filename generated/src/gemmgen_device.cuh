@@ -258,6 +258,20 @@ __device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b)
 #endif
 }
 
+// d += a·b over one 16×8×16 fp16 tile with fp32 sums (sm_80+; nothing before), the fragments as the PTX ISA
+// lays them out for mma.sync.m16n8k16 (row.col): lane (g, t) holds a = A(g, 2t..2t+1), A(g + 8, ..),
+// A(g, 2t + 8..), A(g + 8, 2t + 8..); b = B(2t..2t+1, g), B(2t + 8.., g); d = C(g, 2t..2t+1), C(g + 8, ..).
+// The wmma family's raw tiles (MmaTile<float>) and h TSMMA use it.
+__device__ __forceinline__ void mma_f16_f32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, "
+        "{ %0, %1, %2, %3 };\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
 // ---- cp.async (sm_80+): global -> shared memory without registers ---------------------------------
 // Below sm_80 these compile to nothing or a plain copy; the families that use them say so with a
 // `gemmgen-code-paths:` line, so each side of the branch gets its own PTX.

@@ -3,8 +3,9 @@
 // gemmgen_?gemm_tallskinny: argument checks (BLAS numbering), the quick returns of the contract,
 // and the choice between TSM2 and ISM2 (optimization 1 or 2) by m, k and n from the cut-offs of the
 // architecture's tuning table (or the performance model's choice where nothing was tuned).  In h, a
-// tall A on 16-byte chunks goes to a Tensor Core block kernel instead of TSM2 (the route below); in d,
-// TSM2's region with op(A) = A goes to TSMMA (fp64 Tensor Cores) where the tuned table gives one.
+// tall A on 16-byte chunks goes to a Tensor Core block kernel instead of TSM2 (the route below); in d and
+// h, TSM2's region with op(A) = A goes to TSMMA (Tensor Cores) where the tuned table gives one, before
+// that route.
 // The k-groups of TSM2 and ISM2's tcf are chosen at launch (tcf from the tuned m cut-offs when
 // there are some).
 //
@@ -536,7 +537,7 @@ struct TsEntry {
     long long opt2_min_m;         // m >= this: ISM2 optimization 2
     long long tcf_m[4];          // m >= tcf_m[i] (ascending, 0 unused): tcf[i]
     int tcf[4];
-    const char* mma_name;         // TSMMA (fp64 Tensor Cores) in TSM2's region for op(A) = A and m >= mma_min_m;
+    const char* mma_name;         // TSMMA (Tensor Cores) in TSM2's region for op(A) = A and m >= mma_min_m;
     TsLaunch<S, Scalar> mma;      // nullptr: none
     long long mma_min_m;
 };
@@ -1268,10 +1269,10 @@ int tallskinny(const TsEntry<S, Scalar>* table, const TcRoute<S, Scalar>& route,
     const int which = choose(e, m, k, &tcf);
     const bool chunks = ld_on_chunks<S>(lda) && ld_on_chunks<S>(ldb) && ld_on_chunks<S>(ldc) &&
                         gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
-    if (route_serves(route, which, cc, m, n, chunks))
-        return route.launch(ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
     if (mma_serves(e, which, ta, m))
         return e->mma(ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc, 0, stream);
+    if (route_serves(route, which, cc, m, n, chunks))
+        return route.launch(ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
     if (which == 0)
         return e->tsm2(ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc, 0, stream);
     return e->ism2[which - 1](ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc, tcf, stream);
@@ -1288,10 +1289,10 @@ const char* selected(const TsEntry<S, Scalar>* table, const TcRoute<S, Scalar>& 
         return nullptr;
     int tcf = 0;
     const int which = choose(e, m, k, &tcf);
-    if (route_serves(route, which, cc, m, n, ld_on_chunks<S>(m) && ld_on_chunks<S>(k)))
-        return route.name;
     if (mma_serves(e, which, 'N', m))
         return e->mma_name;
+    if (route_serves(route, which, cc, m, n, ld_on_chunks<S>(m) && ld_on_chunks<S>(k)))
+        return route.name;
     return which == 0 ? e->tsm2_name : e->ism2_name[which - 1];
 }
 

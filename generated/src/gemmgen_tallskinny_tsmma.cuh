@@ -17,6 +17,22 @@
 // Shared-memory layouts (doubles): A column-major with LDA ≡ 8 (mod 16), B with k contiguous per column
 // of C and LDB ≡ 4 (mod 16); a warp's fragment reads (A(g, t), B(t, g) for lane (g, t) = (lane/4,
 // lane%4)) then take two wavefronts each, the fewest 256 bytes can.
+//
+// h (tsmma_h_kernel, further down): the same on mma.sync.m16n8k16 with fp32 sums, for the same reason
+// against HFMA2 (TSM2's fp16 FMAs reach 0.13-0.50 of the floor at n = 1-31).  Differences from d:
+// - 16-row tiles; KG groups of WARPS warps split each stage's KS = KG·BK columns of op(A) between them and
+//   add their sums in shared memory at the end, in a fixed order: fp16 C takes no atomic sums, so k is
+//   never split across blocks (`split` is ignored).
+// - Every stored line (a column of A; a column of B, or a row of B^T) is copied as the 16-byte chunks that
+//   cover it, from the boundary at or below its first element, whatever lda, ldb and the pointers' alignment
+//   (m = 12345 has every other column of A off 4 bytes): line l lands at `l·LD + off(l)`, off(l) the
+//   line's first element's halves past a boundary, and fragments are read a half at a time at those
+//   offsets.  Since a stage's first column and a block's first row are multiples of 8, off depends on the
+//   line's place in the stage only, so a lane computes its few offsets once.  Only the chunk that the
+//   operand ends inside is copied short (4-byte pieces and a plain load of its last half).
+// - Bytes copied past a line's own elements (the neighbouring rows or columns) reach only rows of C past m
+//   or columns past n, which are not written, except k past the end of op(A): the last stage reads those
+//   as zero in both operands.
 #pragma once
 
 #include <algorithm>
@@ -215,6 +231,254 @@ int launch_tsmma(int m, int k, double alpha, const double* A, int lda, const dou
     const bool wide = lda % 2 == 0 && aligned16(A);
     kernel<<<dim3((unsigned)blocks, (unsigned)ks), L::THREADS, L::BYTES, stream>>>(m, k, alpha, A, lda, B, ldb, beta,
                                                                                   C, ldc, kblock, wide);
+    return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
+}
+
+// ---- h ---------------------------------------------------------------------------------------------
+template <int N, int WARPS, int MT, int BK, int KG, int STAGES>
+struct TsmmaHalfShape {
+    static constexpr int NP = (N + 7) / 8 * 8, NT = NP / 8;
+    static constexpr int BM = 16 * MT * WARPS, KS = BK * KG, THREADS = 32 * WARPS * KG;
+    // Lines are copied from the 16-byte boundary at or below their first element: one chunk more than
+    // their length.  LD ≡ 8 (mod 32) halves: the lanes reading lines 2t (and 2t + 1) of a fragment land
+    // in four separate 8-bank ranges whatever the offsets.
+    static constexpr int A_CHUNKS = BM / 8 + 1, LDA = (BM + 31) / 32 * 32 + 8;
+    static constexpr int BN_CHUNKS = KS / 8 + 1, LDB_N = (KS + 31) / 32 * 32 + 8;   // op(B) = B: a line per column
+    static constexpr int BT_CHUNKS = NP / 8 + 1, LDB_T = (NP + 31) / 32 * 32 + 8;   // B^T: a line per k
+    static constexpr int A_STAGE = KS * LDA;
+    static constexpr int B_STAGE = NP * LDB_N > KS * LDB_T ? NP * LDB_N : KS * LDB_T;
+    static constexpr int STAGE = A_STAGE + B_STAGE;
+    static constexpr int SUMS = (KG - 1) * WARPS * 32 * MT * NT * 4;   // floats the k groups > 0 hand over
+    static constexpr int BYTES = STAGES * STAGE * 2 > SUMS * 4 ? STAGES * STAGE * 2 : SUMS * 4;
+};
+
+// Lines line0 .. line0 + lines - 1 of a stored operand X (element `along` of line `l` at X[along + l·ld];
+// `extent` elements from X hold the whole operand), from element along0 of each: line l into s + l·LD, as
+// the 16-byte chunks from the boundary at or below its first element that hold any of its first `count`
+// elements.  LINES bounds `lines`.
+template <int THREADS, int LINES, int CHUNKS, int LD>
+__device__ __forceinline__ void tsmma_copy_lines(__half* s, const __half* X, int ld, long long line0,
+                                                 long long along0, int lines, int count, long long extent)
+{
+    const int base = (int)(reinterpret_cast<unsigned long long>(X) >> 1) & 7;   // X's halves past a boundary
+#pragma unroll 2
+    for (int c = threadIdx.x; c < LINES * CHUNKS; c += THREADS) {
+        const int l = c / CHUNKS, q = c % CHUNKS;
+        const long long first = (line0 + l) * ld + along0;
+        const int off = (int)((base + first) & 7);
+        if (l >= lines || 8 * q >= off + count)
+            continue;
+        const long long from = first - off + 8 * q;   // (from the boundary below X where X is off one)
+        __half* d = s + l * LD + 8 * q;
+        if (from + 8 <= extent) {
+            copy_async<16>(d, X + from, 16);
+        } else {   // the chunk the operand ends inside
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                copy_chunk_word_async<2>(d, X + from, 2 * (int)(extent - from), w);
+        }
+    }
+}
+
+// Two halves of shared memory as one fragment register (lo in the low 16 bits), each zero where its
+// `keep` is false.
+__device__ __forceinline__ unsigned tsmma_pair(const __half* lo, const __half* hi, bool keep_lo, bool keep_hi)
+{
+    const unsigned l = keep_lo ? (unsigned)__half_as_ushort(*lo) : 0u;
+    const unsigned h = keep_hi ? (unsigned)__half_as_ushort(*hi) : 0u;
+    return l | (h << 16);
+}
+
+// One stage's products of a warp: its MT row tiles by NT column tiles over its BK columns of the stage.
+// pa[e], pb[..]: the lane's first fragment elements (see tsmma_h_kernel); MASK: the stage ends at `cols`.
+template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES, bool MASK>
+__device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], const __half* sa, const __half* sb,
+                                              const int (&pa)[2], const int (&pb)[2][(N + 7) / 8], int kfirst,
+                                              int cols)
+{
+    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+        const bool k0 = !MASK || kfirst + 16 * ks < cols, k1 = !MASK || kfirst + 16 * ks + 1 < cols;
+        const bool k8 = !MASK || kfirst + 16 * ks + 8 < cols, k9 = !MASK || kfirst + 16 * ks + 9 < cols;
+        unsigned b[L::NT][2];
+#pragma unroll
+        for (int j = 0; j < L::NT; ++j) {
+            if (TB == 'N') {   // line = column j of C, k along it
+                const __half* p = sb + pb[0][j] + 16 * ks;
+                b[j][0] = tsmma_pair(p, p + 1, k0, k1);
+                b[j][1] = tsmma_pair(p + 8, p + 9, k8, k9);
+            } else {           // line = k, columns of C along it
+                const __half* p0 = sb + pb[0][j] + 16 * ks * L::LDB_T;
+                const __half* p1 = sb + pb[1][j] + 16 * ks * L::LDB_T;
+                b[j][0] = tsmma_pair(p0, p1, k0, k1);
+                b[j][1] = tsmma_pair(p0 + 8 * L::LDB_T, p1 + 8 * L::LDB_T, k8, k9);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            const __half* p0 = sa + pa[0] + 16 * ks * L::LDA + 16 * i;
+            const __half* p1 = sa + pa[1] + 16 * ks * L::LDA + 16 * i;
+            const unsigned a[4] = {tsmma_pair(p0, p1, k0, k1), tsmma_pair(p0 + 8, p1 + 8, k0, k1),
+                                   tsmma_pair(p0 + 8 * L::LDA, p1 + 8 * L::LDA, k8, k9),
+                                   tsmma_pair(p0 + 8 * L::LDA + 8, p1 + 8 * L::LDA + 8, k8, k9)};
+#pragma unroll
+            for (int j = 0; j < L::NT; ++j)
+                mma_f16_f32(acc[i][j], a, b[j]);
+        }
+    }
+}
+
+// Lane (g, t) = (lane / 4, lane % 4) of warp (wm, wk) = (warp % WARPS, warp / WARPS): rows
+// wm·16·MT + 16·i + g (+ 8) of the block, k of a stage wk·BK + 16·s + 2t (+ 1, + 8, + 9), columns 8·j + g
+// of op(B) and 8·j + 2t (+ 1) of C.
+template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
+__global__ void __launch_bounds__(32 * WARPS * KG)
+tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda, const __half* __restrict__ B,
+               int ldb, float beta, __half* __restrict__ C, int ldc)
+{
+#if __CUDA_ARCH__ >= 800
+    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __half* ring = reinterpret_cast<__half*>(smem_raw);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int wm = warp % WARPS, wk = warp / WARPS;
+    const long long row0 = (long long)blockIdx.x * L::BM;
+    const int rows_left = (int)min((long long)L::BM, (long long)m - row0);
+    const int steps = (k + L::KS - 1) / L::KS;
+    const long long a_extent = (long long)(k - 1) * lda + m;
+    const long long b_extent = TB == 'N' ? (long long)(N - 1) * ldb + k : (long long)(k - 1) * ldb + N;
+    auto load = [&](int stage, int slot) {
+        const long long kcol = (long long)stage * L::KS;
+        const int cols = (int)min((long long)L::KS, (long long)k - kcol);
+        __half* sa = ring + slot * L::STAGE;
+        __half* sb = sa + L::A_STAGE;
+        tsmma_copy_lines<L::THREADS, L::KS, L::A_CHUNKS, L::LDA>(sa, A, lda, kcol, row0, cols, rows_left, a_extent);
+        if (TB == 'N')
+            tsmma_copy_lines<L::THREADS, N, L::BN_CHUNKS, L::LDB_N>(sb, B, ldb, 0, kcol, N, cols, b_extent);
+        else
+            tsmma_copy_lines<L::THREADS, L::KS, L::BT_CHUNKS, L::LDB_T>(sb, B, ldb, kcol, 0, cols, N, b_extent);
+    };
+    // The lane's offsets into a stage (halves): line l of a stage sits off(l) = (X's halves past a boundary
+    // + l·ld) mod 8 past l·LD, since its first column and the block's first row are multiples of 8.
+    const int base_a = (int)(reinterpret_cast<unsigned long long>(A) >> 1) & 7;
+    const int base_b = (int)(reinterpret_cast<unsigned long long>(B) >> 1) & 7;
+    int pa[2], pb[2][L::NT];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int line = wk * BK + 2 * t + e;
+        pa[e] = line * L::LDA + (int)((base_a + (long long)(2 * t + e) * lda) & 7) + wm * 16 * MT + g;
+#pragma unroll
+        for (int j = 0; j < L::NT; ++j)
+            pb[e][j] = TB == 'N' ? (8 * j + g) * L::LDB_N + (int)((base_b + (long long)(8 * j + g) * ldb) & 7) + wk * BK + 2 * t
+                                 : line * L::LDB_T + (int)((base_b + (long long)(2 * t + e) * ldb) & 7) + 8 * j + g;
+    }
+
+    float acc[MT][L::NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < L::NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps)
+            load(s, s);
+        async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        async_wait<STAGES - 2>();   // this thread's copies of stage s have landed
+        __syncthreads();            // everyone's have, and stage s - 1's slot is free
+        const int next = s + STAGES - 1;
+        if (next < steps)
+            load(next, next % STAGES);
+        async_commit();
+        const __half* sa = ring + s % STAGES * L::STAGE;
+        const __half* sb = sa + L::A_STAGE;
+        const int cols = (int)min((long long)L::KS, (long long)k - (long long)s * L::KS);
+        if (cols == L::KS)
+            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false>(acc, sa, sb, pa, pb, wk * BK + 2 * t, cols);
+        else if (wk * BK < cols)
+            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, true>(acc, sa, sb, pa, pb, wk * BK + 2 * t, cols);
+    }
+    async_wait<0>();
+
+    if (KG > 1) {   // groups 1 .. KG - 1 hand their sums to group 0 through the (now idle) ring
+        float* sums = reinterpret_cast<float*>(smem_raw);
+        constexpr int PER_LANE = MT * L::NT * 4;
+        __syncthreads();
+        if (wk > 0) {
+            float* mine = sums + ((wk - 1) * WARPS + wm) * 32 * PER_LANE + lane;
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < L::NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        mine[((i * L::NT + j) * 4 + e) * 32] = acc[i][j][e];
+        }
+        __syncthreads();
+        if (wk > 0)
+            return;
+        for (int w = 1; w < KG; ++w) {
+            const float* theirs = sums + ((w - 1) * WARPS + wm) * 32 * PER_LANE + lane;
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < L::NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        acc[i][j][e] += theirs[((i * L::NT + j) * 4 + e) * 32];
+        }
+    }
+    const bool read_c = !is_zero(beta);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const long long row = row0 + wm * 16 * MT + 16 * i + g + 8 * (e >> 1);
+            if (row >= m)
+                continue;
+#pragma unroll
+            for (int j = 0; j < L::NT; ++j) {
+                const int col = 8 * j + 2 * t + (e & 1);
+                if (col >= N)
+                    continue;
+                __half* c = C + row + (long long)col * ldc;
+                const float v = alpha * acc[i][j][e];
+                *c = __float2half_rn(read_c ? fmaf(beta, __half2float(*c), v) : v);
+            }
+        }
+#endif
+}
+
+// One block per BM rows of C, every k in it (`split` is ignored: the k groups inside the block split k).
+// GEMMGEN_NOT_GENERATED below sm_80.
+template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
+int launch_tsmma_h(int m, int k, float alpha, const __half* A, int lda, const __half* B, int ldb, float beta,
+                   __half* C, int ldc, int /*split*/, cudaStream_t stream)
+{
+    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
+    auto kernel = tsmma_h_kernel<N, TB, WARPS, MT, BK, KG, STAGES>;
+    const DeviceInfo dev = device_info();
+    if (dev.cc < 80)
+        return dev.cc > 0 ? GEMMGEN_NOT_GENERATED : GEMMGEN_LAUNCH_FAILED;
+    if (L::BYTES > dev.smem_per_block)
+        return GEMMGEN_NOT_GENERATED;
+    if (L::BYTES > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
+        return GEMMGEN_LAUNCH_FAILED;
+    if (m <= 0)
+        return 0;
+    if (k <= 0)   // (the dispatch never launches a product then; a direct call gets C = beta·C)
+        return scale(m, N, beta, C, ldc, stream);
+    const long long blocks = ((long long)m + L::BM - 1) / L::BM;
+    if (blocks > MAX_GRID)
+        return GEMMGEN_LAUNCH_FAILED;
+    kernel<<<(unsigned)blocks, L::THREADS, L::BYTES, stream>>>(m, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

@@ -33,15 +33,7 @@ template <> struct MmaTile<__half> {
 template <> struct MmaTile<float> {
     float d[4];
     __device__ __forceinline__ void zero() { d[0] = d[1] = d[2] = d[3] = 0.0f; }
-    __device__ __forceinline__ void mma(const unsigned (&a)[4], const unsigned (&b)[2])
-    {
-#if __CUDA_ARCH__ >= 800
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, "
-            "{ %0, %1, %2, %3 };\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-    }
+    __device__ __forceinline__ void mma(const unsigned (&a)[4], const unsigned (&b)[2]) { mma_f16_f32(d, a, b); }
     __device__ __forceinline__ float value(int i) const { return d[i]; }
 };
 

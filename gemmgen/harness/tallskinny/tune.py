@@ -257,7 +257,7 @@ class _PieceTimer:
         if spec.family == "ism2":
             row["opt"] = spec.opt
         elif spec.family == "tsmma":
-            row.update(warps=spec.warps, tiles=spec.tiles, bk=spec.bk, stages=spec.stages)
+            row.update(warps=spec.warps, tiles=spec.tiles, bk=spec.bk, stages=spec.stages, kgroups=spec.kgroups)
         else:
             row["rows"] = spec.rows
             row["stages"] = spec.stages
@@ -319,7 +319,8 @@ def _tsmma_choice(rows, prec, n, best_tsm2) -> dict | None:
             break
         min_m = m
     score = _tsm2_score(rows, prec, n, "tsmma")[bm["name"]][0]
-    return {"warps": bm["warps"], "tiles": bm["tiles"], "bk": bm["bk"], "stages": bm["stages"],
+    groups = {"kgroups": bm["kgroups"]} if bm.get("kgroups", 1) != 1 or prec == "h" else {}
+    return {"warps": bm["warps"], "tiles": bm["tiles"], "bk": bm["bk"], "stages": bm["stages"], **groups,
             "min_m": 0 if min_m == TSM2_SHAPES[0] else min_m, "mean_floor_fraction": round(score, 4)}
 
 
