@@ -252,43 +252,30 @@ struct TsmmaHalfShape {
     static constexpr int BYTES = STAGES * STAGE * 2 > SUMS * 4 ? STAGES * STAGE * 2 : SUMS * 4;
 };
 
-// The 16-byte chunk at src that the operand ends inside: its first `bytes` bytes (a multiple of 2), the
-// rest zero (one chunk per operand).
-__device__ __forceinline__ void tsmma_copy_last_chunk(__half* dst, const __half* src, int bytes)
-{
-#pragma unroll
-    for (int w = 0; w < 4; ++w)
-        copy_chunk_word_async<2>(dst, src, bytes, w);
-}
-
 // Lines line0 .. line0 + lines - 1 of a stored operand X (element `along` of line `l` at X[along + l·ld];
 // `extent` elements from X hold the whole operand), from element along0 of each: line l into s + l·LD, as
 // the 16-byte chunks from the boundary at or below its first element that hold any of its first `count`
-// elements.  LINES bounds `lines`.  TPL threads share a line, a chunk each (a second round where a line
-// has more than 32 chunks), so a thread's chunk and the line's offset change only by a line step.
+// elements.  LINES bounds `lines`.
 template <int THREADS, int LINES, int CHUNKS, int LD>
 __device__ __forceinline__ void tsmma_copy_lines(__half* s, const __half* X, int ld, long long line0,
                                                  long long along0, int lines, int count, long long extent)
 {
-    constexpr int TPL = CHUNKS <= 4 ? 4 : CHUNKS <= 8 ? 8 : CHUNKS <= 16 ? 16 : 32;
-    constexpr int LP = THREADS / TPL;   // lines per round (THREADS is whole warps, TPL at most 32)
-    const int q0 = (int)threadIdx.x % TPL;
-    const long long start = line0 * ld + along0;   // line 0's first element
-    const int off0 = (int)(((reinterpret_cast<unsigned long long>(X) >> 1) + (unsigned long long)start) & 7);
-    const int step = ld & 7;
-#pragma unroll 1
-    for (int j = 0; j < (LINES + LP - 1) / LP; ++j) {
-        const int l = (int)threadIdx.x / TPL + j * LP;
-        if (l >= lines)
-            break;
-        const int off = (off0 + l * step) & 7;
-        const long long first = start + (long long)l * ld - off;   // the boundary at or below the line's start
-        for (int q = q0; q < CHUNKS && 8 * q < off + count; q += TPL) {
-            const long long from = first + 8 * q;
-            if (from + 8 <= extent)
-                copy_async<16>(s + l * LD + 8 * q, X + from, 16);
-            else   // the chunk the operand ends inside
-                tsmma_copy_last_chunk(s + l * LD + 8 * q, X + from, 2 * (int)(extent - from));
+    const int base = (int)(reinterpret_cast<unsigned long long>(X) >> 1) & 7;   // X's halves past a boundary
+#pragma unroll 2
+    for (int c = threadIdx.x; c < LINES * CHUNKS; c += THREADS) {
+        const int l = c / CHUNKS, q = c % CHUNKS;
+        const long long first = (line0 + l) * ld + along0;
+        const int off = (int)((base + first) & 7);
+        if (l >= lines || 8 * q >= off + count)
+            continue;
+        const long long from = first - off + 8 * q;   // (from the boundary below X where X is off one)
+        __half* d = s + l * LD + 8 * q;
+        if (from + 8 <= extent) {
+            copy_async<16>(d, X + from, 16);
+        } else {   // the chunk the operand ends inside
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                copy_chunk_word_async<2>(d, X + from, 2 * (int)(extent - from), w);
         }
     }
 }
