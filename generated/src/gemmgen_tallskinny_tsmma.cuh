@@ -280,6 +280,38 @@ __device__ __forceinline__ void tsmma_copy_lines(__half* s, const __half* X, int
     }
 }
 
+// The same where every line starts on a 16-byte boundary (ld a multiple of 8, X on 16 bytes, line0·ld +
+// along0 a multiple of 8): ALONG / 8 chunks a line, no offsets.  Only a stage holding the operand's last
+// line (`last`) can reach its end.
+template <int THREADS, int LINES, int ALONG, int LD>
+__device__ __forceinline__ void tsmma_copy_aligned_lines(__half* s, const __half* X, int ld, long long line0,
+                                                         long long along0, int lines, int count, long long extent,
+                                                         bool last)
+{
+    constexpr int CPL = ALONG / 8;
+    const __half* x0 = X + line0 * ld + along0;
+#pragma unroll 2
+    for (int c0 = 0; c0 < LINES * CPL; c0 += THREADS) {
+        const int c = c0 + (int)threadIdx.x, l = c / CPL, q = c % CPL;
+        if ((c0 + THREADS > LINES * CPL && c >= LINES * CPL) || l >= lines || 8 * q >= count)
+            continue;
+        const __half* src = x0 + (long long)l * ld + 8 * q;
+        const long long from = src - X;
+        if (!last || from + 8 <= extent)
+            copy_async<16>(s + l * LD + 8 * q, src, 16);
+        else
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                copy_chunk_word_async<2>(s + l * LD + 8 * q, src, 2 * (int)(extent - from), w);
+    }
+}
+
+__device__ __forceinline__ void tsmma_ldmatrix_x4_trans(unsigned (&r)[4], const __half* p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
+}
+
 // Two halves of shared memory as one fragment register (lo in the low 16 bits), each zero where its
 // `keep` is false.
 __device__ __forceinline__ unsigned tsmma_pair(const __half* lo, const __half* hi, bool keep_lo, bool keep_hi)
@@ -291,10 +323,12 @@ __device__ __forceinline__ unsigned tsmma_pair(const __half* lo, const __half* h
 
 // One stage's products of a warp: its MT row tiles by NT column tiles over its BK columns of the stage.
 // pa[e], pb[..]: the lane's first fragment elements (see tsmma_h_kernel); MASK: the stage ends at `cols`.
-template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES, bool MASK>
+// LDM (a whole stage of an A on 16-byte lines): A's fragments by ldmatrix.trans from `pa_ldm`, the lane's
+// row of the four 8×8 blocks of its first tile, one instruction a tile instead of eight loads of a half.
+template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES, bool MASK, bool LDM>
 __device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], const __half* sa, const __half* sb,
-                                              const int (&pa)[2], const int (&pb)[2][(N + 7) / 8], int kfirst,
-                                              int cols)
+                                              const int (&pa)[2], int pa_ldm, const int (&pb)[2][(N + 7) / 8],
+                                              int kfirst, int cols)
 {
     using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
 #pragma unroll
@@ -317,11 +351,17 @@ __device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], 
         }
 #pragma unroll
         for (int i = 0; i < MT; ++i) {
-            const __half* p0 = sa + pa[0] + 16 * ks * L::LDA + 16 * i;
-            const __half* p1 = sa + pa[1] + 16 * ks * L::LDA + 16 * i;
-            const unsigned a[4] = {tsmma_pair(p0, p1, k0, k1), tsmma_pair(p0 + 8, p1 + 8, k0, k1),
-                                   tsmma_pair(p0 + 8 * L::LDA, p1 + 8 * L::LDA, k8, k9),
-                                   tsmma_pair(p0 + 8 * L::LDA + 8, p1 + 8 * L::LDA + 8, k8, k9)};
+            unsigned a[4];
+            if (LDM) {
+                tsmma_ldmatrix_x4_trans(a, sa + pa_ldm + 16 * ks * L::LDA + 16 * i);
+            } else {
+                const __half* p0 = sa + pa[0] + 16 * ks * L::LDA + 16 * i;
+                const __half* p1 = sa + pa[1] + 16 * ks * L::LDA + 16 * i;
+                a[0] = tsmma_pair(p0, p1, k0, k1);
+                a[1] = tsmma_pair(p0 + 8, p1 + 8, k0, k1);
+                a[2] = tsmma_pair(p0 + 8 * L::LDA, p1 + 8 * L::LDA, k8, k9);
+                a[3] = tsmma_pair(p0 + 8 * L::LDA + 8, p1 + 8 * L::LDA + 8, k8, k9);
+            }
 #pragma unroll
             for (int j = 0; j < L::NT; ++j)
                 mma_f16_f32(acc[i][j], a, b[j]);
@@ -348,12 +388,18 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
     const int steps = (k + L::KS - 1) / L::KS;
     const long long a_extent = (long long)(k - 1) * lda + m;
     const long long b_extent = TB == 'N' ? (long long)(N - 1) * ldb + k : (long long)(k - 1) * ldb + N;
+    // A's lines all on 16-byte boundaries: the copy and the fragment reads of gemmgen_wmma_block.cuh's kind.
+    const bool a_on_chunks = lda % 8 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
     auto load = [&](int stage, int slot) {
         const long long kcol = (long long)stage * L::KS;
         const int cols = (int)min((long long)L::KS, (long long)k - kcol);
         __half* sa = ring + slot * L::STAGE;
         __half* sb = sa + L::A_STAGE;
-        tsmma_copy_lines<L::THREADS, L::KS, L::A_CHUNKS, L::LDA>(sa, A, lda, kcol, row0, cols, rows_left, a_extent);
+        if (a_on_chunks)
+            tsmma_copy_aligned_lines<L::THREADS, L::KS, L::BM, L::LDA>(sa, A, lda, kcol, row0, cols, rows_left,
+                                                                       a_extent, kcol + L::KS >= k);
+        else
+            tsmma_copy_lines<L::THREADS, L::KS, L::A_CHUNKS, L::LDA>(sa, A, lda, kcol, row0, cols, rows_left, a_extent);
         if (TB == 'N')
             tsmma_copy_lines<L::THREADS, N, L::BN_CHUNKS, L::LDB_N>(sb, B, ldb, 0, kcol, N, cols, b_extent);
         else
@@ -374,6 +420,8 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
                                  : line * L::LDB_T + (int)((base_b + (long long)(2 * t + e) * ldb) & 7) + 8 * j + g;
     }
 
+    const int q = lane >> 3;   // ldmatrix: the 8×8 block whose row this lane addresses
+    const int pa_ldm = (wk * BK + (lane & 7) + 8 * (q >> 1)) * L::LDA + wm * 16 * MT + 8 * (q & 1);
     float acc[MT][L::NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -399,10 +447,12 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
         const __half* sa = ring + s % STAGES * L::STAGE;
         const __half* sb = sa + L::A_STAGE;
         const int cols = (int)min((long long)L::KS, (long long)k - (long long)s * L::KS);
-        if (cols == L::KS)
-            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false>(acc, sa, sb, pa, pb, wk * BK + 2 * t, cols);
+        if (cols == L::KS && a_on_chunks)
+            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false, true>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
+        else if (cols == L::KS)
+            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
         else if (wk * BK < cols)
-            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, true>(acc, sa, sb, pa, pb, wk * BK + 2 * t, cols);
+            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, true, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
     }
     async_wait<0>();
 
