@@ -450,6 +450,30 @@ def test_tsmma_names_rules_and_sweep():
     assert tallskinny.tsmma_sweep("s", 16) == [] and tallskinny.tsmma_sweep("d", 40) == []
 
 
+def test_tsmma_h_names_rules_and_sweep():
+    """h TSMMA: 16-row tiles, k groups in the name and the thread count, the reduction's shared memory."""
+    spec = tallskinny.TsmmaSpec("h", 32, 2, 4, 32, 2, 4)
+    assert spec.name == "tsmma_h_n32_w2x4_k32_g4_s2" and tallskinny.parse_spec(spec.name) == spec.validate()
+    assert spec.block_rows == 128 and spec.t1 == 256 and spec.t3 == 128
+    # 2 stages of (128 lines × 136 halves of A + max(32 × 136, 128 × 40) of B), in halves
+    assert spec.smem_bytes == 2 * (128 * 136 + max(32 * 136, 128 * 40)) * 2
+    # the ring holds the sums that k groups 1-7 hand over at the end: 7 × 32 lanes × 4 tiles × 4 × 4 floats
+    assert tallskinny.TsmmaSpec("h", 32, 1, 4, 16, 2, 8).smem_bytes >= 7 * 32 * 4 * 4 * 4 * 4
+    for args, rule in ((("h", 8, 2, 2, 8, 3, 2), "bk"), (("h", 8, 2, 2, 32, 3, 3), "kgroups"),
+                       (("d", 8, 2, 2, 8, 3, 2), "kgroups"), (("h", 8, 8, 2, 32, 3, 4), "threads"),
+                       (("h", 32, 4, 4, 16, 2, 4), "registers"), (("h", 32, 4, 4, 64, 4, 2), "shared memory")):
+        with pytest.raises(SpecError) as err:
+            tallskinny.TsmmaSpec(*args).validate()
+        assert err.value.rule == rule, args
+    for bad in ("tsmma_h_n8_w2x2_k32_s3", "tsmma_d_n8_w2x2_k8_g2_s3"):   # k groups: h always, d never
+        with pytest.raises(SpecError):
+            tallskinny.parse_spec(bad)
+    sweep = tallskinny.tsmma_sweep("h", 8)
+    assert sweep and all(s.is_valid() and s.precision == "h" for s in sweep)
+    assert {s.kgroups for s in sweep} > {2} and tallskinny.tsmma_sweep("h", 33) == []
+
+
+
 def _tables_with_tsmma(n_rows=(16, 32), min_m=4096):
     from gemmgen.generator.tuning import load_table
 

@@ -296,9 +296,10 @@ class TsmmaSpec(Spec):
                 f"kgroups={self.kgroups}: h splits k among 1, 2, 4 or 8 groups of warps, d across blocks (1)")
         require(self.t1 <= TSMMA_MAX_THREADS, "threads",
                 f"{self.warps} warps × {self.kgroups} k groups = {self.t1} threads (> {TSMMA_MAX_THREADS})")
-        require(self.registers <= MAX_REGS, "registers",
+        regs_cap = min(MAX_REGS, 65536 // self.t1)   # one block must fit the register file
+        require(self.registers <= regs_cap, "registers",
                 f"{self.tiles} row tiles by {ceil_div(self.n, 8)} column tiles need about {self.registers} "
-                f"registers (> {MAX_REGS})")
+                f"registers (> {regs_cap} for {self.t1} threads)")
         require(self.smem_bytes <= TSMMA_SMEM_LIMIT, "shared memory",
                 f"the ring needs {self.smem_bytes} bytes (> {TSMMA_SMEM_LIMIT})")
         require(arch is None or ARCHS[arch].cc >= TSMMA_MIN_CC, "architecture",
@@ -544,13 +545,14 @@ TSMMA_SWEEP_TILES = (2, 4, 8)
 # smallest: the sweep now reaches below them and no longer times the larger stages.
 TSMMA_SWEEP_BK = (4, 8, 16)
 TSMMA_SWEEP_STAGES = (2, 3, 4)
-# h: blocks of 16-64 rows (m = 12345-50000 gives 190-3100 of them) with 1-4 k groups, so that a short A
-# still spreads over every SM; 16 or 32 columns of A per group and stage.
+# h: blocks of 32-256 rows with 2-8 k groups and 2-3 stages.  A timing of 419 variants on the H200 (n = 8
+# and 32, m = 12345-50000) put every leader among 4-row-tile warps, 4-8 k groups and 2-3 stages; one k
+# group and one tile per warp were never near them.
 TSMMA_H_SWEEP_WARPS = (1, 2, 4)
-TSMMA_H_SWEEP_TILES = (1, 2)
-TSMMA_H_SWEEP_BK = (16, 32)
-TSMMA_H_SWEEP_KGROUPS = (1, 2, 4)
-TSMMA_H_SWEEP_STAGES = (3, 4)
+TSMMA_H_SWEEP_TILES = (2, 4)
+TSMMA_H_SWEEP_BK = (16, 32, 64)
+TSMMA_H_SWEEP_KGROUPS = (2, 4, 8)
+TSMMA_H_SWEEP_STAGES = (2, 3)
 
 
 def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:

@@ -72,8 +72,14 @@ def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, writ
     build, _ = build_tallskinny(build_dir / "set", build_dir / "obj", precisions,
                                 tuple(sorted(set(tsm2_ns) | set(ism2_ns))), arch,
                                 sweep(precisions, tsm2_ns, ism2_ns, arch), jobs or None)
+    # A variant that ptxas gave local memory (spills) is refused, not timed: the default set's build
+    # takes no kernel with local memory.
+    spilled = sorted({Path(r.source).stem for r in build.local_memory_kernels})
+    for name in spilled:
+        append_result(results_path, {"arch": arch, "device": device, "name": name, "status": "local-memory",
+                                     "reason": "ptxas put part of it in local memory (spills or a stack frame)"})
     return run_tune(build.library, device, arch, results_path, precisions, tsm2_ns, ism2_ns, None, write_table,
-                    note_dir / f"tune_tallskinny_{arch}.md", stop, resume, spread, jobs)
+                    note_dir / f"tune_tallskinny_{arch}.md", stop, resume, spread, jobs, frozenset(spilled))
 
 
 def _point(row: dict) -> tuple:
@@ -102,20 +108,20 @@ def sweep_pieces(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list[
 def run_tune(library: Path, device: str, arch: str, results_path: Path, precisions=("s", "d"),
              tsm2_ns=tallskinny.TUNED_NS, ism2_ns=tallskinny.TUNED_ISM2_NS, bandwidth: float | None = None,
              write_table: bool = True, note_path: Path | None = None, stop=None, resume: bool = False,
-             spread=in_turn, jobs: int = 0) -> dict:
+             spread=in_turn, jobs: int = 0, refuse: frozenset = frozenset()) -> dict:
     """Time the sweep of the tall-skinny library at `library` (its pieces, sweep_pieces, through
     `spread`), then the TSM2/ISM2 cut-off in k with each family's best (pieces of their own, after the
     sweep), then write the table and the note here.  bandwidth: the copy bandwidth for the floor
     fractions (None: measured on the GPU that times).  resume: leave out the timings the results file
     has of this device, and the variants it refused (gemmgen tune, going on after its budget stopped
-    it); stop(): asked before each timing, raises results.Stopped once it says so (the results so far
+    it); refuse: variants not to time (those the build gave local memory); stop(): asked before each timing, raises results.Stopped once it says so (the results so far
     kept, no table written)."""
     done: set[tuple] = set()
-    refused: set[str] = set()
+    refused: set[str] = set(refuse)
     if resume:
         for r in load_results(results_path):
             if r.get("device") == device and "name" in r:
-                if r.get("status") in ("not-built", "wrong-answer"):
+                if r.get("status") in ("not-built", "wrong-answer", "local-memory"):
                     refused.add(r["name"])
                 else:
                     done.add(_point(r))
