@@ -734,7 +734,18 @@ def _entry_from_rows(rows: dict, prec: str, n: int, cc: int, where: str, notes: 
     if near is None:
         return None
     try:
-        return entry_from_row(rows[(prec, near)], cc, n)
+        entry = entry_from_row(rows[(prec, near)], cc, n)
+        # h TSMMA borrows from a tuned n with as many 8-column tiles where there is one: its blocks of up to
+        # 512 threads fit one or two to an SM, and the tiles set the accumulators, so the registers and
+        # that count (on the H200, n = 25-28 on n = 24's blocking ran at 0.39x cuBLAS, one block per SM;
+        # n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were measured as fast as their own.
+        tiles = [t for p, t in rows if p == prec == "h" and ceil_div(t, 8) == ceil_div(n, 8)
+                 and rows[(p, t)].get("tsmma")]
+        mma_near = nearest_tuned_n(sorted(tiles), n)
+        if mma_near is not None and mma_near != near:
+            other = entry_from_row(rows[(prec, mma_near)], cc, n)
+            entry = replace(entry, mma=other.mma, mma_min_m=other.mma_min_m)
+        return entry
     except (SpecError, KeyError, TypeError, ValueError) as err:
         notes.append(f"{where} tallskinny row for {prec} n={near} refused for n={n}: {err}")
         return None
