@@ -504,6 +504,55 @@ def test_tsmma_rows_become_dispatch_entries_from_sm80():
     assert "if (mma_serves(e, which, ta, m))" in source
 
 
+def test_h_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_before_the_route():
+    from gemmgen.generator.emit import tallskinny_dispatch_source
+    from gemmgen.generator.tuning import load_table
+
+    table = json.loads(json.dumps(load_table("sm_90")))
+    table["tallskinny"] = [r for r in table["tallskinny"] if "for_device" not in r]
+    blocking = {8: (1, 4, 16, 8), 16: (2, 2, 32, 4), 24: (4, 2, 32, 4), 32: (2, 4, 32, 4)}
+    for row in table["tallskinny"]:
+        if row["n"] in blocking:
+            w, t, bk, g = blocking[row["n"]]
+            if row["precision"] == "h":
+                row["tsmma"] = {"warps": w, "tiles": t, "bk": bk, "kgroups": g, "stages": 2, "min_m": 0}
+            elif row["precision"] == "d" and row["n"] in (24, 32):
+                row["tsmma"] = {"warps": 4, "tiles": 4 if row["n"] == 24 else 2, "bk": 8, "stages": 3, "min_m": 0}
+    notes = []
+    entries = tallskinny.build_entries(("h", "d"), (10, 12, 20, 25, 28), ("sm_90",), lambda arch: table, notes)
+    assert not notes
+    mma = {(e.precision, e.n): e.mma for e in entries}
+    # h: TSM2 borrows the nearest tuned n (8 for 10, 24 for 25 and 28), TSMMA a tuned n with as many tiles
+    assert [(mma[("h", n)].warps, mma[("h", n)].tiles) for n in (10, 12, 20, 25, 28)] == \
+        [(2, 2), (2, 2), (4, 2), (2, 4), (2, 4)]
+    assert all(mma[("h", n)].n == n for n in (10, 25))
+    # d keeps the nearest tuned n's choice
+    assert (mma[("d", 25)].tiles, mma[("d", 28)].tiles) == (4, 4) and mma[("d", 20)] is None
+    source = tallskinny_dispatch_source(entries, sorted({k for x in entries for k in x.kernels}, key=lambda s: s.name),
+                                        {"banner": "", "version": ""})
+    body = source[source.index("int tallskinny("):]
+    assert body.index("if (mma_serves(") < body.index("if (route_serves(")
+
+
+def test_tallskinny_sweep_refuses_variants_with_local_memory(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gemmgen.harness.core.results import load_results
+    from gemmgen.harness.tallskinny import build as ts_build
+    from gemmgen.harness.tallskinny import tune
+
+    spilled = SimpleNamespace(source="set/tsmma/h/tsmma_h_n8_w2x2_k16_g4_s2.cu", uses_local_memory=True)
+    built = SimpleNamespace(library=tmp_path / "lib.so", local_memory_kernels=[spilled])
+    monkeypatch.setattr(ts_build, "build_tallskinny", lambda *a, **k: (built, ()))
+    seen = {}
+    monkeypatch.setattr(tune, "run_tune", lambda *a, **k: seen.setdefault("refuse", a[-1]) and {})
+    results = tmp_path / "r.jsonl"
+    tune.tune(("h",), (8,), (), results, tmp_path, False, 1, tmp_path, arch="sm_90", device="GPU X")
+    assert seen["refuse"] == frozenset({"tsmma_h_n8_w2x2_k16_g4_s2"})
+    (row,) = load_results(results)
+    assert row["status"] == "local-memory" and row["device"] == "GPU X"
+
+
 def test_tsmma_cases_reach_the_kernel_and_its_edges():
     from types import SimpleNamespace
 
