@@ -240,7 +240,7 @@ def fake_tallskinny(fake, monkeypatch):
     from gemmgen.harness.tallskinny import build, tune as tune_tallskinny
 
     def build_tallskinny(out_dir, build_dir, *args, **kwargs):
-        return type("Built", (), {"library": build_dir / "libfake.so"})(), []
+        return type("Built", (), {"library": build_dir / "libfake.so", "local_memory_kernels": []})(), []
 
     def time_piece(piece, results_path, jobs, stop, library, base, done, refused, bandwidth):
         assert library.endswith("libfake.so") and (results_path.name != "rows.jsonl" or library.startswith("/"))

@@ -6,6 +6,7 @@
 //   32 columns of A per group and stage, a 2-stage cp.async ring; fp16 mma.sync with fp32 sums from
 //   sm_80 on (below it the launcher returns GEMMGEN_NOT_GENERATED); op(A) = A only; `split` is ignored
 //   (k is split among the block's k groups only).
+//   gemmgen-code-paths: 80
 #include "gemmgen_tallskinny_tsmma.cuh"
 
 // A namespace of its own rather than an anonymous one: sources can be concatenated into one
