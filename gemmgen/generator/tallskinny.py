@@ -196,7 +196,9 @@ TSMMA_SMEM_LIMIT = 99 * 1024     # opt-in shared memory of a block on every sm_8
 TSMMA_MIN_CC = 80                # mma.sync (m8n8k4.f64, m16n8k16.f16) and cp.async
 TSMMA_TILE_ROWS = {"d": 8, "h": 16}          # rows of the mma's C tile
 TSMMA_BK = {"d": (4, 8, 16, 32), "h": (16, 32, 64)}   # multiples of the mma's k (4, 16)
-TSMMA_MAX_THREADS = 512
+# A block of at most 256 threads: h blocks of 512 (4 warps × 4 k groups) spilled with op(B) = B^T under
+# CUDA 13.0's ptxas, which held them to 64 registers (the H200 host's nvcc did not).
+TSMMA_MAX_THREADS = 256
 
 
 @dataclass(frozen=True, order=True)
@@ -545,7 +547,7 @@ TSMMA_SWEEP_TILES = (2, 4, 8)
 # smallest: the sweep now reaches below them and no longer times the larger stages.
 TSMMA_SWEEP_BK = (4, 8, 16)
 TSMMA_SWEEP_STAGES = (2, 3, 4)
-# h: blocks of 32-256 rows with 2-8 k groups and 2-3 stages.  A timing of 419 variants on the H200 (n = 8
+# h: blocks of 32-256 rows with 2-8 k groups (at most 256 threads) and 2-3 stages.  A timing of 419 variants on the H200 (n = 8
 # and 32, m = 12345-50000) put every leader among 4-row-tile warps, 4-8 k groups and 2-3 stages; one k
 # group and one tile per warp were never near them.
 TSMMA_H_SWEEP_WARPS = (1, 2, 4)

@@ -202,23 +202,23 @@ extern "C" int tsmma_h_n15_w2x2_k32_g4_s2(char, char, int, int, float, const __h
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsmma_h_n16_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n17_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n17_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n18_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n18_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n19_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n19_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsmma_h_n1_w1x4_k16_g8_s3(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n20_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n20_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n21_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n21_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n22_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n22_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n23_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n23_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
-extern "C" int tsmma_h_n24_w4x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
+extern "C" int tsmma_h_n24_w2x2_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
 extern "C" int tsmma_h_n25_w2x4_k32_g4_s2(char, char, int, int, float, const __half*, int,
     const __half*, int, float, __half*, int, int, cudaStream_t);
@@ -799,7 +799,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n17_t128x17x8_opt1", "ism2_h_n17_t128x17x8_opt2"},
      {ism2_h_n17_t128x17x8_opt1, ism2_h_n17_t128x17x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8},
-     "tsmma_h_n17_w4x2_k32_g4_s2", tsmma_h_n17_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n17_w2x2_k32_g4_s2", tsmma_h_n17_w2x2_k32_g4_s2, 0LL},
     {18, 75, nullptr, "tsm2_h_n18_t64x18x8_r2_s8", tsm2_h_n18_t64x18x8_r2_s8,
      {"ism2_h_n18_t128x18x8_opt1", "ism2_h_n18_t128x18x8_opt2"},
      {ism2_h_n18_t128x18x8_opt1, ism2_h_n18_t128x18x8_opt2},
@@ -809,7 +809,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n18_t128x18x8_opt1", "ism2_h_n18_t128x18x8_opt2"},
      {ism2_h_n18_t128x18x8_opt1, ism2_h_n18_t128x18x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8},
-     "tsmma_h_n18_w4x2_k32_g4_s2", tsmma_h_n18_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n18_w2x2_k32_g4_s2", tsmma_h_n18_w2x2_k32_g4_s2, 0LL},
     {19, 75, nullptr, "tsm2_h_n19_t64x19x8_r2_s8", tsm2_h_n19_t64x19x8_r2_s8,
      {"ism2_h_n19_t128x19x8_opt1", "ism2_h_n19_t128x19x8_opt2"},
      {ism2_h_n19_t128x19x8_opt1, ism2_h_n19_t128x19x8_opt2},
@@ -819,7 +819,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n19_t128x19x8_opt1", "ism2_h_n19_t128x19x8_opt2"},
      {ism2_h_n19_t128x19x8_opt1, ism2_h_n19_t128x19x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8},
-     "tsmma_h_n19_w4x2_k32_g4_s2", tsmma_h_n19_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n19_w2x2_k32_g4_s2", tsmma_h_n19_w2x2_k32_g4_s2, 0LL},
     {20, 75, nullptr, "tsm2_h_n20_t64x20x8_r2_s8", tsm2_h_n20_t64x20x8_r2_s8,
      {"ism2_h_n20_t128x20x8_opt1", "ism2_h_n20_t128x20x8_opt2"},
      {ism2_h_n20_t128x20x8_opt1, ism2_h_n20_t128x20x8_opt2},
@@ -829,7 +829,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n20_t128x20x8_opt1", "ism2_h_n20_t128x20x8_opt2"},
      {ism2_h_n20_t128x20x8_opt1, ism2_h_n20_t128x20x8_opt2},
      128, 10000LL, {10000LL, 100000LL, 1000000LL, 10000000LL}, {1, 2, 16, 8},
-     "tsmma_h_n20_w4x2_k32_g4_s2", tsmma_h_n20_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n20_w2x2_k32_g4_s2", tsmma_h_n20_w2x2_k32_g4_s2, 0LL},
     {21, 75, nullptr, "tsm2_h_n21_t64x21x4_r2_s8", tsm2_h_n21_t64x21x4_r2_s8,
      {"ism2_h_n21_t128x21x16_opt1", nullptr},
      {ism2_h_n21_t128x21x16_opt1, nullptr},
@@ -839,7 +839,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n21_t128x21x16_opt1", nullptr},
      {ism2_h_n21_t128x21x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
-     "tsmma_h_n21_w4x2_k32_g4_s2", tsmma_h_n21_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n21_w2x2_k32_g4_s2", tsmma_h_n21_w2x2_k32_g4_s2, 0LL},
     {22, 75, nullptr, "tsm2_h_n22_t64x22x4_r2_s8", tsm2_h_n22_t64x22x4_r2_s8,
      {"ism2_h_n22_t128x22x16_opt1", nullptr},
      {ism2_h_n22_t128x22x16_opt1, nullptr},
@@ -849,7 +849,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n22_t128x22x16_opt1", nullptr},
      {ism2_h_n22_t128x22x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
-     "tsmma_h_n22_w4x2_k32_g4_s2", tsmma_h_n22_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n22_w2x2_k32_g4_s2", tsmma_h_n22_w2x2_k32_g4_s2, 0LL},
     {23, 75, nullptr, "tsm2_h_n23_t64x23x4_r2_s8", tsm2_h_n23_t64x23x4_r2_s8,
      {"ism2_h_n23_t128x23x16_opt1", nullptr},
      {ism2_h_n23_t128x23x16_opt1, nullptr},
@@ -859,7 +859,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n23_t128x23x16_opt1", nullptr},
      {ism2_h_n23_t128x23x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
-     "tsmma_h_n23_w4x2_k32_g4_s2", tsmma_h_n23_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n23_w2x2_k32_g4_s2", tsmma_h_n23_w2x2_k32_g4_s2, 0LL},
     {24, 75, nullptr, "tsm2_h_n24_t64x24x4_r2_s8", tsm2_h_n24_t64x24x4_r2_s8,
      {"ism2_h_n24_t128x24x16_opt1", nullptr},
      {ism2_h_n24_t128x24x16_opt1, nullptr},
@@ -869,7 +869,7 @@ const TsEntry<__half, float> ts_h[] = {
      {"ism2_h_n24_t128x24x16_opt1", nullptr},
      {ism2_h_n24_t128x24x16_opt1, nullptr},
      32, 4611686018427387904LL, {0, 0, 0, 0}, {0, 0, 0, 0},
-     "tsmma_h_n24_w4x2_k32_g4_s2", tsmma_h_n24_w4x2_k32_g4_s2, 0LL},
+     "tsmma_h_n24_w2x2_k32_g4_s2", tsmma_h_n24_w2x2_k32_g4_s2, 0LL},
     {25, 75, nullptr, "tsm2_h_n25_t64x25x4_r2_s8", tsm2_h_n25_t64x25x4_r2_s8,
      {"ism2_h_n25_t128x25x16_opt1", nullptr},
      {ism2_h_n25_t128x25x16_opt1, nullptr},
