@@ -459,7 +459,8 @@ def run_manifest_checks(lib, manifest: dict, quick: bool = False,
     if not quick and "h" in precs and 16 in ns:
         results.append(check_tall(lib, "h", 2**31 // 16 + 4099, 16, 16, "N"))
     tsmma = [e.mma for e in entries_from_manifest(manifest) if e.mma is not None]
-    if not quick and tsmma:   # A of more than 2^31 elements through the TSMMA kernel of the largest n
-        spec = max(tsmma, key=lambda s: s.n)
+    for prec in sorted({s.precision for s in tsmma} if not quick else ()):
+        # A of more than 2^31 elements through the TSMMA kernel of the largest n, per precision
+        spec = max((s for s in tsmma if s.precision == prec), key=lambda s: s.n)
         results.append(check_tall(lib, spec.precision, 2**31 // 40 + 4099, spec.n, 40, "N", target=spec.name))
     return results
