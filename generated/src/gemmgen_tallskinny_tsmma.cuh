@@ -186,6 +186,30 @@ tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, 
 #endif
 }
 
+// What both TSMMA launchers check and do before they choose a grid: the architecture (GEMMGEN_NOT_GENERATED
+// below sm_80), the shared memory (opted in past 48 KB), the quick returns (m ≤ 0; k ≤ 0: C = beta·C, which
+// the dispatch never asks of a kernel but a direct call may) and the grid limit.  -1: go on with `blocks`
+// = ceil(m / bm) and the device `dev`; otherwise what the launcher returns.
+template <typename Kernel, typename S, typename Scalar>
+int tsmma_preflight(Kernel kernel, int bytes, int bm, int m, int n, int k, Scalar beta, S* C, int ldc,
+                    cudaStream_t stream, DeviceInfo& dev, long long& blocks)
+{
+    dev = device_info();
+    if (dev.cc < 80)
+        return dev.cc > 0 ? GEMMGEN_NOT_GENERATED : GEMMGEN_LAUNCH_FAILED;
+    if (bytes > dev.smem_per_block)
+        return GEMMGEN_NOT_GENERATED;
+    if (bytes > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+        return GEMMGEN_LAUNCH_FAILED;
+    if (m <= 0)
+        return 0;
+    if (k <= 0)
+        return scale(m, n, beta, C, ldc, stream);
+    blocks = ((long long)m + bm - 1) / bm;
+    return blocks > MAX_GRID ? GEMMGEN_LAUNCH_FAILED : -1;
+}
+
 // The grid: ceil(m / BM) row blocks; k split (split > 0: into that many slices) until about WAVES waves
 // of resident blocks, each slice at least MIN_STEPS stages (the k-slices fill the device where m / BM
 // blocks alone leave SMs idle or in a long tail, as at m ≈ 10^4).  GEMMGEN_NOT_GENERATED below sm_80.
@@ -196,21 +220,11 @@ int launch_tsmma(int m, int k, double alpha, const double* A, int lda, const dou
     using L = TsmmaShape<N, WARPS, MT, BK, STAGES>;
     constexpr int WAVES = 4, MIN_STEPS = 8;
     auto kernel = tsmma_kernel<N, TB, WARPS, MT, BK, STAGES>;
-    const DeviceInfo dev = device_info();
-    if (dev.cc < 80)
-        return dev.cc > 0 ? GEMMGEN_NOT_GENERATED : GEMMGEN_LAUNCH_FAILED;
-    if (L::BYTES > dev.smem_per_block)
-        return GEMMGEN_NOT_GENERATED;
-    if (L::BYTES > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
-        return GEMMGEN_LAUNCH_FAILED;
-    if (m <= 0)
-        return 0;
-    if (k <= 0)   // (the dispatch never launches a product then; a direct call gets C = beta·C)
-        return scale(m, N, beta, C, ldc, stream);
-    const long long blocks = ((long long)m + L::BM - 1) / L::BM;
-    if (blocks > MAX_GRID)
-        return GEMMGEN_LAUNCH_FAILED;
+    DeviceInfo dev;
+    long long blocks = 0;
+    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, m, N, k, beta, C, ldc, stream, dev, blocks);
+    if (rc != -1)
+        return rc;
     const int stages = (k + BK - 1) / BK;
     int ks = split;
     if (ks <= 0) {
@@ -513,21 +527,11 @@ int launch_tsmma_h(int m, int k, float alpha, const __half* A, int lda, const __
 {
     using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
     auto kernel = tsmma_h_kernel<N, TB, WARPS, MT, BK, KG, STAGES>;
-    const DeviceInfo dev = device_info();
-    if (dev.cc < 80)
-        return dev.cc > 0 ? GEMMGEN_NOT_GENERATED : GEMMGEN_LAUNCH_FAILED;
-    if (L::BYTES > dev.smem_per_block)
-        return GEMMGEN_NOT_GENERATED;
-    if (L::BYTES > 48 * 1024 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) != cudaSuccess)
-        return GEMMGEN_LAUNCH_FAILED;
-    if (m <= 0)
-        return 0;
-    if (k <= 0)   // (the dispatch never launches a product then; a direct call gets C = beta·C)
-        return scale(m, N, beta, C, ldc, stream);
-    const long long blocks = ((long long)m + L::BM - 1) / L::BM;
-    if (blocks > MAX_GRID)
-        return GEMMGEN_LAUNCH_FAILED;
+    DeviceInfo dev;
+    long long blocks = 0;
+    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, m, N, k, beta, C, ldc, stream, dev, blocks);
+    if (rc != -1)
+        return rc;
     kernel<<<(unsigned)blocks, L::THREADS, L::BYTES, stream>>>(m, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
