@@ -541,33 +541,26 @@ def ism2_sweep(precision: str, n: int) -> list[Ism2Spec]:
     return sorted({s for s in out if s.is_valid()})
 
 
-TSMMA_SWEEP_WARPS = (2, 4, 8)
-TSMMA_SWEEP_TILES = (2, 4, 8)
-# Every TSMMA winner of the H200's first sweep (bk 8-32, 3-6 stages) had bk = 8 and 3 stages, the sweep's
+# The sweep per precision: (warps, tiles, bk, stages, k groups).
+# d: every winner of the H200's first sweep (bk 8-32, 3-6 stages) had bk = 8 and 3 stages, the sweep's
 # smallest: the sweep now reaches below them and no longer times the larger stages.
-TSMMA_SWEEP_BK = (4, 8, 16)
-TSMMA_SWEEP_STAGES = (2, 3, 4)
-# h: blocks of 32-256 rows with 2-8 k groups (at most 256 threads) and 2-3 stages.  A timing of 419 variants on the H200 (n = 8
-# and 32, m = 12345-50000) put every leader among 4-row-tile warps, 4-8 k groups and 2-3 stages; one k
-# group and one tile per warp were never near them.
-TSMMA_H_SWEEP_WARPS = (1, 2, 4)
-TSMMA_H_SWEEP_TILES = (2, 4)
-TSMMA_H_SWEEP_BK = (16, 32, 64)
-TSMMA_H_SWEEP_KGROUPS = (2, 4, 8)
-TSMMA_H_SWEEP_STAGES = (2, 3)
+# h: blocks of 32-256 rows with 2-8 k groups (at most 256 threads) and 2-3 stages.  A timing of 419
+# variants on the H200 (n = 8 and 32, m = 12345-50000) put every leader among 4-row-tile warps, 4-8 k
+# groups and 2-3 stages; one k group and one tile per warp were never near them.
+TSMMA_SWEEP = {
+    "d": ((2, 4, 8), (2, 4, 8), (4, 8, 16), (2, 3, 4), (1,)),
+    "h": ((1, 2, 4), (2, 4), (16, 32, 64), (2, 3), (2, 4, 8)),
+}
 
 
 def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
     """TSMMA's candidates at n (none outside its precisions and n): warps × row tiles × k per stage ×
-    ring depth (× k groups in h), the valid ones (threads, registers, shared memory)."""
+    ring depth × k groups, the valid ones (threads, registers, shared memory)."""
     if precision not in TSMMA_PRECISIONS or n > TSMMA_MAX_N:
         return []
-    if precision == "h":
-        out = [TsmmaSpec(precision, n, w, t, bk, s, g) for w in TSMMA_H_SWEEP_WARPS for t in TSMMA_H_SWEEP_TILES
-               for bk in TSMMA_H_SWEEP_BK for s in TSMMA_H_SWEEP_STAGES for g in TSMMA_H_SWEEP_KGROUPS]
-    else:
-        out = [TsmmaSpec(precision, n, w, t, bk, s) for w in TSMMA_SWEEP_WARPS for t in TSMMA_SWEEP_TILES
-               for bk in TSMMA_SWEEP_BK for s in TSMMA_SWEEP_STAGES]
+    warps, tiles, bks, stages, groups = TSMMA_SWEEP[precision]
+    out = [TsmmaSpec(precision, n, w, t, bk, st, g) for w in warps for t in tiles for bk in bks for st in stages
+           for g in groups]
     return sorted(s for s in out if s.is_valid())
 
 
@@ -738,9 +731,9 @@ def _entry_from_rows(rows: dict, prec: str, n: int, cc: int, where: str, notes: 
     try:
         entry = entry_from_row(rows[(prec, near)], cc, n)
         # h TSMMA borrows from a tuned n with as many 8-column tiles where there is one: its blocks of up to
-        # 512 threads fit one or two to an SM, and the tiles set the accumulators, so the registers and
-        # that count (on the H200, n = 25-28 on n = 24's blocking ran at 0.39x cuBLAS, one block per SM;
-        # n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were measured as fast as their own.
+        # 256 threads (512 when measured) fit one or two to an SM, and the tiles set the accumulators, so the
+        # registers and that count (on the H200, n = 25-28 on n = 24's 512-thread blocking ran at 0.39x
+        # cuBLAS, one block per SM; n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were measured as fast as their own.
         tiles = [t for p, t in rows if p == prec == "h" and ceil_div(t, 8) == ceil_div(n, 8)
                  and rows[(p, t)].get("tsmma")]
         mma_near = nearest_tuned_n(sorted(tiles), n)

@@ -114,8 +114,8 @@ def run_tune(library: Path, device: str, arch: str, results_path: Path, precisio
     sweep), then write the table and the note here.  bandwidth: the copy bandwidth for the floor
     fractions (None: measured on the GPU that times).  resume: leave out the timings the results file
     has of this device, and the variants it refused (gemmgen tune, going on after its budget stopped
-    it); refuse: variants not to time (those the build gave local memory); stop(): asked before each timing, raises results.Stopped once it says so (the results so far
-    kept, no table written)."""
+    it); refuse: variants not to time (those the build gave local memory); stop(): asked before each
+    timing, raises results.Stopped once it says so (the results so far kept, no table written)."""
     done: set[tuple] = set()
     refused: set[str] = set(refuse)
     if resume:
