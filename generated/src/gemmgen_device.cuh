@@ -294,6 +294,20 @@ __device__ __forceinline__ void async_wait()
 // tensor copy engine take).
 __device__ __forceinline__ unsigned smem_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
+// Four 8×8 blocks of 16-bit elements from shared memory, each lane addressing one 16-byte row (sm_75+):
+// the fragments of an mma.sync.m16n8k16 operand.  _trans transposes each block (rows stored along k become
+// fragments along m).  The wmma block kernel and h TSMMA read their operands with these.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const __half* p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const __half* p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
+}
+
 // SIZE (4, 8 or 16) bytes, of which the first `bytes` come from src and the rest are zero; dst and
 // src aligned to SIZE (src too when bytes = 0: pass any aligned address, nothing is read).  16-byte
 // copies bypass L1 (.cg, which cp.async allows for 16 bytes only: the operands stream through

@@ -320,12 +320,6 @@ __device__ __forceinline__ void tsmma_copy_aligned_lines(__half* s, const __half
     }
 }
 
-__device__ __forceinline__ void tsmma_ldmatrix_x4_trans(unsigned (&r)[4], const __half* p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
-}
-
 // Two halves of shared memory as one fragment register (lo in the low 16 bits), each zero where its
 // `keep` is false.
 __device__ __forceinline__ unsigned tsmma_pair(const __half* lo, const __half* hi, bool keep_lo, bool keep_hi)
@@ -367,7 +361,7 @@ __device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], 
         for (int i = 0; i < MT; ++i) {
             unsigned a[4];
             if (LDM) {
-                tsmma_ldmatrix_x4_trans(a, sa + pa_ldm + 16 * ks * L::LDA + 16 * i);
+                ldmatrix_x4_trans(a, sa + pa_ldm + 16 * ks * L::LDA + 16 * i);
             } else {
                 const __half* p0 = sa + pa[0] + 16 * ks * L::LDA + 16 * i;
                 const __half* p1 = sa + pa[1] + 16 * ks * L::LDA + 16 * i;

@@ -60,16 +60,6 @@ struct BlockGeometry {
     static constexpr int BYTES = 2 * (STAGES * STAGE_HALVES + WM * WN * STAGING_HALVES);
 };
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const __half* p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const __half* p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(p)));
-}
 __device__ __forceinline__ unsigned lds32(const __half* p)
 {
     unsigned v;
