@@ -361,15 +361,17 @@ def test_block_kernel_serves_ranges_from_sm_80_and_the_general_tuple_before():
         assert not any(r.kernel.family == "wmmablock" and r.cc < 80 for r in ranges)
 
 
-def test_the_dispatch_passes_over_block_kernels_for_operands_off_16_byte_chunks():
-    """A block kernel copies element by element where the stored columns are not on 16-byte chunks;
-    its dispatch entries say so, and the dispatch then takes the general tuple of the same sizes."""
+def test_the_dispatch_passes_over_block_kernels_for_operands_off_4_byte_boundaries():
+    """A block kernel copies in 16- or 4-byte cp.async units, and element by element where a stored
+    column starts off a 4-byte boundary (h with an odd leading dimension); its dispatch entries say so,
+    and the dispatch then takes the general tuple of the same sizes."""
     source = (Path(__file__).resolve().parent.parent / "generated" / "src" / "gemmgen_dispatch.cu").read_text()
     entries = re.findall(r'\{(\d+), (\d+), (\d+), (\d+), ([01]), "(wmma\w+)"', source)
     assert entries
     for *_, chunked, name in entries:
         assert chunked == ("1" if name.startswith("wmmablock_") else "0")
-    assert "e->chunked && !chunks" in source
+    assert "e->chunked && !words" in source
+    assert "% 4 == 0" in source
 
 
 def test_bench_wmma_run_of_one_precision_keeps_the_others_rows():

@@ -78,7 +78,8 @@ GEMMGEN_API const char* gemmgen_kernel_name(int i);
  * names the one a given batch runs. */
 GEMMGEN_API const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k);
 /* The same for a strided batch with these leading dimensions and strides (base pointers on 16-byte boundaries):
- * where a stored column starts off a 16-byte boundary, h and hc take kernels that do not copy in 16-byte chunks. */
+ * where a stored column starts off a 4-byte boundary (h with an odd one), h takes kernels that do not copy in
+ * cp.async units. */
 GEMMGEN_API const char* gemmgen_selected_kernel_strided(const char* precision, int m, int n, int k, int lda,
                                                        long long strideA, int ldb, long long strideB, int ldc,
                                                        long long strideC);

@@ -2795,7 +2795,8 @@ template <typename S, typename Scalar>
 struct GeneralEntry {
     int kind, lo, hi;
     int cc;
-    int chunked;        // a block kernel (sm_80+): fast only where every stored column starts on 16 bytes
+    int chunked;        // a block kernel (sm_80+): copies in cp.async units, so fast only where every stored
+                        // column starts on 4 bytes
     const char* name;   // nullptr ends the table
     int (*strided)(char, char, int, int, int, Scalar, const S*, int, long long, const S*, int, long long,
                    Scalar, S*, int, long long, int, cudaStream_t);
@@ -6492,10 +6493,11 @@ const Entry* find_kernel(const Entry* table, int m, int n, int k, int cc, const 
 }
 
 // The general entry for this problem, like find_kernel (nullptr when the table is empty); without
-// `chunks` (operands not on 16-byte chunks), block kernels are passed over for the general tuple
-// that serves the same sizes on older devices, where there is one.
+// `words` (some stored column starts off a 4-byte boundary: h with an odd leading dimension or stride),
+// block kernels are passed over for the general tuple that serves the same sizes on older devices,
+// where there is one.
 template <class Entry>
-const Entry* find_general(const Entry* table, int m, int n, int k, int cc, bool chunks = true)
+const Entry* find_general(const Entry* table, int m, int n, int k, int cc, bool words = true)
 {
     const int kind = k <= 16 ? 1 : 0;
     int size = m > n ? m : n;
@@ -6504,7 +6506,7 @@ const Entry* find_general(const Entry* table, int m, int n, int k, int cc, bool 
     const Entry* best = nullptr;
     const Entry* lowest = nullptr;
     for (const Entry* e = table; e->name; ++e) {
-        if (e->kind != kind || size < e->lo || (e->hi && size > e->hi) || (e->chunked && !chunks))
+        if (e->kind != kind || size < e->lo || (e->hi && size > e->hi) || (e->chunked && !words))
             continue;
         if (!lowest || e->cc < lowest->cc)
             lowest = e;
@@ -6524,11 +6526,11 @@ struct Choice {
 
 template <typename S, typename Scalar>
 Choice<S, Scalar> choose(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>* general,
-                         int m, int n, int k, int cc, bool chunks, const char* device = nullptr,
+                         int m, int n, int k, int cc, bool words, const char* device = nullptr,
                          long long launch_bytes = -1)
 {
     const SmallEntry<S, Scalar>* e = find_kernel(table, m, n, k, cc, device, launch_bytes);
-    const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc, chunks);
+    const GeneralEntry<S, Scalar>* g = find_general(general, m, n, k, cc, words);
     if (!g)   // a block kernel copies element by element there: slow, but it is what was generated
         g = find_general(general, m, n, k, cc);
     if (e && !(e->prefer_general && g))
@@ -6545,20 +6547,22 @@ long long launch_bytes(int m, int n, int k, int batch)
     return (long long)sizeof(S) * batch * ((long long)m * k + (long long)k * n + (long long)m * n);
 }
 
-// Whether a leading dimension and a stride keep every stored column on 16-byte chunks.
+// Whether a leading dimension and a stride keep every stored column on 4-byte boundaries (always, but
+// for h with an odd one).
 template <typename S>
-bool on_chunks(int ld, long long stride = 0)
+bool on_words(int ld, long long stride = 0)
 {
-    constexpr int PER_CHUNK = 16 / (int)sizeof(S);
-    return ld % PER_CHUNK == 0 && stride % PER_CHUNK == 0;
+    return (sizeof(S) * (unsigned long long)(ld | stride)) % 4 == 0;
 }
 
 // The same for the three operands of a strided batch (their base pointers aside).
 template <typename S>
-bool strided_on_chunks(int lda, long long strideA, int ldb, long long strideB, int ldc, long long strideC)
+bool strided_on_words(int lda, long long strideA, int ldb, long long strideB, int ldc, long long strideC)
 {
-    return on_chunks<S>(lda, strideA) && on_chunks<S>(ldb, strideB) && on_chunks<S>(ldc, strideC);
+    return on_words<S>(lda, strideA) && on_words<S>(ldb, strideB) && on_words<S>(ldc, strideC);
 }
+
+bool aligned4(const void* p) { return ((unsigned long long)p & 3) == 0; }
 
 // C = beta*C over the batch, for k = 0 or alpha = 0 (any m, n; beta = 0 writes zeros, reads nothing).
 template <typename S, typename Scalar>
@@ -6652,9 +6656,9 @@ int gemm_strided(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scala
         if (rc != -1)
             return rc;
     }
-    const bool chunks = strided_on_chunks<S>(lda, strideA, ldb, strideB, ldc, strideC) &&
-                        gemmgen::aligned16(A) && gemmgen::aligned16(B) && gemmgen::aligned16(C);
-    const Choice<S, Scalar> c = choose(table, general, m, n, k, device.cc, chunks, device.name,
+    const bool words = strided_on_words<S>(lda, strideA, ldb, strideB, ldc, strideC) && aligned4(A) && aligned4(B) &&
+                       aligned4(C);
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, device.cc, words, device.name,
                                        launch_bytes<S>(m, n, k, batch));
     if (c.exact)
         return c.exact->strided(ta, tb, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batch, stream);
@@ -6692,7 +6696,7 @@ int gemm_array(const SmallEntry<S, Scalar>* table, const GeneralEntry<S, Scalar>
         return GEMMGEN_LAUNCH_FAILED;
     // (each pointer is inspected by a block kernel itself; the rows for one GPU model or launch size
     // were timed on strided batches, so pointer arrays keep the shape's row and its array ring)
-    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, on_chunks<S>(lda) && on_chunks<S>(ldb) && on_chunks<S>(ldc));
+    const Choice<S, Scalar> c = choose(table, general, m, n, k, cc, on_words<S>(lda) && on_words<S>(ldb) && on_words<S>(ldc));
     if (c.exact)
         return c.exact->array(ta, tb, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
     return c.general->array(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, batch, stream);
@@ -6720,16 +6724,16 @@ extern "C" int gemmgen_small_is_generated(const char* precision, int m, int n, i
 }
 
 // The kernel the batched dispatch runs for this shape on the current device, for operands whose stored
-// columns do (chunks) or do not all start on 16-byte chunks, in a batch of `batch` GEMMs (-1: unknown;
+// columns do (words) or do not all start on 4-byte boundaries, in a batch of `batch` GEMMs (-1: unknown;
 // the entries for launches of any size answer).
-static const char* selected_kernel(const char* precision, int m, int n, int k, bool chunks, int batch = -1)
+static const char* selected_kernel(const char* precision, int m, int n, int k, bool words, int batch = -1)
 {
     if (!precision)
         return nullptr;
     const Device device = current_device();
     const int cc = device.cc;
     if (!std::strcmp(precision, "h")) {
-        const auto c = choose(small_h, general_h, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_h, general_h, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<__half>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
@@ -6738,27 +6742,27 @@ static const char* selected_kernel(const char* precision, int m, int n, int k, b
         // with beta ≠ 0, which this name does not tell)
         if (GEMMGEN_WITH_HC && GEMMGEN_WITH_WMMA && cc == 90 && m >= 64 && n >= 64 && k >= 64)
             return "wgmma_hc (NN, sm_90a; otherwise the table's)";
-        const auto c = choose(small_hc, general_hc, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_hc, general_hc, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<__half2>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "s")) {
-        const auto c = choose(small_s, general_s, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_s, general_s, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<float>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "d")) {
-        const auto c = choose(small_d, general_d, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_d, general_d, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<double>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "c")) {
-        const auto c = choose(small_c, general_c, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_c, general_c, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<cuFloatComplex>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
     if (!std::strcmp(precision, "z")) {
-        const auto c = choose(small_z, general_z, m, n, k, cc, chunks, device.name,
+        const auto c = choose(small_z, general_z, m, n, k, cc, words, device.name,
                               batch < 0 ? -1 : launch_bytes<cuDoubleComplex>(m, n, k, batch));
         return c.exact ? c.exact->name : c.general ? c.general->name : nullptr;
     }
@@ -6767,7 +6771,7 @@ static const char* selected_kernel(const char* precision, int m, int n, int k, b
 
 extern "C" const char* gemmgen_small_selected_kernel(const char* precision, int m, int n, int k)
 {
-    return selected_kernel(precision, m, n, k, true);   // operands on 16-byte chunks
+    return selected_kernel(precision, m, n, k, true);   // operands on 16-byte chunks (so on words)
 }
 
 extern "C" const char* gemmgen_selected_kernel_strided(const char* precision, int m, int n, int k, int lda,
@@ -6775,17 +6779,17 @@ extern "C" const char* gemmgen_selected_kernel_strided(const char* precision, in
                                                       long long strideC)
 {
     if (precision && !std::strcmp(precision, "h"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<__half>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<__half>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "hc"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<__half2>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<__half2>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "s"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<float>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<float>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "d"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<double>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<double>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "c"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC));
     if (precision && !std::strcmp(precision, "z"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC));
+        return selected_kernel(precision, m, n, k, strided_on_words<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC));
     return nullptr;
 }
 
@@ -6794,22 +6798,22 @@ extern "C" const char* gemmgen_selected_kernel_strided_batch(const char* precisi
                                                             long long strideC, int batch)
 {
     if (precision && !std::strcmp(precision, "h"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<__half>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<__half>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     if (precision && !std::strcmp(precision, "hc"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<__half2>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<__half2>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     if (precision && !std::strcmp(precision, "s"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<float>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<float>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     if (precision && !std::strcmp(precision, "d"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<double>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<double>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     if (precision && !std::strcmp(precision, "c"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<cuFloatComplex>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     if (precision && !std::strcmp(precision, "z"))
-        return selected_kernel(precision, m, n, k, strided_on_chunks<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC),
+        return selected_kernel(precision, m, n, k, strided_on_words<cuDoubleComplex>(lda, strideA, ldb, strideB, ldc, strideC),
                                batch < 0 ? 0 : batch);
     return nullptr;
 }

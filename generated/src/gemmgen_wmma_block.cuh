@@ -8,8 +8,9 @@
 // written two bytes at a time.  Here a thread block computes a BM×BN block of C (elements) with WM×WN warps,
 // each warp a fixed (BM/WM)×(BN/WN) tile of it on mma.sync.m16n8k16, whose A fragments serve every column of
 // the tile and B fragments every row.  BK slices of A and B go global -> shared memory as stored through a
-// ring of STAGES slices (16-byte cp.async chunks; element by element where the operands are not on 16-byte
-// chunks) in a persistent grid, as in wmma_async_kernel (gemmgen_wmma_ring.cuh), and the fragments come
+// ring of STAGES slices (cp.async of 16 bytes, or of 8 or 4 where the operands' columns start only on
+// those boundaries: the same shared layout and fragment reads for any even leading dimension; element by
+// element through registers below 4 bytes) in a persistent grid, as in wmma_async_kernel (gemmgen_wmma_ring.cuh), and the fragments come
 // straight from the stored layout by ldmatrix (.trans where k runs across the stored columns).
 // hc is multiplied as the real product it embeds: an interleaved M×K complex A is an M×2K real matrix
 // whose 32-bit pairs are (re, im) of one element, and with B's complex b = (br, bi) expanded to the 2×2
@@ -22,8 +23,9 @@
 // signs: with sa, sb = -1 where op(A), op(B) conjugate, column 2j takes (br, -sa·sb·bi) and column
 // 2j+1 (sb·bi, sa·br).
 // Each warp writes its own tile of C through its own staging (no block barrier): alpha·AB rounded to
-// the storage type, laid out as C is stored, then 16-byte chunks with beta·C (old chunks loaded before
-// the first store, since the compiler cannot move a load of C above a store to C).
+// the storage type, laid out as C is stored, then 16-byte chunks (in 8- or 4-byte pieces where C's
+// columns start only on those boundaries) with beta·C (old chunks loaded before the first store, since
+// the compiler cannot move a load of C above a store to C).
 #pragma once
 
 #include "gemmgen_wmma_common.cuh"
@@ -133,11 +135,12 @@ __device__ __forceinline__ void stage_pair(__half2* st, int cld, int row, int co
 }
 
 // The warp's tile of C: alpha·acc into its staging, then out to C (the tile's element (0, 0); rows,
-// cols: how much of the tile lies inside C; vector: C on 16-byte chunks; GROUP: old C chunks a lane
-// has in flight at once).
+// cols: how much of the tile lies inside C; c_unit: 16, 8 or 4 where every stored column of C starts on
+// such a byte boundary (copy_unit), 0 otherwise (element by element); GROUP: old C chunks a lane has in flight at
+// once).
 template <typename G, int GROUP, typename S, typename ACC, typename Scalar>
 __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, const MmaTile<ACC> (&acc)[G::RT][G::CT],
-                                              int rows, int cols, Scalar alpha, Scalar beta, bool read_c, bool vector,
+                                              int rows, int cols, Scalar alpha, Scalar beta, bool read_c, int c_unit,
                                               int lane)
 {
     using R = typename ComputeOf<S>::type;
@@ -159,7 +162,7 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
 #pragma unroll
     for (int j0 = 0; j0 < G::CHUNKS_PER_LANE; j0 += GROUP) {
         int4 old[GROUP];
-        if (read_c && vector) {
+        if (read_c && c_unit == 16) {
 #pragma unroll
             for (int i = 0; i < GROUP && j0 + i < G::CHUNKS_PER_LANE; ++i) {
                 const int j = j0 + i, q = lane + 32 * j, col = q / G::CPC, row = q % G::CPC * PER_CHUNK;
@@ -175,12 +178,12 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
                 continue;
             S* out = C + row + (long long)col * ldc;
             const S* in = st + col * CLD + row;
-            if (vector && row + PER_CHUNK <= rows) {
+            if (c_unit != 0 && row + PER_CHUNK <= rows) {
                 int4 v = *reinterpret_cast<const int4*>(in);
                 if (read_c)
-                    v = chunk_add_scaled(v, old[i], beta);
-                *reinterpret_cast<int4*>(out) = v;
-            } else {   // the matrix's last rows, or C not on 16-byte chunks
+                    v = chunk_add_scaled(v, c_unit == 16 ? old[i] : load_chunk_units(out, c_unit), beta);
+                store_chunk_units(out, v, c_unit);
+            } else {   // the matrix's last rows, or C not on 4-byte boundaries
                 for (int e = 0; e < PER_CHUNK && row + e < rows; ++e) {
                     R v = widen_value(in[e]);
                     if (read_c)
@@ -200,7 +203,8 @@ template <typename S, typename ACC, int BM, int BN, int BK, int WM, int WN, int 
           typename Scalar>
 __global__ void __launch_bounds__(32 * WM * WN, MIN_BLOCKS)
 wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
-                  int batch, int tiles_m, int tiles_n, Conjugate conj, bool vector_ab, bool vector_c)
+                  int batch, int tiles_m, int tiles_n, Conjugate conj, unsigned long long ab_offsets,
+                  unsigned long long c_offsets)
 {
 #if __CUDA_ARCH__ >= 800
     using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
@@ -232,14 +236,10 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
                 + (TB == 'N' ? kk + (long long)n0 * ldb : (long long)kk * ldb + n0);
             const int a_rows = TA == 'N' ? M - m0 : K - kk, a_cols = TA == 'N' ? K - kk : M - m0;
             const int b_rows = TB == 'N' ? K - kk : N - n0, b_cols = TB == 'N' ? N - n0 : K - kk;
-            if (vector_ab && (ptrs.A_array == nullptr || aligned16(A) && aligned16(B))) {
-                G::SliceA::template copy<THREADS>(s, reinterpret_cast<const __half*>(A), P * lda, P * a_rows, a_cols);
-                G::SliceB::template copy<THREADS>(s + G::SliceA::HALVES, reinterpret_cast<const __half*>(B), P * ldb,
-                                                  P * b_rows, b_cols);
-            } else {
-                G::SliceA::template copy_elements<THREADS>(s, A, lda, a_rows, a_cols);
-                G::SliceB::template copy_elements<THREADS>(s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
-            }
+            const int unit = copy_unit(ptrs.A_array == nullptr ? ab_offsets
+                                                               : ab_offsets | (unsigned long long)A | (unsigned long long)B);
+            G::SliceA::template copy_any<THREADS>(unit, s, A, lda, a_rows, a_cols);
+            G::SliceB::template copy_any<THREADS>(unit, s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
         }
         async_commit();   // empty groups too: the wait below counts groups
         load.next(K, BK, tiles, step_entries, step_tiles);
@@ -278,7 +278,9 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
             if (m0 < M && n0 < N)
                 block_write_c<G, 4 / MIN_BLOCKS>(C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0,
                                                  alpha, beta, read_c,
-                                                 vector_c && (ptrs.C_array == nullptr || aligned16(C)), lane);
+                                                 copy_unit(ptrs.C_array == nullptr ? c_offsets
+                                                                                   : c_offsets | (unsigned long long)C),
+                                                 lane);
 #pragma unroll
             for (int rt = 0; rt < G::RT; ++rt)
 #pragma unroll
@@ -299,7 +301,6 @@ int launch_wmma_block(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n
                       Scalar alpha, Scalar beta, int batch, cudaStream_t stream)
 {
     using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
-    constexpr int PER_CHUNK = 8 / G::P;   // elements per 16-byte chunk
     if (BM <= 128) {   // sm_90a, where the GEMM fits one block: wgmma through the copy engine (h)
         const int rc = WgmmaPath<S>::template launch<BN, TA, TB>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, stream);
         if (rc != -1)
@@ -311,17 +312,20 @@ int launch_wmma_block(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n
     const long long tiles = (long long)((m + BM - 1) / BM) * ((n + BN - 1) / BN);
     if (tiles > 0x7fffffffLL)
         return GEMMGEN_NOT_GENERATED;
-    // 16-byte chunks where every stored column starts on one (pointer arrays: also each pointer, in the kernel)
-    const bool vector_ab = lda % PER_CHUNK == 0 && ldb % PER_CHUNK == 0 &&
-        (ptrs.A_array || (ptrs.stride_a % PER_CHUNK == 0 && ptrs.stride_b % PER_CHUNK == 0 && aligned16(ptrs.A) &&
-                          aligned16(ptrs.B)));
-    const bool vector_c = ldc % PER_CHUNK == 0 && (ptrs.C_array || (ptrs.stride_c % PER_CHUNK == 0 && aligned16(ptrs.C)));
+    // A and B go to shared memory in cp.async units of the widest boundary every stored column starts on
+    // (pointer arrays: each pointer is also inspected, in the kernel)
+    const unsigned long long ab_offsets = sizeof(S) * (unsigned long long)(lda | ldb) |
+        (ptrs.A_array ? 0ULL
+                      : sizeof(S) * (unsigned long long)(ptrs.stride_a | ptrs.stride_b) |
+                            (unsigned long long)ptrs.A | (unsigned long long)ptrs.B);
+    const unsigned long long c_offsets = sizeof(S) * (unsigned long long)ldc |
+        (ptrs.C_array ? 0ULL : sizeof(S) * (unsigned long long)ptrs.stride_c | (unsigned long long)ptrs.C);
     auto kernel = wmma_block_kernel<S, ACC, BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, TA, TB, Scalar>;
     const unsigned grid = persistent_grid(kernel, 32 * WM * WN, G::BYTES, tiles * batch);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, 32 * WM * WN, G::BYTES, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, (m + BM - 1) / BM,
-                                                    (n + BN - 1) / BN, conj, vector_ab, vector_c);
+                                                    (n + BN - 1) / BN, conj, ab_offsets, c_offsets);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

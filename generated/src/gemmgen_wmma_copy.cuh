@@ -11,6 +11,11 @@
 namespace gemmgen {
 namespace tc {
 
+// UNIT bytes of zeros in shared memory at p (UNIT-aligned).
+template <int UNIT> __device__ __forceinline__ void store_zero(__half* p);
+template <> __device__ __forceinline__ void store_zero<8>(__half* p) { *reinterpret_cast<int2*>(p) = make_int2(0, 0); }
+template <> __device__ __forceinline__ void store_zero<4>(__half* p) { *reinterpret_cast<int*>(p) = 0; }
+
 // A slice of a stored matrix in shared memory, laid out as stored: LINES stored columns of ALONG
 // halves (CHUNKS_PER_LINE 16-byte chunks), each line padded by PAD halves.
 template <int ALONG_, int LINES_, int PAD = SKEW>
@@ -52,6 +57,60 @@ struct StoredSlice {
                                           i % 4);
             }
         }
+    }
+
+    // The same where X and the stored columns start only on UNIT-byte boundaries (8 or 4): cp.async units
+    // of that size into the same layout, so the fragments are read alike.  Each thread keeps one unit
+    // position along the lines and steps down the lines (across them too where a line has more units
+    // than the block has threads), so a unit costs a compare, its copy and two additions: two or four
+    // times the copies of 16-byte chunks, without their unrolled address arithmetic (unrolled, these
+    // copies tripled a block kernel's compile time and pushed the hc tuples with two blocks per SM into
+    // spills).  The unit a column ends inside is copied word by word (copy_chunk_word_async), so
+    // nothing past the matrix's last element is read.
+    template <int THREADS, int UNIT>
+    __device__ __forceinline__ static void copy_narrow(__half* s, const __half* X, int ld, int rows, int cols)
+    {
+        static_assert(UNIT == 4 || UNIT == 8, "narrow units are 4 or 8 bytes");
+        constexpr int UH = UNIT / 2, PER_LINE = ALONG / UH;                  // halves per unit, units per line
+        constexpr int ACROSS = PER_LINE < THREADS ? PER_LINE : THREADS;     // threads along one line
+        constexpr int LINE_STEP = THREADS / ACROSS;                         // lines one pass covers
+        const int t = (int)threadIdx.x;
+        if (t >= LINE_STEP * ACROSS)
+            return;
+        const int first = t / ACROSS;
+        for (int u = t % ACROSS; u < PER_LINE; u += ACROSS) {
+            const int along = u * UH, left = rows - along;
+            const int valid = left < 0 ? 0 : left > UH ? UH : left;
+            __half* d = s + first * LD + along;
+            const __half* x = X + along + (long long)first * ld;
+#pragma unroll 4
+            for (int line = first; line < LINES; line += LINE_STEP, d += LINE_STEP * LD, x += (long long)LINE_STEP * ld) {
+                if (valid == UH && line < cols)
+                    copy_async<UNIT>(d, x, UNIT);
+                else if (valid == 0 || line >= cols)
+                    store_zero<UNIT>(d);
+                else
+                    for (int word = 0; word < UNIT / 4; ++word)
+                        copy_chunk_word_async<2>(d, x, 2 * valid, word);
+            }
+        }
+    }
+
+    // A slice of a matrix of S in the units copy_unit chose: 16-, 8- or 4-byte cp.async, or element by
+    // element (0: some stored column starts off a 4-byte boundary).
+    template <int THREADS, typename S>
+    __device__ __forceinline__ static void copy_any(int unit, __half* s, const S* X, int ld, int rows, int cols)
+    {
+        constexpr int P = (int)sizeof(S) / 2;   // halves per element
+        const __half* x = reinterpret_cast<const __half*>(X);
+        if (unit == 16)
+            copy<THREADS>(s, x, P * ld, P * rows, cols);
+        else if (unit == 8)
+            copy_narrow<THREADS, 8>(s, x, P * ld, P * rows, cols);
+        else if (unit == 4)
+            copy_narrow<THREADS, 4>(s, x, P * ld, P * rows, cols);
+        else
+            copy_elements<THREADS>(s, X, ld, rows, cols);
     }
 
     // The same from an X that is not on 16-byte chunks: element by element through registers (S: the
@@ -113,6 +172,43 @@ struct PackedGeometry {
         : a_chunks(chunks((long long)m * k)), b_chunks(chunks((long long)k * n)),
           c_floats(dense_c ? chunks((long long)m * n) * 8 : 0) {}
 };
+
+// The unit in which an operand goes to and from shared memory: the widest of 16, 8 and 4 bytes on whose
+// boundaries every piece of it starts, else 0 (element by element), from the OR of the pieces' byte
+// offsets (leading dimension, batch stride and base address).
+__host__ __device__ __forceinline__ int copy_unit(unsigned long long offsets)
+{
+    return offsets % 16 == 0 ? 16 : offsets % 8 == 0 ? 8 : offsets % 4 == 0 ? 4 : 0;
+}
+
+// A 16-byte chunk of global memory at p that starts on a `unit`-byte boundary (16, 8 or 4), in units.
+__device__ __forceinline__ int4 load_chunk_units(const void* p, int unit)
+{
+    if (unit == 16)
+        return *static_cast<const int4*>(p);
+    if (unit == 8) {
+        const int2 lo = static_cast<const int2*>(p)[0], hi = static_cast<const int2*>(p)[1];
+        return make_int4(lo.x, lo.y, hi.x, hi.y);
+    }
+    const int* w = static_cast<const int*>(p);
+    return make_int4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void store_chunk_units(void* p, int4 v, int unit)
+{
+    if (unit == 16) {
+        *static_cast<int4*>(p) = v;
+    } else if (unit == 8) {
+        static_cast<int2*>(p)[0] = make_int2(v.x, v.y);
+        static_cast<int2*>(p)[1] = make_int2(v.z, v.w);
+    } else {
+        int* w = static_cast<int*>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
+    }
+}
 
 // Whether a strided launch can take the cp.async ring: every chunk of 8 stored elements must start
 // on 16 bytes (leading dimensions, strides and base pointers); pointer arrays are not inspected.

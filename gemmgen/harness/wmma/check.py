@@ -7,7 +7,8 @@ top of the cases of harness.core.cases.
   integer case, beta = 0 over NaN, with leading dimensions larger than the matrices (a block
   kernel's element-by-element copies); variants with a cp.async ring (block kernels too) also on
   16-byte aligned operands (the ring's path; the others take the register path; with beta ≠ 0 the
-  ring also copies C), on a batch of 2000 (each resident thread block works through several C
+  ring also copies C), block kernels also on operands on 4-byte but not 16-byte boundaries (their
+  4-byte cp.async units), on a batch of 2000 (each resident thread block works through several C
   blocks), and with C alone between 16-byte boundaries (the ring without C); general tuples with a
   ring, with beta ≠ 0, also on packed batches of odd sizes that fit one C block (the raw packed
   ring), every transpose pair; h tuples with fp16 sums also on rank-k updates up to 128×128 with
@@ -51,6 +52,30 @@ def packed_ring_cases(spec: wmma.WmmaSpec, rng: np.random.Generator) -> Iterator
     yield Case(prec, m, n, k, "N", "N", "strided", 1999, "packed-beta0-nan", 1.0, 0.0, pad=0, kernel=name)
 
 
+def word_unit_cases(spec: wmma.WmmaBlockSpec, rng: np.random.Generator) -> Iterator[Case]:
+    """A block kernel on operands whose stored columns start on 4-byte boundaries but not all on 16-byte
+    ones (the copies in 4-byte cp.async units, C written in 4-byte pieces): every matrix one 4-byte word
+    past a 16-byte boundary, leading dimensions even (h) or any (hc), every transpose pair, shapes with
+    partial edges and one of exactly one block, both interfaces, beta = 0 over NaN."""
+    prec, name, pairs = spec.precision, spec.name, PRECISIONS[spec.precision].trans_pairs
+    word = 4 // PRECISIONS[prec].element_bytes   # elements per 4-byte word
+    shapes = kernel_shapes(spec)[:2] + [(spec.blk_m, spec.blk_n, spec.blk_k)]
+    for m, n, k in shapes:
+        for ta, tb in pairs:
+            alpha, beta = _scalars(rng, prec)
+            yield Case(prec, m, n, k, ta, tb, "strided", int(rng.integers(1, 6)), "words", alpha, beta,
+                       align=word, offset=word, c_offset=word, kernel=name)
+    m, n, k = shapes[1]
+    ta, tb = pairs[int(rng.integers(len(pairs)))]
+    alpha, beta = _scalars(rng, prec)
+    yield Case(prec, m, n, k, ta, tb, "array", 7, "words", alpha, beta, align=word, offset=word, c_offset=word,
+               shuffle=True, kernel=name)
+    yield Case(prec, m, n, k, "N", "N", "strided", 3, "words-beta0-nan", alpha, 0.0, align=word, offset=word,
+               c_offset=word, kernel=name)
+    yield Case(prec, m, n, k, "T", "N", "strided", 500, "words-many-blocks", 1.0, 0.5, pad=0, align=word,
+               offset=word, c_offset=word, kernel=name)
+
+
 def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: bool = True) -> Iterator[Case]:
     big_batch_done = set()
     for name in names:
@@ -81,6 +106,8 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
                        1.0, 0.5, pad=0, align=8, c_offset=1, kernel=name)
             if spec.family == "wmma":
                 yield from packed_ring_cases(spec, rng)
+        if spec.family == "wmmablock":   # operands on 4-byte but not 16-byte boundaries: 4-byte cp.async units
+            yield from word_unit_cases(spec, rng)
         if getattr(spec, "whole_path", False):   # sm_90: rank-k updates of whole GEMMs through the tensor copy engine (beta = 0)
             for m, n, k in ((64, 64, 16), (128, 72, 8), (72, 128, 16), (128, 128, 16)):
                 for ta, tb in pairs:   # leading dimensions padded (align = 8): strides of the tensor maps
