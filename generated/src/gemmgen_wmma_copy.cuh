@@ -65,8 +65,8 @@ struct StoredSlice {
     // than the block has threads), so a unit costs a compare, its copy and two additions: two or four
     // times the copies of 16-byte chunks, without their unrolled address arithmetic (unrolled, these
     // copies tripled a block kernel's compile time and pushed the hc tuples with two blocks per SM into
-    // spills).  The unit a column ends inside is copied word by word (copy_chunk_word_async), so
-    // nothing past the matrix's last element is read.
+    // spills).  As in copy(), the unit each column ends inside is left to a second pass, a word per
+    // thread (copy_chunk_word_async), so nothing past the matrix's last element is read.
     template <int THREADS, int UNIT>
     __device__ __forceinline__ static void copy_narrow(__half* s, const __half* X, int ld, int rows, int cols)
     {
@@ -75,23 +75,30 @@ struct StoredSlice {
         constexpr int ACROSS = PER_LINE < THREADS ? PER_LINE : THREADS;     // threads along one line
         constexpr int LINE_STEP = THREADS / ACROSS;                         // lines one pass covers
         const int t = (int)threadIdx.x;
-        if (t >= LINE_STEP * ACROSS)
-            return;
-        const int first = t / ACROSS;
-        for (int u = t % ACROSS; u < PER_LINE; u += ACROSS) {
-            const int along = u * UH, left = rows - along;
-            const int valid = left < 0 ? 0 : left > UH ? UH : left;
-            __half* d = s + first * LD + along;
-            const __half* x = X + along + (long long)first * ld;
+        if (t < LINE_STEP * ACROSS) {
+            const int first = t / ACROSS;
+            for (int u = t % ACROSS; u < PER_LINE; u += ACROSS) {
+                const int along = u * UH, left = rows - along;
+                __half* d = s + first * LD + along;
+                const __half* x = X + along + (long long)first * ld;
 #pragma unroll 4
-            for (int line = first; line < LINES; line += LINE_STEP, d += LINE_STEP * LD, x += (long long)LINE_STEP * ld) {
-                if (valid == UH && line < cols)
-                    copy_async<UNIT>(d, x, UNIT);
-                else if (valid == 0 || line >= cols)
-                    store_zero<UNIT>(d);
-                else
-                    for (int word = 0; word < UNIT / 4; ++word)
-                        copy_chunk_word_async<2>(d, x, 2 * valid, word);
+                for (int line = first; line < LINES;
+                     line += LINE_STEP, d += LINE_STEP * LD, x += (long long)LINE_STEP * ld) {
+                    if (left >= UH && line < cols)
+                        copy_async<UNIT>(d, x, UNIT);
+                    else if (left <= 0 || line >= cols)
+                        store_zero<UNIT>(d);
+                }
+            }
+        }
+        if (rows % UH != 0 && rows < ALONG) {
+            constexpr int WORDS = UNIT / 4;
+            const int along = rows - rows % UH;
+            for (int i = t; i < WORDS * LINES; i += THREADS) {
+                const int line = i / WORDS;
+                if (line < cols)
+                    copy_chunk_word_async<2>(s + line * LD + along, X + along + (long long)line * ld,
+                                             2 * (rows % UH), i % WORDS);
             }
         }
     }
