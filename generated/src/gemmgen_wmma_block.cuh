@@ -208,7 +208,7 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
 {
 #if __CUDA_ARCH__ >= 800
     using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
-    constexpr int THREADS = 32 * WM * WN, P = G::P;
+    constexpr int THREADS = 32 * WM * WN;
     extern __shared__ __align__(128) unsigned char smem[];
     __half* ring = reinterpret_cast<__half*>(smem);
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;

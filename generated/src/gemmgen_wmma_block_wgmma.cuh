@@ -5,14 +5,15 @@
 // cuBLAS runs wgmma fed by the copy engine; an experiment (docs/experiments/wgmma_block/) separated the two:
 // wgmma fed by cp.async, or by the copy engine in 16-byte rows, is slower than the mma.sync block kernels;
 // the copy engine moving 128-byte rows with the 128-byte swizzle, 64 k deep, is what reaches the bandwidth
-// floor.  So where a GEMM fits one 128×BN block (m ≤ 128, n ≤ BN) of a strided, op(A) = A, op(B) = B batch
-// with 16-byte columns, an h block kernel takes this path on sm_90 (an sm_90a image: wgmma exists only
-// there):
-// - a persistent grid of two warpgroups per thread block, one GEMM at a time; K in slices of 64 through a
-//   ring of STAGES stages, copied STAGES - 1 slices ahead across GEMM boundaries by one thread: A as the
-//   tensor (M, K, batch) in two boxes of 64 rows × 64 k (one per warpgroup), B as (K, N, batch) in one
-//   box of 64 k × BN columns, each landing as rows of 128 bytes (64 halves) whose 16-byte chunk c sits at
-//   c ^ (row % 8); the engine fills zeros past M, N and K and completes on the stage's mbarrier;
+// floor.  So for a strided, op(A) = A, op(B) = B batch with 16-byte columns whose GEMMs fit one 128×BN
+// block, or take several with BN = 128, an h block kernel takes this path on sm_90 (an sm_90a image:
+// wgmma exists only there):
+// - a persistent grid of two warpgroups per thread block, one 128×BN block of C of one GEMM at a time
+//   (the whole GEMM where it fits one); K in slices of 64 through a ring of STAGES stages, copied
+//   STAGES - 1 slices ahead across block and GEMM boundaries by one thread: A as the tensor (M, K, batch)
+//   in two boxes of 64 rows × 64 k (one per warpgroup), B as (K, N, batch) in one box of 64 k × BN
+//   columns, each landing as rows of 128 bytes (64 halves) whose 16-byte chunk c sits at c ^ (row % 8);
+//   the engine fills zeros past M, N and K and completes on the stage's mbarrier;
 // - warpgroup g multiplies rows 64g..64g+63: wgmma.mma_async.m64nBNk16 with fp32 sums, A from registers
 //   (ldmatrix.trans of the swizzled rows, the m16n8k16 A fragment of each warp), B from shared memory
 //   through a descriptor: B's box is wgmma's K-major layout with the 128-byte swizzle (8-row atoms of
@@ -22,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gemmgen_wmma_copy.cuh"
 #include "gemmgen_wmma_mma.cuh"
 #include "gemmgen_wmma_tensor_copy.cuh"
 #include "gemmgen_wmma_wgmma.cuh"
@@ -48,7 +50,8 @@ struct WgmmaGeometry {
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(WGMMA_THREADS, 1)
 wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, __half* C,
-                   int M, int N, int K, int ldc, long long stride_c, float alpha, float beta, int batch)
+                   int M, int N, int K, int ldc, long long stride_c, float alpha, float beta, int batch, int tiles_m,
+                   int tiles)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // Static shared memory only in the sm_90a image: the launcher reads its size to know that this image,
@@ -60,28 +63,30 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const int row0 = warp * 16;   // the warp's 16 rows of C (warpgroup warp / 4: rows 64 (warp / 4) ...)
     __half* staging = reinterpret_cast<__half*>(ring + STAGES * G::STAGE_BYTES) + warp * BN * WGMMA_CLD;
-    const int slices = (K + WGMMA_K - 1) / WGMMA_K;
     const bool issuer = threadIdx.x == 0;
     if (issuer)
         for (int s = 0; s < STAGES; ++s)
             mbarrier_init(smem_address(full + s), 1);
     __syncthreads();
 
-    long long load_entry = blockIdx.x;
-    int load_slice = 0, load_stage = 0;
+    // Items (a GEMM's 128×BN block of C, numbered down the columns of blocks) are grid-stride, as the
+    // block kernels' AsyncCursor steps them: no division in the loop.
+    AsyncCursor load, work;
+    load.start(tiles);
+    work = load;
+    const int step_entries = gridDim.x / (unsigned)tiles, step_tiles = gridDim.x % (unsigned)tiles;
+    int load_stage = 0;
     auto copy_next = [&]() {
-        if (issuer && load_entry < batch) {
+        if (issuer && load.entry < batch) {
             unsigned char* s = ring + load_stage * G::STAGE_BYTES;
             const unsigned bar = smem_address(full + load_stage);
+            const int m0 = load.m0(tiles_m, 128), n0 = load.n0(tiles_m, BN);
             mbarrier_arrive_expect_tx(bar, G::A_BYTES + G::B_BYTES);
-            tensor_load_at(s, map_a, 0, load_slice * WGMMA_K, (int)load_entry, bar);
-            tensor_load_at(s + 64 * 128, map_a, 64, load_slice * WGMMA_K, (int)load_entry, bar);
-            tensor_load_at(s + G::A_BYTES, map_b, load_slice * WGMMA_K, 0, (int)load_entry, bar);
+            tensor_load_at(s, map_a, m0, load.kk, (int)load.entry, bar);
+            tensor_load_at(s + 64 * 128, map_a, m0 + 64, load.kk, (int)load.entry, bar);
+            tensor_load_at(s + G::A_BYTES, map_b, load.kk, n0, (int)load.entry, bar);
         }
-        if (++load_slice == slices) {
-            load_slice = 0;
-            load_entry += gridDim.x;
-        }
+        load.next(K, WGMMA_K, tiles, step_entries, step_tiles);
         load_stage = load_stage + 1 == STAGES ? 0 : load_stage + 1;
     };
     for (int j = 0; j < STAGES - 1; ++j)
@@ -93,9 +98,9 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
         d[i] = 0.f;
     // ldmatrix.trans: lane i of 8x8 matrix q gives the address of k = i + 8 (q / 2) of rows 8 (q % 2) ...
     const int q = lane >> 3, i = lane & 7, chunk = (row0 & 63) / 8 + (q & 1);
-    int slice = 0, stage = 0;
+    int stage = 0;
     unsigned parity = 0;
-    for (long long entry = blockIdx.x; entry < batch;) {
+    while (work.entry < batch) {
         __syncthreads();   // every warp is done with the stage the next copy overwrites
         copy_next();
         mbarrier_wait(smem_address(full + stage), parity);
@@ -112,10 +117,11 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int ks = 0; ks < WGMMA_K / 16; ++ks)
-            Wgmma<BN>::mma(d, a[ks], wgmma_descriptor_sw128(sb + ks * 32), slice > 0 || ks > 0);
+            Wgmma<BN>::mma(d, a[ks], wgmma_descriptor_sw128(sb + ks * 32), work.kk > 0 || ks > 0);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        if (slice == slices - 1 && row0 < M) {   // the warp's rows of this GEMM's C
+        const int m0 = work.m0(tiles_m, 128) + row0, n0 = work.n0(tiles_m, BN);
+        if (work.last_slice(K, WGMMA_K) && m0 < M) {   // the warp's rows of this block of C
             const int g = lane >> 2, t = lane & 3;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
@@ -126,12 +132,12 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
                 staging[(c + 1) * WGMMA_CLD + g + 8] = __float2half_rn(alpha * d[4 * j + 3]);
             }
             __syncwarp();
-            __half* c_out = C + entry * stride_c + row0;
+            __half* c_out = C + work.entry * stride_c + m0 + (long long)n0 * ldc;
             const bool read_c = !is_zero(beta);
 #pragma unroll
             for (int e = lane; e < 2 * BN; e += 32) {   // chunk e: column e / 2, rows 8 (e % 2) ...
-                const int col = e >> 1, r = 8 * (e & 1), rows = M - row0 - r;
-                if (col >= N || rows <= 0)
+                const int col = e >> 1, r = 8 * (e & 1), rows = M - m0 - r;
+                if (col >= N - n0 || rows <= 0)
                     continue;
                 const __half* in = staging + col * WGMMA_CLD + r;
                 __half* out = c_out + r + (long long)col * ldc;
@@ -147,10 +153,7 @@ wgmma_block_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_const
             }
             __syncwarp();
         }
-        if (++slice == slices) {
-            slice = 0;
-            entry += gridDim.x;
-        }
+        work.next(K, WGMMA_K, tiles, step_entries, step_tiles);
         if (++stage == STAGES) {
             stage = 0;
             parity ^= 1;
@@ -169,8 +172,9 @@ bool wgmma_image()
 #endif
 
 // The wgmma path's launch where it applies (an sm_90a image on the device, h, a strided batch, op(A) = A
-// and op(B) = B, beta = 0, m ≤ 128, n ≤ BN, k > 32, 16-byte columns and non-zero strides on 16-byte
-// multiples, tensor maps from the driver; GEMMGEN_NO_WGMMA defined turns it off); -1 where it does not.
+// and op(B) = B, beta = 0, k > 32, a GEMM of one 128×BN block or BN = 128, 16-byte columns and non-zero
+// strides on 16-byte multiples, tensor maps from the driver; GEMMGEN_NO_WGMMA defined turns it off); -1
+// where it does not.
 // beta = 0: its epilogue reads old C chunk by chunk where the mma.sync ring has them in flight ahead, and
 // with beta = 1 it lost.  k > 32: the rank-16 updates lose on it (a 64-deep slice is three quarters
 // zeros), the squares 64-128 gain (docs/experiments/wgmma_block/).
@@ -193,7 +197,13 @@ struct WgmmaPath<__half> {
         if (TA != 'N' || TB != 'N' || BN % 16 != 0 || BN > 128)
             return -1;
         constexpr int N_TILE = BN % 16 == 0 && BN <= 128 ? BN : 16;   // (only the tiles that pass above get here)
-        if (p.A_array || !is_zero(beta) || m > 128 || n > N_TILE || k <= 32 || lda % 8 || ldb % 8 || ldc % 8 || p.stride_a <= 0 ||
+        // GEMMs of several blocks only with 128-column tiles: with the 96-wide tuples (h squares 130-192
+        // in the packaged table) the 128-row wgmma blocks left too much of C empty and lost to mma.sync
+        // (H200: square 144 at 0.31 of the floor past L2, where the H100's mma.sync tuning measured 0.53).
+        const long long tiles = (long long)((m + 127) / 128) * ((n + N_TILE - 1) / N_TILE);
+        if (tiles > 1 && N_TILE != 128)
+            return -1;
+        if (p.A_array || !is_zero(beta) || tiles * batch > 0x7fffffffLL || k <= 32 || lda % 8 || ldb % 8 || ldc % 8 || p.stride_a <= 0 ||
             p.stride_b <= 0 || p.stride_c <= 0 || p.stride_a % 8 || p.stride_b % 8 || p.stride_c % 8 ||
             !aligned16(p.A) || !aligned16(p.B) || !aligned16(p.C))
             return -1;
@@ -206,11 +216,11 @@ struct WgmmaPath<__half> {
             !batch_tensor_map(&map_b, p.B, k, n, ldb, p.stride_b, batch, WGMMA_K, N_TILE, CU_TENSOR_MAP_SWIZZLE_128B))
             return -1;
         auto kernel = wgmma_block_kernel<N_TILE, WGMMA_STAGES>;
-        const unsigned grid = persistent_grid(kernel, WGMMA_THREADS, G::BYTES, batch);
+        const unsigned grid = persistent_grid(kernel, WGMMA_THREADS, G::BYTES, tiles * batch);
         if (grid == 0)
             return GEMMGEN_LAUNCH_FAILED;
-        kernel<<<grid, WGMMA_THREADS, G::BYTES, stream>>>(map_a, map_b, p.C, m, n, k, ldc,
-                                                         p.stride_c, alpha, beta, batch);
+        kernel<<<grid, WGMMA_THREADS, G::BYTES, stream>>>(map_a, map_b, p.C, m, n, k, ldc, p.stride_c, alpha, beta,
+                                                         batch, (m + 127) / 128, (int)tiles);
         return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 #else
         (void)p, (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc, (void)alpha, (void)beta, (void)batch, (void)stream;

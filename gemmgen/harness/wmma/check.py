@@ -7,13 +7,15 @@ top of the cases of harness.core.cases.
   integer case, beta = 0 over NaN, with leading dimensions larger than the matrices (a block
   kernel's element-by-element copies); variants with a cp.async ring (block kernels too) also on
   16-byte aligned operands (the ring's path; the others take the register path; with beta ≠ 0 the
-  ring also copies C), block kernels also on operands on 4-byte but not 16-byte boundaries (their
-  4-byte cp.async units), on a batch of 2000 (each resident thread block works through several C
+  ring also copies C), on a batch of 2000 (each resident thread block works through several C
   blocks), and with C alone between 16-byte boundaries (the ring without C); general tuples with a
   ring, with beta ≠ 0, also on packed batches of odd sizes that fit one C block (the raw packed
   ring), every transpose pair; h tuples with fp16 sums also on rank-k updates up to 128×128 with
   beta = 0 (the sm_90 whole-GEMM path through the tensor copy engine), every transpose pair, padded
   and packed.
+- Block kernels also on operands on 4-byte but not 16-byte boundaries (their 8- and 4-byte cp.async
+  units, C in pieces); h block kernels with an sm_90a path also on NN, beta = 0 GEMMs of several
+  128-row blocks of C (that path's wgmma tiles, with partial edges).
 - The C API at both ends of every dispatch range (square and rank-16 problems), so the tuned
   ranges are exercised as a user reaches them.
 - The small-family kernels the tuned table passes over for the general kernel (prefer_general),
@@ -108,6 +110,13 @@ def general_kernel_cases(names: list[str], rng: np.random.Generator, thorough: b
                 yield from packed_ring_cases(spec, rng)
         if spec.family == "wmmablock":   # operands on 4-byte but not 16-byte boundaries: 4-byte cp.async units
             yield from word_unit_cases(spec, rng)
+        if getattr(spec, "wgmma_path", False):   # sm_90a: GEMMs of several 128×BLK_N blocks of C on wgmma
+            # (batches of more blocks than the grid has: the blocks step over GEMMs and tiles)
+            for m, n, k, batch in ((2 * 128 + 3, 2 * spec.blk_n + 5, 2 * 64 + 1, 30), (256, 256, 256, 5),
+                                   (300, 70, 100, 200)):
+                alpha, _ = _scalars(rng, prec)
+                yield Case(prec, m, n, k, "N", "N", "strided", batch, "wgmma-tiles-beta0-nan", alpha, 0.0, align=8,
+                           kernel=name)
         if getattr(spec, "whole_path", False):   # sm_90: rank-k updates of whole GEMMs through the tensor copy engine (beta = 0)
             for m, n, k in ((64, 64, 16), (128, 72, 8), (72, 128, 16), (128, 128, 16)):
                 for ta, tb in pairs:   # leading dimensions padded (align = 8): strides of the tensor maps
