@@ -135,10 +135,10 @@ __device__ __forceinline__ void stage_pair(__half2* st, int cld, int row, int co
 }
 
 // The warp's tile of C: alpha·acc into its staging, then out to C (the tile's element (0, 0); rows,
-// cols: how much of the tile lies inside C; c_unit: 16, 8 or 4 where every stored column of C starts on
-// such a byte boundary (copy_unit), 0 otherwise (element by element); GROUP: old C chunks a lane has in flight at
-// once).
-template <typename G, int GROUP, typename S, typename ACC, typename Scalar>
+// cols: how much of the tile lies inside C; c_unit: 16, or with NARROW also 8 or 4, where every stored
+// column of C starts on such a byte boundary (copy_unit), 0 otherwise (element by element); GROUP: old C
+// chunks a lane has in flight at once).
+template <typename G, int GROUP, bool NARROW, typename S, typename ACC, typename Scalar>
 __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, const MmaTile<ACC> (&acc)[G::RT][G::CT],
                                               int rows, int cols, Scalar alpha, Scalar beta, bool read_c, int c_unit,
                                               int lane)
@@ -180,9 +180,15 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
             const S* in = st + col * CLD + row;
             if (c_unit != 0 && row + PER_CHUNK <= rows) {
                 int4 v = *reinterpret_cast<const int4*>(in);
-                if (read_c)
-                    v = chunk_add_scaled(v, c_unit == 16 ? old[i] : load_chunk_units(out, c_unit), beta);
-                store_chunk_units(out, v, c_unit);
+                if (!NARROW) {
+                    if (read_c)
+                        v = chunk_add_scaled(v, old[i], beta);
+                    *reinterpret_cast<int4*>(out) = v;
+                } else {   // (old chunks were loaded ahead for 16-byte units only)
+                    if (read_c)
+                        v = chunk_add_scaled(v, c_unit == 16 ? old[i] : load_chunk_units(out, c_unit), beta);
+                    store_chunk_units(out, v, c_unit);
+                }
             } else {   // the matrix's last rows, or C not on 4-byte boundaries
                 for (int e = 0; e < PER_CHUNK && row + e < rows; ++e) {
                     R v = widen_value(in[e]);
@@ -199,16 +205,20 @@ __device__ __forceinline__ void block_write_c(S* C, int ldc, __half* staging, co
 // MIN_BLOCKS (a tuning parameter): thread blocks ptxas must fit on an SM at once (2: at most 128
 // registers per thread for 256 threads), so that one block's epilogue and barriers overlap another's
 // Tensor Core work.
+// NARROW: the instance for operands whose columns start on 8- or 4-byte boundaries (copy_unit of
+// ab_offsets, c_offsets: the byte offsets of every stored column); the other instance takes 16-byte
+// units where vector_ab, vector_c say they fit, element by element otherwise, and has no code for the
+// narrow units: in one instance with them, the aligned GEMMs ran 5-12 % slower on the H200.
 template <typename S, typename ACC, int BM, int BN, int BK, int WM, int WN, int STAGES, int MIN_BLOCKS, char TA, char TB,
-          typename Scalar>
+          bool NARROW, typename Scalar>
 __global__ void __launch_bounds__(32 * WM * WN, MIN_BLOCKS)
 wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, int ldc, Scalar alpha, Scalar beta,
-                  int batch, int tiles_m, int tiles_n, Conjugate conj, unsigned long long ab_offsets,
-                  unsigned long long c_offsets)
+                  int batch, int tiles_m, int tiles_n, Conjugate conj, bool vector_ab, bool vector_c,
+                  unsigned long long ab_offsets, unsigned long long c_offsets)
 {
 #if __CUDA_ARCH__ >= 800
     using G = BlockGeometry<S, BM, BN, BK, WM, WN, STAGES, TA, TB>;
-    constexpr int THREADS = 32 * WM * WN;
+    constexpr int THREADS = 32 * WM * WN, P = G::P;
     extern __shared__ __align__(128) unsigned char smem[];
     __half* ring = reinterpret_cast<__half*>(smem);
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
@@ -236,10 +246,20 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
                 + (TB == 'N' ? kk + (long long)n0 * ldb : (long long)kk * ldb + n0);
             const int a_rows = TA == 'N' ? M - m0 : K - kk, a_cols = TA == 'N' ? K - kk : M - m0;
             const int b_rows = TB == 'N' ? K - kk : N - n0, b_cols = TB == 'N' ? N - n0 : K - kk;
-            const int unit = copy_unit(ptrs.A_array == nullptr ? ab_offsets
-                                                               : ab_offsets | (unsigned long long)A | (unsigned long long)B);
-            G::SliceA::template copy_any<THREADS>(unit, s, A, lda, a_rows, a_cols);
-            G::SliceB::template copy_any<THREADS>(unit, s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
+            if (NARROW) {
+                const int unit = copy_unit(ptrs.A_array == nullptr
+                                               ? ab_offsets
+                                               : ab_offsets | (unsigned long long)A | (unsigned long long)B);
+                G::SliceA::template copy_any<THREADS>(unit, s, A, lda, a_rows, a_cols);
+                G::SliceB::template copy_any<THREADS>(unit, s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
+            } else if (vector_ab && (ptrs.A_array == nullptr || aligned16(A) && aligned16(B))) {
+                G::SliceA::template copy<THREADS>(s, reinterpret_cast<const __half*>(A), P * lda, P * a_rows, a_cols);
+                G::SliceB::template copy<THREADS>(s + G::SliceA::HALVES, reinterpret_cast<const __half*>(B), P * ldb,
+                                                  P * b_rows, b_cols);
+            } else {
+                G::SliceA::template copy_elements<THREADS>(s, A, lda, a_rows, a_cols);
+                G::SliceB::template copy_elements<THREADS>(s + G::SliceA::HALVES, B, ldb, b_rows, b_cols);
+            }
         }
         async_commit();   // empty groups too: the wait below counts groups
         load.next(K, BK, tiles, step_entries, step_tiles);
@@ -276,11 +296,11 @@ wmma_block_kernel(BatchPointers<S> ptrs, int M, int N, int K, int lda, int ldb, 
             S* C = ptrs.output(work.entry);
             // 4 / MIN_BLOCKS old C chunks per lane in flight: the same bytes per SM with one or two blocks
             if (m0 < M && n0 < N)
-                block_write_c<G, 4 / MIN_BLOCKS>(C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0,
-                                                 alpha, beta, read_c,
-                                                 copy_unit(ptrs.C_array == nullptr ? c_offsets
-                                                                                   : c_offsets | (unsigned long long)C),
-                                                 lane);
+                block_write_c<G, 4 / MIN_BLOCKS, NARROW>(
+                    C + m0 + (long long)n0 * ldc, ldc, staging, acc, M - m0, N - n0, alpha, beta, read_c,
+                    NARROW ? copy_unit(ptrs.C_array == nullptr ? c_offsets : c_offsets | (unsigned long long)C)
+                           : vector_c && (ptrs.C_array == nullptr || aligned16(C)) ? 16 : 0,
+                    lane);
 #pragma unroll
             for (int rt = 0; rt < G::RT; ++rt)
 #pragma unroll
@@ -320,12 +340,16 @@ int launch_wmma_block(Conjugate conj, const BatchPointers<S>& ptrs, int m, int n
                             (unsigned long long)ptrs.A | (unsigned long long)ptrs.B);
     const unsigned long long c_offsets = sizeof(S) * (unsigned long long)ldc |
         (ptrs.C_array ? 0ULL : sizeof(S) * (unsigned long long)ptrs.stride_c | (unsigned long long)ptrs.C);
-    auto kernel = wmma_block_kernel<S, ACC, BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, TA, TB, Scalar>;
+    const int ab_unit = copy_unit(ab_offsets), c_unit = copy_unit(c_offsets);
+    const bool narrow = ab_unit == 8 || ab_unit == 4 || c_unit == 8 || c_unit == 4;
+    auto kernel = narrow ? wmma_block_kernel<S, ACC, BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, TA, TB, true, Scalar>
+                         : wmma_block_kernel<S, ACC, BM, BN, BK, WM, WN, STAGES, MIN_BLOCKS, TA, TB, false, Scalar>;
     const unsigned grid = persistent_grid(kernel, 32 * WM * WN, G::BYTES, tiles * batch);
     if (grid == 0)
         return GEMMGEN_LAUNCH_FAILED;
     kernel<<<grid, 32 * WM * WN, G::BYTES, stream>>>(ptrs, m, n, k, lda, ldb, ldc, alpha, beta, batch, (m + BM - 1) / BM,
-                                                    (n + BN - 1) / BN, conj, ab_offsets, c_offsets);
+                                                    (n + BN - 1) / BN, conj, ab_unit == 16, c_unit == 16, ab_offsets,
+                                                    c_offsets);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
