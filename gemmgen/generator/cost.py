@@ -60,7 +60,8 @@ def variant_kernels(spec) -> frozenset[tuple]:
             out |= {("whole", ta, tb) for ta, tb in pairs}   # wmma_whole_kernel<8, TA, TB>
         return frozenset(out)
     if spec.family == "wmmablock":
-        out = {(spec.name, ta, tb) for ta, tb in pairs}
+        # wmma_block_kernel<..., NARROW>: 16-byte copies, and 8- and 4-byte ones (operands off 16 bytes)
+        out = {(spec.name, ta, tb, narrow) for ta, tb in pairs for narrow in (False, True)}
         if spec.precision == "h":   # WgmmaPath<__half>: wgmma_block_kernel<N_TILE, WGMMA_STAGES>
             out.add(("wgmma_block", spec.blk_n if spec.blk_n % 16 == 0 and spec.blk_n <= 128 else 16))
         return frozenset(out)
