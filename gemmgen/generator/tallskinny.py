@@ -733,7 +733,8 @@ def _entry_from_rows(rows: dict, prec: str, n: int, cc: int, where: str, notes: 
         # h TSMMA borrows from a tuned n with as many 8-column tiles where there is one: its blocks of up to
         # 256 threads (512 when measured) fit one or two to an SM, and the tiles set the accumulators, so the
         # registers and that count (on the H200, n = 25-28 on n = 24's 512-thread blocking ran at 0.39x
-        # cuBLAS, one block per SM; n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were measured as fast as their own.
+        # cuBLAS, one block per SM; n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were
+        # measured as fast as their own.
         tiles = [t for p, t in rows if p == prec == "h" and ceil_div(t, 8) == ceil_div(n, 8)
                  and rows[(p, t)].get("tsmma")]
         mma_near = nearest_tuned_n(sorted(tiles), n)

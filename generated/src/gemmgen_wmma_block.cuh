@@ -10,7 +10,8 @@
 // the tile and B fragments every row.  BK slices of A and B go global -> shared memory as stored through a
 // ring of STAGES slices (cp.async of 16 bytes, or of 8 or 4 where the operands' columns start only on
 // those boundaries: the same shared layout and fragment reads for any even leading dimension; element by
-// element through registers below 4 bytes) in a persistent grid, as in wmma_async_kernel (gemmgen_wmma_ring.cuh), and the fragments come
+// element through registers below 4 bytes) in a persistent grid, as in wmma_async_kernel
+// (gemmgen_wmma_ring.cuh), and the fragments come
 // straight from the stored layout by ldmatrix (.trans where k runs across the stored columns).
 // hc is multiplied as the real product it embeds: an interleaved M×K complex A is an M×2K real matrix
 // whose 32-bit pairs are (re, im) of one element, and with B's complex b = (br, bi) expanded to the 2×2

@@ -203,8 +203,8 @@ struct WgmmaPath<__half> {
         const long long tiles = (long long)((m + 127) / 128) * ((n + N_TILE - 1) / N_TILE);
         if (tiles > 1 && N_TILE != 128)
             return -1;
-        if (p.A_array || !is_zero(beta) || tiles * batch > 0x7fffffffLL || k <= 32 || lda % 8 || ldb % 8 || ldc % 8 || p.stride_a <= 0 ||
-            p.stride_b <= 0 || p.stride_c <= 0 || p.stride_a % 8 || p.stride_b % 8 || p.stride_c % 8 ||
+        if (p.A_array || !is_zero(beta) || tiles * batch > 0x7fffffffLL || k <= 32 || lda % 8 || ldb % 8 || ldc % 8 ||
+            p.stride_a <= 0 || p.stride_b <= 0 || p.stride_c <= 0 || p.stride_a % 8 || p.stride_b % 8 || p.stride_c % 8 ||
             !aligned16(p.A) || !aligned16(p.B) || !aligned16(p.C))
             return -1;
         using G = WgmmaGeometry<N_TILE, WGMMA_STAGES>;
