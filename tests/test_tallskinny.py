@@ -411,7 +411,7 @@ def test_a_sweep_piece_checks_each_candidate_once_times_what_is_left_and_stops_w
     monkeypatch.setattr(ts_tune, "TsWorkload", Work)
     monkeypatch.setattr(ts_tune, "_free_gpu_memory", lambda: None)
     results = tmp_path / "rows.jsonl"
-    done = frozenset({(first.name, "tsm2", s, s, 0) for s in ts_tune.TSM2_SHAPES})
+    done = frozenset({(first.name, "tsm2", 8, s, s, 0) for s in ts_tune.TSM2_SHAPES})
     args = dict(library="lib.so", base={"device": "X"}, done=done, refused=frozenset(), bandwidth=1e12)
     timed = ts_tune.time_piece(("tsm2", "d", 8), results, 1, lambda: False, **args)
     rows = [json.loads(line) for line in results.read_text().splitlines()]
@@ -428,11 +428,13 @@ def test_a_sweep_piece_checks_each_candidate_once_times_what_is_left_and_stops_w
 # ---- TSMMA: TSM2's product on the fp64 Tensor Cores -------------------------------------------------------
 def test_tsmma_names_rules_and_sweep():
     spec = tallskinny.TsmmaSpec("d", 32, 4, 4, 16, 4)
-    assert spec.name == "tsmma_d_n32_w4x4_k16_s4" and tallskinny.parse_spec(spec.name) == spec.validate()
+    assert spec.name == "tsmma_d_upto32_w4x4_k16_s4" and tallskinny.parse_spec(spec.name) == spec.validate()
+    # one kernel for every n of its last 8-column tile
+    assert [n for n in range(1, 40) if spec.serves(n)] == list(range(25, 33))
     assert spec.block_rows == 128 and spec.t1 == 128
     # the ring as TsmmaShape lays it out: 4 stages of (16 x 136 + 32 x 20) doubles
     assert spec.smem_bytes == 4 * (16 * 136 + 32 * 20) * 8
-    for args, rule in ((("s", 8, 4, 4, 16, 4), "precision"), (("d", 33, 4, 4, 16, 4), "n"),
+    for args, rule in ((("s", 8, 4, 4, 16, 4), "precision"), (("d", 33, 4, 4, 16, 4), "max_n"), (("d", 12, 4, 4, 16, 4), "max_n"),
                        (("d", 8, 3, 4, 16, 4), "warps"), (("d", 8, 4, 3, 16, 4), "tiles"),
                        (("d", 8, 4, 4, 12, 4), "bk"), (("d", 8, 4, 4, 16, 9), "stages"),
                        (("d", 32, 8, 8, 8, 3), "shared memory")):
@@ -444,16 +446,19 @@ def test_tsmma_names_rules_and_sweep():
     assert err.value.rule == "architecture"
     assert spec.is_valid("sm_80") and spec.is_valid("sm_90")
     with pytest.raises(SpecError):
-        tallskinny.parse_spec("tsmma_s_n8_w4x4_k16_s4")
+        tallskinny.parse_spec("tsmma_s_upto8_w4x4_k16_s4")
+    with pytest.raises(SpecError):
+        tallskinny.parse_spec("tsmma_d_n32_w4x4_k16_s4")   # a kernel per n: the names before max_n
     sweep = tallskinny.tsmma_sweep("d", 32)
     assert sweep and all(s.is_valid() for s in sweep) and spec in sweep
+    assert tallskinny.tsmma_sweep("d", 27) == sweep   # the kernels of n's tiles
     assert tallskinny.tsmma_sweep("s", 16) == [] and tallskinny.tsmma_sweep("d", 40) == []
 
 
 def test_tsmma_h_names_rules_and_sweep():
     """h TSMMA: 16-row tiles, k groups in the name and the thread count, the reduction's shared memory."""
     spec = tallskinny.TsmmaSpec("h", 32, 2, 4, 32, 2, 4)
-    assert spec.name == "tsmma_h_n32_w2x4_k32_g4_s2" and tallskinny.parse_spec(spec.name) == spec.validate()
+    assert spec.name == "tsmma_h_upto32_w2x4_k32_g4_s2" and tallskinny.parse_spec(spec.name) == spec.validate()
     assert spec.block_rows == 128 and spec.t1 == 256 and spec.t3 == 128
     # 2 stages of (128 lines × 136 halves of A + max(32 × 136, 128 × 40) of B), in halves
     assert spec.smem_bytes == 2 * (128 * 136 + max(32 * 136, 128 * 40)) * 2
@@ -465,7 +470,7 @@ def test_tsmma_h_names_rules_and_sweep():
         with pytest.raises(SpecError) as err:
             tallskinny.TsmmaSpec(*args).validate()
         assert err.value.rule == rule, args
-    for bad in ("tsmma_h_n8_w2x2_k32_s3", "tsmma_d_n8_w2x2_k8_g2_s3"):   # k groups: h always, d never
+    for bad in ("tsmma_h_upto8_w2x2_k32_s3", "tsmma_d_upto8_w2x2_k8_g2_s3"):   # k groups: h always, d never
         with pytest.raises(SpecError):
             tallskinny.parse_spec(bad)
     sweep = tallskinny.tsmma_sweep("h", 8)
@@ -512,6 +517,7 @@ def test_h_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_befo
     table["tallskinny"] = [r for r in table["tallskinny"] if "for_device" not in r]
     blocking = {8: (1, 4, 16, 8), 16: (2, 2, 32, 4), 24: (4, 2, 64, 2), 32: (2, 4, 32, 4)}
     for row in table["tallskinny"]:
+        row.pop("tsmma", None)   # only the choices below
         if row["n"] in blocking:
             w, t, bk, g = blocking[row["n"]]
             if row["precision"] == "h":
@@ -525,7 +531,7 @@ def test_h_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_befo
     # h: TSM2 borrows the nearest tuned n (8 for 10, 24 for 25 and 28), TSMMA a tuned n with as many tiles
     assert [(mma[("h", n)].warps, mma[("h", n)].tiles) for n in (10, 12, 20, 25, 28)] == \
         [(2, 2), (2, 2), (4, 2), (2, 4), (2, 4)]
-    assert all(mma[("h", n)].n == n for n in (10, 25))
+    assert all(mma[("h", n)].serves(n) for n in (10, 25))
     # d keeps the nearest tuned n's choice
     assert (mma[("d", 25)].tiles, mma[("d", 28)].tiles) == (4, 4) and mma[("d", 20)] is None
     source = tallskinny_dispatch_source(entries, sorted({k for x in entries for k in x.kernels}, key=lambda s: s.name),
@@ -541,14 +547,14 @@ def test_tallskinny_sweep_refuses_variants_with_local_memory(tmp_path, monkeypat
     from gemmgen.harness.tallskinny import build as ts_build
     from gemmgen.harness.tallskinny import tune
 
-    spilled = SimpleNamespace(source="set/tsmma/h/tsmma_h_n8_w2x2_k16_g4_s2.cu", uses_local_memory=True)
+    spilled = SimpleNamespace(source="set/tsmma/h/tsmma_h_upto8_w2x2_k16_g4_s2.cu", uses_local_memory=True)
     built = SimpleNamespace(library=tmp_path / "lib.so", local_memory_kernels=[spilled])
     monkeypatch.setattr(ts_build, "build_tallskinny", lambda *a, **k: (built, ()))
     seen = {}
     monkeypatch.setattr(tune, "run_tune", lambda *a, **k: seen.setdefault("refuse", a[-1]) and {})
     results = tmp_path / "r.jsonl"
     tune.tune(("h",), (8,), (), results, tmp_path, False, 1, tmp_path, arch="sm_90", device="GPU X")
-    assert seen["refuse"] == frozenset({"tsmma_h_n8_w2x2_k16_g4_s2"})
+    assert seen["refuse"] == frozenset({"tsmma_h_upto8_w2x2_k16_g4_s2"})
     (row,) = load_results(results)
     assert row["status"] == "local-memory" and row["device"] == "GPU X"
 
@@ -584,7 +590,7 @@ def test_tsmma_wins_a_row_only_where_it_beats_tsm2_at_the_largest_shapes():
         for m, t in zip(shapes, mma_times):
             out.append({"stage": "tsm2", "name": "tsm2_d_n32_t128x32x4_s8", "precision": "d", "n": 32, "m": m,
                         "time_us": 100.0, "floor_fraction": 0.4, "t1": 128, "t2": 32, "t3": 4})
-            out.append({"stage": "tsmma", "name": "tsmma_d_n32_w4x4_k16_s4", "precision": "d", "n": 32, "m": m,
+            out.append({"stage": "tsmma", "name": "tsmma_d_upto32_w4x4_k16_s4", "precision": "d", "n": 32, "m": m,
                         "time_us": t, "floor_fraction": 40 / t, "warps": 4, "tiles": 4, "bk": 16, "stages": 4})
         return out
     best = {"name": "tsm2_d_n32_t128x32x4_s8"}

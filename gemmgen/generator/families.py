@@ -31,7 +31,7 @@ class KernelFamily:
     conjugate_at_run_time: bool
     # What manifest.json says of one of its kernels beside name, family and precision (spec attributes).
     json_fields: tuple[str, ...]
-    tallskinny: bool = False  # launched per (op(A), op(B)) of NN, NT, TN, TT with m, k (TSM2/ISM2/TSMMA)
+    tallskinny: bool = False  # launched per (op(A), op(B)) of NN, NT, TN, TT with m, n, k (TSM2/ISM2/TSMMA)
 
     def kernel_json(self, spec) -> dict:
         """A kernel's entry in manifest.json."""
@@ -43,6 +43,7 @@ class KernelFamily:
 FIXED_SHAPE_JSON = ("m", "n", "k", "threads", "smem_bytes")
 ANY_SHAPE_JSON = ("threads", "smem_bytes")
 TALLSKINNY_JSON = ("n", "t1", "t2", "t3")
+TSMMA_JSON = ("max_n", "t1", "t2", "t3")   # one kernel serves every n of its last 8-column tile
 
 
 FAMILIES: tuple[KernelFamily, ...] = (
@@ -63,7 +64,7 @@ FAMILIES: tuple[KernelFamily, ...] = (
                  any_shape=True, conjugate_at_run_time=False, json_fields=TALLSKINNY_JSON,
                  tallskinny=True),
     KernelFamily("tsmma", "tallskinny", "tallskinny/tallskinny_variant.cu.j2", tallskinny.TsmmaSpec.parse,
-                 any_shape=True, conjugate_at_run_time=False, json_fields=TALLSKINNY_JSON,
+                 any_shape=True, conjugate_at_run_time=False, json_fields=TSMMA_JSON,
                  tallskinny=True),
 )
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -41,7 +41,7 @@ RING_STAGES = (2, 3, 4, 5, 6, 7, 8)
 
 _TSM2_NAME = re.compile(r"^tsm2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)(?:_r(\d+))?(?:_s(\d+))?$")
 _ISM2_NAME = re.compile(r"^ism2_(h|s|d)_n(\d+)_t(\d+)x(\d+)x(\d+)_opt([12])$")
-_TSMMA_NAME = re.compile(r"^tsmma_([dh])_n(\d+)_w(\d+)x(\d+)_k(\d+)(?:_g(\d+))?_s(\d+)$")
+_TSMMA_NAME = re.compile(r"^tsmma_([dh])_upto(\d+)_w(\d+)x(\d+)_k(\d+)(?:_g(\d+))?_s(\d+)$")
 
 
 def compute_bytes(precision: str) -> int:
@@ -208,9 +208,12 @@ class TsmmaSpec(Spec):
     row tiles of C (8 rows in d, 16 in h) by every column, `bk` columns of op(A) per stage of a
     `stages`-deep cp.async ring; h only: `kgroups` groups of those warps split each stage's columns and
     add their sums in the block (fp16 C takes no atomic sums across blocks).  op(A) = A only (the
-    dispatch sends op(A) = A^T to TSM2); sm_80 and up."""
+    dispatch sends op(A) = A^T to TSM2); sm_80 and up.  `max_n` (8, 16, 24 or 32): the columns of C a block
+    holds, as max_n / 8 tiles of the mma's 8 columns; one kernel serves every n from max_n - 7 to max_n, n
+    being a launch argument (the kernel masks the columns past it), so a table that chooses one blocking
+    for several n compiles it once."""
     precision: str
-    n: int
+    max_n: int
     warps: int
     tiles: int
     bk: int
@@ -224,19 +227,19 @@ class TsmmaSpec(Spec):
     @property
     def name(self) -> str:
         groups = f"_g{self.kgroups}" if self.precision == "h" else ""
-        return f"tsmma_{self.precision}_n{self.n}_w{self.warps}x{self.tiles}_k{self.bk}{groups}_s{self.stages}"
+        return f"tsmma_{self.precision}_upto{self.max_n}_w{self.warps}x{self.tiles}_k{self.bk}{groups}_s{self.stages}"
 
     @classmethod
     def parse(cls, name: str) -> "TsmmaSpec":
         m = _TSMMA_NAME.match(name)
         if not m:
             raise SpecError("name", f"{name!r} is not a tsmma kernel name "
-                                    "(tsmma_d_n<N>_w<warps>x<tiles>_k<bk>_s<stages>, "
-                                    "tsmma_h_n<N>_w<warps>x<tiles>_k<bk>_g<kgroups>_s<stages>)")
-        prec, n, warps, tiles, bk, groups, stages = m.groups()
+                                    "(tsmma_d_upto<N>_w<warps>x<tiles>_k<bk>_s<stages>, "
+                                    "tsmma_h_upto<N>_w<warps>x<tiles>_k<bk>_g<kgroups>_s<stages>)")
+        prec, max_n, warps, tiles, bk, groups, stages = m.groups()
         if (groups is None) != (prec == "d"):
             raise SpecError("name", f"{name!r}: h TSMMA names carry _g<kgroups>, d ones do not")
-        return cls(prec, int(n), int(warps), int(tiles), int(bk), int(stages), int(groups or 1)).validate()
+        return cls(prec, int(max_n), int(warps), int(tiles), int(bk), int(stages), int(groups or 1)).validate()
 
     @property
     def tile_rows(self) -> int:
@@ -251,8 +254,13 @@ class TsmmaSpec(Spec):
         return 32 * self.warps * self.kgroups
 
     @property
-    def t2(self) -> int:          # columns of C per pass (all of them),
-        return self.n
+    def t2(self) -> int:          # columns of C per pass (all it serves),
+        return self.max_n
+
+    def serves(self, n: int) -> bool:
+        """The n this kernel is for: those of its last 8-column tile (a smaller n runs on a kernel of
+        fewer tiles; the launcher refuses any other n with GEMMGEN_NOT_GENERATED)."""
+        return self.max_n - 8 < n <= self.max_n
 
     @property
     def t3(self) -> int:          # columns of op(A) per stage
@@ -261,7 +269,7 @@ class TsmmaSpec(Spec):
     @property
     def smem_bytes(self) -> int:
         """The ring, as TsmmaShape (d) and TsmmaHalfShape (h) lay it out."""
-        np_ = ceil_div(self.n, 8) * 8
+        np_ = self.max_n
         if self.precision == "h":
             ks, bm = self.bk * self.kgroups, self.block_rows
             lda, ldb_n, ldb_t = (ceil_div(bm, 32) * 32 + 8, ceil_div(ks, 32) * 32 + 8, ceil_div(np_, 32) * 32 + 8)
@@ -279,7 +287,7 @@ class TsmmaSpec(Spec):
         tiles 96 registers against 120 estimated, 2 × 8 tiles 194-202 against 192).  h: 4 fp32 sums per
         tile pair, 4 A and 2 B registers per tile, the lane's offsets (2 + 2 per column tile) plus 40.
         Every emitted TSMMA kernel is checked spill-free when it is built."""
-        nt = ceil_div(self.n, 8)
+        nt = self.max_n // 8
         if self.precision == "h":
             return 4 * self.tiles * nt + 4 * self.tiles + 4 * nt + 2 + 40
         return 2 * (2 * self.tiles * nt + self.tiles + nt) + 40
@@ -287,7 +295,8 @@ class TsmmaSpec(Spec):
     def validate(self, arch: str | None = None) -> "TsmmaSpec":
         require(self.precision in TSMMA_PRECISIONS, "precision",
                 f"{self.precision!r}: TSMMA multiplies on the Tensor Cores in {', '.join(TSMMA_PRECISIONS)}")
-        require(1 <= self.n <= TSMMA_MAX_N, "n", f"n={self.n} is outside 1..{TSMMA_MAX_N}")
+        require(self.max_n % 8 == 0 and 8 <= self.max_n <= TSMMA_MAX_N, "max_n",
+                f"max_n={self.max_n} must be 8, 16, 24 or 32 (whole 8-column tiles up to {TSMMA_MAX_N})")
         require(self.warps in (1, 2, 4, 8), "warps", f"warps={self.warps} must be 1, 2, 4 or 8")
         require(self.tiles in (1, 2, 4, 8), "tiles", f"tiles={self.tiles} must be 1, 2, 4 or 8")
         bks = TSMMA_BK[self.precision]
@@ -300,7 +309,7 @@ class TsmmaSpec(Spec):
                 f"{self.warps} warps × {self.kgroups} k groups = {self.t1} threads (> {TSMMA_MAX_THREADS})")
         regs_cap = min(MAX_REGS, 65536 // self.t1)   # one block must fit the register file
         require(self.registers <= regs_cap, "registers",
-                f"{self.tiles} row tiles by {ceil_div(self.n, 8)} column tiles need about {self.registers} "
+                f"{self.tiles} row tiles by {self.max_n // 8} column tiles need about {self.registers} "
                 f"registers (> {regs_cap} for {self.t1} threads)")
         require(self.smem_bytes <= TSMMA_SMEM_LIMIT, "shared memory",
                 f"the ring needs {self.smem_bytes} bytes (> {TSMMA_SMEM_LIMIT})")
@@ -553,13 +562,18 @@ TSMMA_SWEEP = {
 }
 
 
+def tsmma_max_n(n: int) -> int:
+    """The TSMMA kernels that serve n: those of n's 8-column tiles."""
+    return ceil_div(n, 8) * 8
+
+
 def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
     """TSMMA's candidates at n (none outside its precisions and n): warps × row tiles × k per stage ×
     ring depth × k groups, the valid ones (threads, registers, shared memory)."""
     if precision not in TSMMA_PRECISIONS or n > TSMMA_MAX_N:
         return []
     warps, tiles, bks, stages, groups = TSMMA_SWEEP[precision]
-    out = [TsmmaSpec(precision, n, w, t, bk, st, g) for w in warps for t in tiles for bk in bks for st in stages
+    out = [TsmmaSpec(precision, tsmma_max_n(n), w, t, bk, st, g) for w in warps for t in tiles for bk in bks for st in stages
            for g in groups]
     return sorted(s for s in out if s.is_valid())
 
@@ -698,7 +712,7 @@ def entry_from_row(row: dict, cc: int, n: int | None = None) -> TallSkinnyEntry:
     mma, mma_min_m = None, NEVER
     r = row.get("tsmma")
     if r and cc >= TSMMA_MIN_CC:
-        candidate = TsmmaSpec(prec, n, r["warps"], r["tiles"], r["bk"], r["stages"], int(r.get("kgroups", 1)))
+        candidate = TsmmaSpec(prec, tsmma_max_n(n), r["warps"], r["tiles"], r["bk"], r["stages"], int(r.get("kgroups", 1)))
         if candidate.is_valid() or n == row_n:   # another n: where the row's blocking fits it
             mma, mma_min_m = candidate.validate(), int(r.get("min_m", 0))
     return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),

@@ -6,12 +6,13 @@
 // not; mma.sync.m8n8k4.f64 does 256 FMAs per warp instruction at twice the DFMA rate and reads one
 // double of A and one of B per lane (docs/tallskinny.md gives the measurements).
 //
-// Block: WARPS warps stacked along m, each MT 8-row tiles of C by all NP = ceil(N/8)·8 columns, so a
-// block owns BM = 8·MT·WARPS rows of C.  blockIdx.y is a k-slice of `kblock` columns of op(A) (a
+// Block: WARPS warps stacked along m, each MT 8-row tiles of C by all NP columns (NP a multiple of 8; the
+// call's n, a launch argument, is at most NP: the columns past it are masked), so a block owns
+// BM = 8·MT·WARPS rows of C.  blockIdx.y is a k-slice of `kblock` columns of op(A) (a
 // multiple of BK); with several slices the launcher pre-scales C by beta and the slices' sums are
 // added with fp64 atomics.  A (BM × BK) and B (BK × NP) stream through a ring of STAGES stages in shared
 // memory filled by cp.async: A in 16-byte chunks where lda is even and A on 16 bytes, else element by
-// element; B element by element.  Rows past m, columns past the k-slice and columns past N are zero
+// element; B element by element.  Rows past m, columns past the k-slice and columns past n are zero
 // in shared memory (plain stores: no global address is formed for them).  Any m, k, lda, ldb, ldc.
 //
 // Shared-memory layouts (doubles): A column-major with LDA ≡ 8 (mod 16), B with k contiguous per column
@@ -42,9 +43,10 @@
 namespace gemmgen {
 namespace ts {
 
-template <int N, int WARPS, int MT, int BK, int STAGES>
+template <int NP_, int WARPS, int MT, int BK, int STAGES>
 struct TsmmaShape {
-    static constexpr int NP = (N + 7) / 8 * 8, NT = NP / 8;
+    static constexpr int NP = NP_, NT = NP / 8;
+    static_assert(NP % 8 == 0, "whole 8-column tiles");
     static constexpr int BM = 8 * MT * WARPS, THREADS = 32 * WARPS;
     static constexpr int LDA = BM + (24 - BM % 16) % 16;   // ≡ 8 (mod 16)
     static constexpr int LDB = BK + (20 - BK % 16) % 16;   // ≡ 4 (mod 16)
@@ -53,12 +55,12 @@ struct TsmmaShape {
 };
 
 // Stage s of the block's k-slice (op(A) columns kbeg + s·BK ..) into ring slot `slot`.
-template <int N, char TB, int WARPS, int MT, int BK, int STAGES>
+template <int NP, char TB, int WARPS, int MT, int BK, int STAGES>
 __device__ __forceinline__ void tsmma_load_stage(double* slot, const double* __restrict__ A, int lda,
-                                                 const double* __restrict__ B, int ldb, long long row0,
+                                                 const double* __restrict__ B, int ldb, int n, long long row0,
                                                  int rows_left, long long kcol, int cols, bool wide)
 {
-    using L = TsmmaShape<N, WARPS, MT, BK, STAGES>;
+    using L = TsmmaShape<NP, WARPS, MT, BK, STAGES>;
     double* sa = slot;
     double* sb = slot + L::A_STAGE;
     const double* a0 = A + row0 + kcol * lda;
@@ -95,20 +97,20 @@ __device__ __forceinline__ void tsmma_load_stage(double* slot, const double* __r
         const int j = TB == 'N' ? c / BK : c % L::NP;
         const int kk = TB == 'N' ? c % BK : c / L::NP;
         double* d = sb + j * L::LDB + kk;
-        if (j < N && kk < cols)
+        if (j < n && kk < cols)
             copy_async<8>(d, b_at<TB>(B, ldb, kcol + kk, j), 8);
         else
             *d = 0.0;
     }
 }
 
-template <int N, char TB, int WARPS, int MT, int BK, int STAGES>
+template <int NP, char TB, int WARPS, int MT, int BK, int STAGES>
 __global__ void __launch_bounds__(32 * WARPS)
-tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, const double* __restrict__ B,
+tsmma_kernel(int m, int n, int k, double alpha, const double* __restrict__ A, int lda, const double* __restrict__ B,
              int ldb, double beta, double* __restrict__ C, int ldc, int kblock, bool wide)
 {
 #if __CUDA_ARCH__ >= 800
-    using L = TsmmaShape<N, WARPS, MT, BK, STAGES>;
+    using L = TsmmaShape<NP, WARPS, MT, BK, STAGES>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     double* ring = reinterpret_cast<double*>(smem_raw);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -128,8 +130,8 @@ tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < steps)
-            tsmma_load_stage<N, TB, WARPS, MT, BK, STAGES>(ring + s * L::STAGE, A, lda, B, ldb, row0, rows_left,
-                                                          kbeg + s * BK, min(BK, klen - s * BK), wide);
+            tsmma_load_stage<NP, TB, WARPS, MT, BK, STAGES>(ring + s * L::STAGE, A, lda, B, ldb, n, row0, rows_left,
+                                                           kbeg + s * BK, min(BK, klen - s * BK), wide);
         async_commit();
     }
     const int arow = warp * MT * 8 + g;   // the lane's row of its warp's first tile
@@ -138,9 +140,9 @@ tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, 
         __syncthreads();            // everyone's have, and stage s - 1's slot is free
         const int next = s + STAGES - 1;
         if (next < steps)
-            tsmma_load_stage<N, TB, WARPS, MT, BK, STAGES>(ring + next % STAGES * L::STAGE, A, lda, B, ldb, row0,
-                                                          rows_left, kbeg + (long long)next * BK,
-                                                          min(BK, klen - next * BK), wide);
+            tsmma_load_stage<NP, TB, WARPS, MT, BK, STAGES>(ring + next % STAGES * L::STAGE, A, lda, B, ldb, n, row0,
+                                                           rows_left, kbeg + (long long)next * BK,
+                                                           min(BK, klen - next * BK), wide);
         async_commit();
         const double* sa = ring + s % STAGES * L::STAGE;
         const double* sb = sa + L::A_STAGE;
@@ -173,7 +175,7 @@ tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, 
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = 8 * j + 2 * t + e;
-                if (col >= N)
+                if (col >= n)
                     continue;
                 double* c = C + row + (long long)col * ldc;
                 const double v = alpha * acc[i][j][e];
@@ -186,14 +188,17 @@ tsmma_kernel(int m, int k, double alpha, const double* __restrict__ A, int lda, 
 #endif
 }
 
-// What both TSMMA launchers check and do before they choose a grid: the architecture (GEMMGEN_NOT_GENERATED
-// below sm_80), the shared memory (opted in past 48 KB), the quick returns (m ≤ 0; k ≤ 0: C = beta·C, which
-// the dispatch never asks of a kernel but a direct call may) and the grid limit.  -1: go on with `blocks`
-// = ceil(m / bm) and the device `dev`; otherwise what the launcher returns.
+// What both TSMMA launchers check and do before they choose a grid: n (the kernel's 8-column tiles serve
+// np - 7 .. np: GEMMGEN_NOT_GENERATED for another), the architecture (GEMMGEN_NOT_GENERATED below sm_80),
+// the shared memory (opted in past 48 KB), the quick returns (m ≤ 0; k ≤ 0: C = beta·C, which the dispatch
+// never asks of a kernel but a direct call may) and the grid limit.  -1: go on with `blocks` = ceil(m / bm)
+// and the device `dev`; otherwise what the launcher returns.
 template <typename Kernel, typename S, typename Scalar>
-int tsmma_preflight(Kernel kernel, int bytes, int bm, int m, int n, int k, Scalar beta, S* C, int ldc,
+int tsmma_preflight(Kernel kernel, int bytes, int bm, int np, int m, int n, int k, Scalar beta, S* C, int ldc,
                     cudaStream_t stream, DeviceInfo& dev, long long& blocks)
 {
+    if (n <= np - 8 || n > np)
+        return GEMMGEN_NOT_GENERATED;
     dev = device_info();
     if (dev.cc < 80)
         return dev.cc > 0 ? GEMMGEN_NOT_GENERATED : GEMMGEN_LAUNCH_FAILED;
@@ -213,16 +218,16 @@ int tsmma_preflight(Kernel kernel, int bytes, int bm, int m, int n, int k, Scala
 // The grid: ceil(m / BM) row blocks; k split (split > 0: into that many slices) until about WAVES waves
 // of resident blocks, each slice at least MIN_STEPS stages (the k-slices fill the device where m / BM
 // blocks alone leave SMs idle or in a long tail, as at m ≈ 10^4).  GEMMGEN_NOT_GENERATED below sm_80.
-template <int N, char TB, int WARPS, int MT, int BK, int STAGES>
-int launch_tsmma(int m, int k, double alpha, const double* A, int lda, const double* B, int ldb, double beta,
+template <int NP, char TB, int WARPS, int MT, int BK, int STAGES>
+int launch_tsmma(int m, int n, int k, double alpha, const double* A, int lda, const double* B, int ldb, double beta,
                  double* C, int ldc, int split, cudaStream_t stream)
 {
-    using L = TsmmaShape<N, WARPS, MT, BK, STAGES>;
+    using L = TsmmaShape<NP, WARPS, MT, BK, STAGES>;
     constexpr int WAVES = 4, MIN_STEPS = 8;
-    auto kernel = tsmma_kernel<N, TB, WARPS, MT, BK, STAGES>;
+    auto kernel = tsmma_kernel<NP, TB, WARPS, MT, BK, STAGES>;
     DeviceInfo dev;
     long long blocks = 0;
-    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, m, N, k, beta, C, ldc, stream, dev, blocks);
+    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, NP, m, n, k, beta, C, ldc, stream, dev, blocks);
     if (rc != -1)
         return rc;
     const int stages = (k + BK - 1) / BK;
@@ -238,20 +243,21 @@ int launch_tsmma(int m, int k, double alpha, const double* A, int lda, const dou
     const int kblock = (stages + ks - 1) / ks * BK;   // a multiple of BK
     ks = (int)(((long long)k + kblock - 1) / kblock);
     if (ks > 1) {
-        const int rc = scale(m, N, beta, C, ldc, stream);
+        const int rc = scale(m, n, beta, C, ldc, stream);
         if (rc != 0)
             return rc;
     }
     const bool wide = lda % 2 == 0 && aligned16(A);
-    kernel<<<dim3((unsigned)blocks, (unsigned)ks), L::THREADS, L::BYTES, stream>>>(m, k, alpha, A, lda, B, ldb, beta,
-                                                                                  C, ldc, kblock, wide);
+    kernel<<<dim3((unsigned)blocks, (unsigned)ks), L::THREADS, L::BYTES, stream>>>(m, n, k, alpha, A, lda, B, ldb,
+                                                                                  beta, C, ldc, kblock, wide);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 
 // ---- h ---------------------------------------------------------------------------------------------
-template <int N, int WARPS, int MT, int BK, int KG, int STAGES>
+template <int NP_, int WARPS, int MT, int BK, int KG, int STAGES>
 struct TsmmaHalfShape {
-    static constexpr int NP = (N + 7) / 8 * 8, NT = NP / 8;
+    static constexpr int NP = NP_, NT = NP / 8;
+    static_assert(NP % 8 == 0, "whole 8-column tiles");
     static constexpr int BM = 16 * MT * WARPS, KS = BK * KG, THREADS = 32 * WARPS * KG;
     // Lines are copied from the 16-byte boundary at or below their first element: one chunk more than
     // their length.  LD ≡ 8 (mod 32) halves: the lanes reading lines 2t (and 2t + 1) of a fragment land
@@ -333,12 +339,12 @@ __device__ __forceinline__ unsigned tsmma_pair(const __half* lo, const __half* h
 // pa[e], pb[..]: the lane's first fragment elements (see tsmma_h_kernel); MASK: the stage ends at `cols`.
 // LDM (a whole stage of an A on 16-byte lines): A's fragments by ldmatrix.trans from `pa_ldm`, the lane's
 // row of the four 8×8 blocks of its first tile, one instruction a tile instead of eight loads of a half.
-template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES, bool MASK, bool LDM>
-__device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], const __half* sa, const __half* sb,
-                                              const int (&pa)[2], int pa_ldm, const int (&pb)[2][(N + 7) / 8],
+template <int NP, char TB, int WARPS, int MT, int BK, int KG, int STAGES, bool MASK, bool LDM>
+__device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][NP / 8][4], const __half* sa, const __half* sb,
+                                              const int (&pa)[2], int pa_ldm, const int (&pb)[2][NP / 8],
                                               int kfirst, int cols)
 {
-    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
+    using L = TsmmaHalfShape<NP, WARPS, MT, BK, KG, STAGES>;
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
         const bool k0 = !MASK || kfirst + 16 * ks < cols, k1 = !MASK || kfirst + 16 * ks + 1 < cols;
@@ -380,13 +386,13 @@ __device__ __forceinline__ void tsmma_h_stage(float (&acc)[MT][(N + 7) / 8][4], 
 // Lane (g, t) = (lane / 4, lane % 4) of warp (wm, wk) = (warp % WARPS, warp / WARPS): rows
 // wm·16·MT + 16·i + g (+ 8) of the block, k of a stage wk·BK + 16·s + 2t (+ 1, + 8, + 9), columns 8·j + g
 // of op(B) and 8·j + 2t (+ 1) of C.
-template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
+template <int NP, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
 __global__ void __launch_bounds__(32 * WARPS * KG)
-tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda, const __half* __restrict__ B,
+tsmma_h_kernel(int m, int n, int k, float alpha, const __half* __restrict__ A, int lda, const __half* __restrict__ B,
                int ldb, float beta, __half* __restrict__ C, int ldc)
 {
 #if __CUDA_ARCH__ >= 800
-    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
+    using L = TsmmaHalfShape<NP, WARPS, MT, BK, KG, STAGES>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __half* ring = reinterpret_cast<__half*>(smem_raw);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -395,7 +401,7 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
     const int rows_left = (int)min((long long)L::BM, (long long)m - row0);
     const int steps = (k + L::KS - 1) / L::KS;
     const long long a_extent = (long long)(k - 1) * lda + m;
-    const long long b_extent = TB == 'N' ? (long long)(N - 1) * ldb + k : (long long)(k - 1) * ldb + N;
+    const long long b_extent = TB == 'N' ? (long long)(n - 1) * ldb + k : (long long)(k - 1) * ldb + n;
     // A's lines all on 16-byte boundaries: the copy and the fragment reads of gemmgen_wmma_block.cuh's kind.
     const bool a_on_chunks = lda % 8 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
     auto load = [&](int stage, int slot) {
@@ -409,9 +415,9 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
         else
             tsmma_copy_lines<L::THREADS, L::KS, L::A_CHUNKS, L::LDA>(sa, A, lda, kcol, row0, cols, rows_left, a_extent);
         if (TB == 'N')
-            tsmma_copy_lines<L::THREADS, N, L::BN_CHUNKS, L::LDB_N>(sb, B, ldb, 0, kcol, N, cols, b_extent);
+            tsmma_copy_lines<L::THREADS, NP, L::BN_CHUNKS, L::LDB_N>(sb, B, ldb, 0, kcol, n, cols, b_extent);
         else
-            tsmma_copy_lines<L::THREADS, L::KS, L::BT_CHUNKS, L::LDB_T>(sb, B, ldb, kcol, 0, cols, N, b_extent);
+            tsmma_copy_lines<L::THREADS, L::KS, L::BT_CHUNKS, L::LDB_T>(sb, B, ldb, kcol, 0, cols, n, b_extent);
     };
     // The lane's offsets into a stage (halves): line l of a stage sits off(l) = (X's halves past a boundary
     // + l·ld) mod 8 past l·LD, since its first column and the block's first row are multiples of 8.
@@ -456,11 +462,11 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
         const __half* sb = sa + L::A_STAGE;
         const int cols = (int)min((long long)L::KS, (long long)k - (long long)s * L::KS);
         if (cols == L::KS && a_on_chunks)
-            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false, true>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
+            tsmma_h_stage<NP, TB, WARPS, MT, BK, KG, STAGES, false, true>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
         else if (cols == L::KS)
-            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, false, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
+            tsmma_h_stage<NP, TB, WARPS, MT, BK, KG, STAGES, false, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
         else if (wk * BK < cols)
-            tsmma_h_stage<N, TB, WARPS, MT, BK, KG, STAGES, true, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
+            tsmma_h_stage<NP, TB, WARPS, MT, BK, KG, STAGES, true, false>(acc, sa, sb, pa, pa_ldm, pb, wk * BK + 2 * t, cols);
     }
     async_wait<0>();
 
@@ -503,7 +509,7 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
 #pragma unroll
             for (int j = 0; j < L::NT; ++j) {
                 const int col = 8 * j + 2 * t + (e & 1);
-                if (col >= N)
+                if (col >= n)
                     continue;
                 __half* c = C + row + (long long)col * ldc;
                 const float v = alpha * acc[i][j][e];
@@ -515,18 +521,18 @@ tsmma_h_kernel(int m, int k, float alpha, const __half* __restrict__ A, int lda,
 
 // One block per BM rows of C, every k in it (`split` is ignored: the k groups inside the block split k).
 // GEMMGEN_NOT_GENERATED below sm_80.
-template <int N, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
-int launch_tsmma_h(int m, int k, float alpha, const __half* A, int lda, const __half* B, int ldb, float beta,
+template <int NP, char TB, int WARPS, int MT, int BK, int KG, int STAGES>
+int launch_tsmma_h(int m, int n, int k, float alpha, const __half* A, int lda, const __half* B, int ldb, float beta,
                    __half* C, int ldc, int /*split*/, cudaStream_t stream)
 {
-    using L = TsmmaHalfShape<N, WARPS, MT, BK, KG, STAGES>;
-    auto kernel = tsmma_h_kernel<N, TB, WARPS, MT, BK, KG, STAGES>;
+    using L = TsmmaHalfShape<NP, WARPS, MT, BK, KG, STAGES>;
+    auto kernel = tsmma_h_kernel<NP, TB, WARPS, MT, BK, KG, STAGES>;
     DeviceInfo dev;
     long long blocks = 0;
-    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, m, N, k, beta, C, ldc, stream, dev, blocks);
+    const int rc = tsmma_preflight(kernel, L::BYTES, L::BM, NP, m, n, k, beta, C, ldc, stream, dev, blocks);
     if (rc != -1)
         return rc;
-    kernel<<<(unsigned)blocks, L::THREADS, L::BYTES, stream>>>(m, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    kernel<<<(unsigned)blocks, L::THREADS, L::BYTES, stream>>>(m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     return cudaGetLastError() == cudaSuccess ? 0 : GEMMGEN_LAUNCH_FAILED;
 }
 

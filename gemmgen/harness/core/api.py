@@ -68,12 +68,13 @@ def bind_tallskinny(lib) -> None:
 
 
 def variant_launcher(lib, name: str, prec: str):
-    """A tsm2/ism2 variant's own entry point: (ta, tb, m, k, alpha, A, lda, B, ldb, beta, C, ldc,
-    split, stream) with split = k-groups (TSM2) or tcf (ISM2), 0 = chosen at launch."""
+    """A tall-skinny kernel's own entry point (TSM2, ISM2, TSMMA): (ta, tb, m, n, k, alpha, A, lda, B, ldb,
+    beta, C, ldc, split, stream) with split = k-groups (TSM2), tcf (ISM2) or k-slices (d TSMMA), 0 =
+    chosen at launch; an n the kernel does not serve returns GEMMGEN_NOT_GENERATED."""
     f = getattr(lib, name)
     s = _SCALAR[PRECISIONS[prec].scalar]
     f.restype = _i
-    f.argtypes = [_c, _c, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
+    f.argtypes = [_c, _c, _i, _i, _i, s, _p, _i, _p, _i, s, _p, _i, _i, _p]
     return f
 
 

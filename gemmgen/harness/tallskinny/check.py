@@ -121,7 +121,7 @@ def run_ts_case(lib, case: TsCase, rng: np.random.Generator, exact_buffers: bool
         from gemmgen.harness.core.api import scalar
 
         f = lib.variant(case.target)
-        rc = f(case.transa.encode(), case.transb.encode(), m, k, scalar(p, case.alpha), pa, lda, pb, ldb,
+        rc = f(case.transa.encode(), case.transb.encode(), m, n, k, scalar(p, case.alpha), pa, lda, pb, ldb,
                scalar(p, case.beta), d_c.ptr, ldc, case.split, 0)
     cp.cuda.runtime.deviceSynchronize()
     # Past the end of an exact C nothing was allocated: those elements count as they were.
@@ -380,7 +380,7 @@ def check_tall(lib, prec: str, m: int, n: int, k: int, transa: str, seed: int = 
     else:
         from gemmgen.harness.core.api import scalar
 
-        rc = lib.variant(target)(transa.encode(), b"N", m, k, scalar(prec, alpha), d_a.data.ptr, lda,
+        rc = lib.variant(target)(transa.encode(), b"N", m, n, k, scalar(prec, alpha), d_a.data.ptr, lda,
                                  d_b.data.ptr, ldb, scalar(prec, 0.0), d_c.data.ptr, ldc, split, 0)
     cp.cuda.runtime.deviceSynchronize()
     rng = np.random.default_rng(seed)
@@ -461,6 +461,6 @@ def run_manifest_checks(lib, manifest: dict, quick: bool = False,
     tsmma = [e.mma for e in entries_from_manifest(manifest) if e.mma is not None]
     for prec in sorted({s.precision for s in tsmma} if not quick else ()):
         # A of more than 2^31 elements through the TSMMA kernel of the largest n, per precision
-        spec = max((s for s in tsmma if s.precision == prec), key=lambda s: s.n)
-        results.append(check_tall(lib, spec.precision, 2**31 // 40 + 4099, spec.n, 40, "N", target=spec.name))
+        spec = max((s for s in tsmma if s.precision == prec), key=lambda s: s.max_n)
+        results.append(check_tall(lib, spec.precision, 2**31 // 40 + 4099, spec.max_n, 40, "N", target=spec.name))
     return results

@@ -42,14 +42,17 @@ def _with_tsmma(arch: str | None) -> bool:
 def sweep(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list:
     """The variants a run compiles and times: TSM2's sweep at each TSM2 n, ISM2's at each ISM2 n, and
     TSMMA's at each TSM2 n where the precision and the architecture (`arch`, None: any) have it."""
-    return ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsm2_sweep(p, n)]
-            + [s for p in precisions for n in ism2_ns for s in tallskinny.ism2_sweep(p, n)]
-            + ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsmma_sweep(p, n)]
-               if _with_tsmma(arch) else []))
+    specs = ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsm2_sweep(p, n)]
+             + [s for p in precisions for n in ism2_ns for s in tallskinny.ism2_sweep(p, n)]
+             + ([s for p in precisions for n in tsm2_ns for s in tallskinny.tsmma_sweep(p, n)]
+                if _with_tsmma(arch) else []))
+    return list(dict.fromkeys(specs))   # a TSMMA kernel serves the n of its 8-column tiles: once each
 
 
 def _correct(lib, spec, rng) -> tuple[bool, str]:
-    if spec.family in ("tsm2", "tsmma"):
+    if spec.family == "tsmma":   # at the largest n it serves
+        case = TsCase(spec.precision, 777, spec.max_n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
+    elif spec.family == "tsm2":
         case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
     else:
         case = TsCase(spec.precision, 5001, spec.n, spec.n + 3, "N", "N", "random", 0.9, 0.7, spec.name, 3)
@@ -84,7 +87,7 @@ def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, writ
 
 def _point(row: dict) -> tuple:
     """What one timing measured: the variant, the stage and the problem (and ISM2's split)."""
-    return row["name"], row.get("stage"), row.get("m"), row.get("k"), row.get("split")
+    return row["name"], row.get("stage"), row.get("n"), row.get("m"), row.get("k"), row.get("split")
 
 
 def sweep_pieces(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list[tuple[str, str, int]]:
@@ -203,21 +206,22 @@ class _PieceTimer:
             if family == "cutoff":
                 ts_spec, is_spec, split = piece[3:]
                 for k in CUTOFF_KS:
-                    if self.pending(ts_spec, CUTOFF_M, k, 0, "cutoff") or self.pending(is_spec, CUTOFF_M, k, split, "cutoff"):
+                    if (self.pending(ts_spec, n, CUTOFF_M, k, 0, "cutoff")
+                            or self.pending(is_spec, n, CUTOFF_M, k, split, "cutoff")):
                         self.at(TsWorkload(prec, CUTOFF_M, n, k), [(ts_spec, 0), (is_spec, split)], "cutoff")
                 return self.timed
             if family in ("tsm2", "tsmma"):   # TSMMA competes with TSM2 at TSM2's shapes
                 sweep = tallskinny.tsm2_sweep if family == "tsm2" else tallskinny.tsmma_sweep
                 cands = [s for s in sweep(prec, n) if self.usable(s)]
                 for size in TSM2_SHAPES:
-                    if any(self.pending(spec, size, size, 0, family) for spec in cands):
+                    if any(self.pending(spec, n, size, size, 0, family) for spec in cands):
                         # (a workload of these sizes takes seconds to fill: only where a timing is left)
                         self.at(TsWorkload(prec, size, n, size), [(spec, 0) for spec in cands], family)
             else:
                 cands = [s for s in tallskinny.ism2_sweep(prec, n) if self.usable(s)]
                 for m in ISM2_MS:
                     timings = [(spec, tcf) for spec in cands for tcf in tallskinny.ISM2_SWEEP_TCF]
-                    if any(self.pending(spec, m, n, tcf, "ism2") for spec, tcf in timings):
+                    if any(self.pending(spec, n, m, n, tcf, "ism2") for spec, tcf in timings):
                         self.at(TsWorkload(prec, m, n, n), timings, "ism2")
             tail = f" x {len(tallskinny.ISM2_SWEEP_TCF)} tcf" if family == "ism2" else ""
             click.echo(f"tuned {family} {prec} n={n}: {len(cands)} candidates{tail}")
@@ -241,14 +245,14 @@ class _PieceTimer:
     def refuse(self, spec, status: str, reason: str) -> None:
         append_result(self.results_path, {**self.base, "name": spec.name, "status": status, "reason": reason})
 
-    def pending(self, spec, m, k, split, stage) -> bool:
-        return (spec.name, stage, m, k, split) not in self.done
+    def pending(self, spec, n, m, k, split, stage) -> bool:
+        return (spec.name, stage, n, m, k, split) not in self.done
 
     def at(self, work: TsWorkload, timings, stage: str) -> None:
         """`timings` (spec, split) at one workload, each one not done yet."""
         try:
             for spec, split in timings:
-                if self.pending(spec, work.m, work.k, split, stage):
+                if self.pending(spec, work.n, work.m, work.k, split, stage):
                     self.measure(work, spec, split, stage)
         finally:
             work.release()
@@ -258,7 +262,7 @@ class _PieceTimer:
         if self.stop and self.stop():
             raise Stopped
         row = {**self.base, "stage": stage, "name": spec.name, "family": spec.family, "precision": spec.precision,
-               "n": spec.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
+               "n": work.n, "t1": spec.t1, "t2": spec.t2, "t3": spec.t3, "split": split,
                "m": work.m, "k": work.k}
         if spec.family == "ism2":
             row["opt"] = spec.opt

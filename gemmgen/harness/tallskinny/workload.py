@@ -76,11 +76,11 @@ class TsWorkload:
         from gemmgen.harness.core.api import scalar
 
         a, b = scalar(self.prec, alpha), scalar(self.prec, beta)
-        m, k = self.m, self.k
+        m, n, k = self.m, self.n, self.k
 
         def launch(stream):
             A, B, C = self._next()
-            rc = f(b"N", b"N", m, k, a, A, m, B, k, b, C, m, split, stream)
+            rc = f(b"N", b"N", m, n, k, a, A, m, B, k, b, C, m, split, stream)
             if rc != 0:
                 raise RuntimeError(f"variant returned {rc}")
         return launch

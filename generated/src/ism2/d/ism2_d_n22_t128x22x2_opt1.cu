@@ -15,9 +15,12 @@ using S = double;
 using Scalar = double;
 constexpr int N = 22, T1 = 128, T2 = 22, T2P = 22, T3 = 2;
 
-extern "C" int ism2_d_n22_t128x22x2_opt1(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
+// n: the columns of op(B) and C; a call with an n the kernel does not serve returns GEMMGEN_NOT_GENERATED.
+extern "C" int ism2_d_n22_t128x22x2_opt1(char transa, char transb, int m, int n, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
 {
+    if (n != N)
+        return GEMMGEN_NOT_GENERATED;
     const char ta = gemmgen::normalize_trans(transa, false);
     const char tb = gemmgen::normalize_trans(transb, false);
     switch (gemmgen::trans_code(ta, tb)) {

@@ -18,9 +18,12 @@ using S = double;
 using Scalar = double;
 constexpr int N = 12, T1 = 64, T2 = 12, T2P = 12, T3 = 4;
 
-extern "C" int tsm2_d_n12_t64x12x4_r4_s4(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
+// n: the columns of op(B) and C; a call with an n the kernel does not serve returns GEMMGEN_NOT_GENERATED.
+extern "C" int tsm2_d_n12_t64x12x4_r4_s4(char transa, char transb, int m, int n, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
 {
+    if (n != N)
+        return GEMMGEN_NOT_GENERATED;
     const char ta = gemmgen::normalize_trans(transa, false);
     const char tb = gemmgen::normalize_trans(transb, false);
     switch (gemmgen::trans_code(ta, tb)) {

@@ -18,9 +18,12 @@ using S = __half;
 using Scalar = float;
 constexpr int N = 7, T1 = 64, T2 = 7, T2P = 8, T3 = 4;
 
-extern "C" int tsm2_h_n7_t64x7x4_r2_s8(char transa, char transb, int m, int k, Scalar alpha, const S* A, int lda,
+// n: the columns of op(B) and C; a call with an n the kernel does not serve returns GEMMGEN_NOT_GENERATED.
+extern "C" int tsm2_h_n7_t64x7x4_r2_s8(char transa, char transb, int m, int n, int k, Scalar alpha, const S* A, int lda,
     const S* B, int ldb, Scalar beta, S* C, int ldc, int split, cudaStream_t stream)
 {
+    if (n != N)
+        return GEMMGEN_NOT_GENERATED;
     const char ta = gemmgen::normalize_trans(transa, false);
     const char tb = gemmgen::normalize_trans(transb, false);
     switch (gemmgen::trans_code(ta, tb)) {
