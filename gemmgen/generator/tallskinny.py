@@ -573,8 +573,8 @@ def tsmma_sweep(precision: str, n: int) -> list[TsmmaSpec]:
     if precision not in TSMMA_PRECISIONS or n > TSMMA_MAX_N:
         return []
     warps, tiles, bks, stages, groups = TSMMA_SWEEP[precision]
-    out = [TsmmaSpec(precision, tsmma_max_n(n), w, t, bk, st, g) for w in warps for t in tiles for bk in bks for st in stages
-           for g in groups]
+    out = [TsmmaSpec(precision, tsmma_max_n(n), w, t, bk, st, g)
+           for w in warps for t in tiles for bk in bks for st in stages for g in groups]
     return sorted(s for s in out if s.is_valid())
 
 
@@ -712,7 +712,8 @@ def entry_from_row(row: dict, cc: int, n: int | None = None) -> TallSkinnyEntry:
     mma, mma_min_m = None, NEVER
     r = row.get("tsmma")
     if r and cc >= TSMMA_MIN_CC:
-        candidate = TsmmaSpec(prec, tsmma_max_n(n), r["warps"], r["tiles"], r["bk"], r["stages"], int(r.get("kgroups", 1)))
+        candidate = TsmmaSpec(prec, tsmma_max_n(n), r["warps"], r["tiles"], r["bk"], r["stages"],
+                              int(r.get("kgroups", 1)))
         if candidate.is_valid() or n == row_n:   # another n: where the row's blocking fits it
             mma, mma_min_m = candidate.validate(), int(r.get("min_m", 0))
     return TallSkinnyEntry(prec, n, cc, spec("tsm2", Tsm2Spec, base.tsm2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -179,7 +180,8 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
     and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny.
     precisions: only these (all when empty).  progress_lines: a line every 2% of the cases with the
-    time so far (for logs, where the progress bar shows nothing).  part (i, n): the i-th of n parts
+    time so far (for logs, where the progress bar shows nothing; also whenever stdout is not a
+    terminal, so that a run cut short says how far it got).  part (i, n): the i-th of n parts
     of the cases, drawn in a fixed random order (cases come in groups of a shape's variants, which a
     plain stride would split unevenly), and the large-stride and tall-skinny checks in part 0 only
     (to split one check over processes)."""
@@ -216,13 +218,17 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     if parts > 1:
         order = np.random.default_rng(parts).permutation(len(cases))
         cases = [cases[j] for j in sorted(order[index::parts])]
-    start, every = time.monotonic(), max(1, len(cases) // 50)
+    progress_lines = progress_lines or not sys.stdout.isatty()
+    start = time.monotonic()
 
-    def line(done: int, total: int) -> None:
-        if done % every == 0 or done == total:
-            click.echo(f"checks {done}/{total} in {time.monotonic() - start:.0f} s")
+    def lines(label: str):
+        def line(done: int, total: int) -> None:
+            if done % max(1, total // 50) == 0 or done == total:
+                click.echo(f"{label} {done}/{total} in {time.monotonic() - start:.0f} s")
+        return line
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
-        results = check_cases.run_cases(lib, cases, progress=line if progress_lines else lambda d, t: bar.update(1),
+        progress = lines("checks") if progress_lines else lambda done, total: bar.update(1)
+        results = check_cases.run_cases(lib, cases, progress=progress,
                                         workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
     if index:
         return results
@@ -234,8 +240,9 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     if manifest.get("tallskinny", {}).get("dispatch"):
         from gemmgen.harness.tallskinny import check as check_tallskinny
 
-        click.echo("tall-skinny checks (TSM2, ISM2)")
-        results += check_tallskinny.run_manifest_checks(lib, manifest, quick)
+        click.echo("tall-skinny checks (TSM2, ISM2, TSMMA)")
+        progress = lines("tall-skinny checks") if progress_lines else None
+        results += check_tallskinny.run_manifest_checks(lib, manifest, quick, progress=progress)
     return results
 
 

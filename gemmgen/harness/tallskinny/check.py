@@ -442,18 +442,18 @@ def manifest_cases(manifest: dict, rng: np.random.Generator, quick: bool = False
             + list(tsmma_cases(entries, rng, quick)))
 
 
-def run_manifest_checks(lib, manifest: dict, quick: bool = False,
-                        exact_buffers: bool | None = None) -> list[CaseResult]:
+def run_manifest_checks(lib, manifest: dict, quick: bool = False, exact_buffers: bool | None = None,
+                        progress: Callable | None = None) -> list[CaseResult]:
     """The tall-skinny checks of an emitted set.  exact_buffers=True puts every operand of every
     case in its own allocation of exactly its extent (for compute-sanitizer); None takes it from
-    GEMMGEN_EXACT_BUFFERS."""
+    GEMMGEN_EXACT_BUFFERS.  progress(done, total) after each case."""
     if exact_buffers is None:
         exact_buffers = exact_buffers_from_env()
     cases = manifest_cases(manifest, np.random.default_rng(20261123), quick)
     if not cases:
         return []
     ns = manifest["tallskinny"]["n"]
-    results = run_cases(lib, cases, exact_buffers=exact_buffers)
+    results = run_cases(lib, cases, exact_buffers=exact_buffers, progress=progress)
     results += check_not_generated(lib, ns)
     precs = {e.precision for e in entries_from_manifest(manifest)}
     if not quick and "h" in precs and 16 in ns:
