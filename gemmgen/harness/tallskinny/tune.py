@@ -50,10 +50,9 @@ def sweep(precisions, tsm2_ns, ism2_ns, arch: str | None = None) -> list:
 
 
 def _correct(lib, spec, rng) -> tuple[bool, str]:
-    if spec.family == "tsmma":   # at the largest n it serves
-        case = TsCase(spec.precision, 777, spec.max_n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
-    elif spec.family == "tsm2":
-        case = TsCase(spec.precision, 777, spec.n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
+    if spec.family in ("tsm2", "tsmma"):   # TSMMA at the largest n it serves
+        n = spec.max_n if spec.family == "tsmma" else spec.n
+        case = TsCase(spec.precision, 777, n, 301, "N", "N", "random", 0.9, 0.7, spec.name, 0)
     else:
         case = TsCase(spec.precision, 5001, spec.n, spec.n + 3, "N", "N", "random", 0.9, 0.7, spec.name, 3)
     r = run_ts_case(lib, case, rng)
@@ -86,7 +85,8 @@ def tune(precisions, tsm2_ns, ism2_ns, results_path: Path, build_dir: Path, writ
 
 
 def _point(row: dict) -> tuple:
-    """What one timing measured: the variant, the stage and the problem (and ISM2's split)."""
+    """What one timing measured: the variant, the stage, the n it ran at (a TSMMA kernel serves several)
+    and the problem (and ISM2's split)."""
     return row["name"], row.get("stage"), row.get("n"), row.get("m"), row.get("k"), row.get("split")
 
 
