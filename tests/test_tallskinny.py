@@ -509,7 +509,7 @@ def test_tsmma_rows_become_dispatch_entries_from_sm80():
     assert "if (mma_serves(e, which, ta, m))" in source
 
 
-def test_h_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_before_the_route():
+def test_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_before_the_route():
     from gemmgen.generator.emit import tallskinny_dispatch_source
     from gemmgen.generator.tuning import load_table
 
@@ -532,8 +532,9 @@ def test_h_tsmma_borrows_from_a_tuned_n_with_as_many_column_tiles_and_comes_befo
     assert [(mma[("h", n)].warps, mma[("h", n)].tiles) for n in (10, 12, 20, 25, 28)] == \
         [(2, 2), (2, 2), (4, 2), (2, 4), (2, 4)]
     assert all(mma[("h", n)].serves(n) for n in (10, 25))
-    # d keeps the nearest tuned n's choice
-    assert (mma[("d", 25)].tiles, mma[("d", 28)].tiles) == (4, 4) and mma[("d", 20)] is None
+    # d too: n = 25 and 28 take n = 32's TSMMA (not n = 24's, the nearest), n = 20 n = 24's (TSM2 from n = 16)
+    assert (mma[("d", 25)].tiles, mma[("d", 28)].tiles, mma[("d", 20)].tiles) == (2, 2, 4)
+    assert all(mma[("d", n)].serves(n) for n in (20, 25, 28))
     source = tallskinny_dispatch_source(entries, sorted({k for x in entries for k in x.kernels}, key=lambda s: s.name),
                                         {"banner": "", "version": ""})
     body = source[source.index("int tallskinny("):]

@@ -745,13 +745,12 @@ def _entry_from_rows(rows: dict, prec: str, n: int, cc: int, where: str, notes: 
         return None
     try:
         entry = entry_from_row(rows[(prec, near)], cc, n)
-        # h TSMMA borrows from a tuned n with as many 8-column tiles where there is one: its blocks of up to
-        # 256 threads (512 when measured) fit one or two to an SM, and the tiles set the accumulators, so the
-        # registers and that count (on the H200, n = 25-28 on n = 24's 512-thread blocking ran at 0.39x
-        # cuBLAS, one block per SM; n = 21-24 at 0.55x, two).  d's blockings borrowed across tiles were
-        # measured as fast as their own.
-        tiles = [t for p, t in rows if p == prec == "h" and ceil_div(t, 8) == ceil_div(n, 8)
-                 and rows[(p, t)].get("tsmma")]
+        # TSMMA borrows from a tuned n with as many 8-column tiles where there is one: the kernel serving n
+        # is that n's (the tiles set the accumulators and the registers), and so is its cut-off against
+        # TSM2.  On the H200, h n = 25-28 on n = 24's 512-thread blocking ran at 0.39x cuBLAS (one block per
+        # SM), n = 21-24 at 0.55x; on the H100, d n = 26-28 took n = 24's cut-off (TSMMA from m = 30720)
+        # and ran TSM2 at 0.56-0.63x cuBLAS at m = k = 20000, where n = 29-32 ran TSMMA at 0.97x.
+        tiles = [t for p, t in rows if p == prec and ceil_div(t, 8) == ceil_div(n, 8) and rows[(p, t)].get("tsmma")]
         mma_near = nearest_tuned_n(sorted(tiles), n)
         if mma_near is not None and mma_near != near:
             other = entry_from_row(rows[(prec, mma_near)], cc, n)
