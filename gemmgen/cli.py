@@ -177,7 +177,8 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
               help="Parallel nvcc processes, and processes running the GPU checks (at most 8) "
                    "(default: all cores).")
 @click.option("--report", type=click.Path(path_type=Path), default=None,
-              help="Write the check results as JSON here.")
+              help="Write the check results as JSON here; rewritten as the checks go, with "
+                   "\"complete\": false until they end.")
 @click.option("--quick", is_flag=True, help="Random data for one transpose pair per shape only.")
 @click.option("--cpu/--no-cpu", "with_cpu", default=True, show_default=True,
               help="Also build the CPU kernels with g++ and check them (every ISA this machine runs; "

@@ -31,3 +31,21 @@ def test_the_summary_keeps_counts_the_worst_error_and_every_failure(tmp_path):
     written = json.loads((tmp_path / "s.json").read_text())
     assert written["summary_of"] == "report.json.gz" and written["recorded_in"] == "abc1234"
     assert written["results"] == r
+
+
+def test_a_check_report_is_whole_while_the_checks_run_and_says_whether_they_finished(tmp_path):
+    """run_check writes its report every 2% of the cases (complete false) and at the end (true),
+    each time whole, through a temporary file: a run cut short leaves what it checked."""
+    from gemmgen.harness.check import write_report
+    from gemmgen.harness.core.cases import CaseResult
+
+    results = [CaseResult(**{**_case("d", "random", 0.1, 1.0), "passed": ok}) for ok in (True, False)]
+    path = tmp_path / "reports" / "check.json"
+    write_report(path, {"device": "GPU", "arch": "sm_90"}, results[:1], complete=False)
+    first = json.loads(path.read_text())
+    assert (first["complete"], first["passed"], first["failed"], len(first["results"])) == (False, 1, 0, 1)
+    assert first["device"] == "GPU" and summarize(first)["complete"] is False
+    write_report(path, {"device": "GPU", "arch": "sm_90"}, results, complete=True)
+    last = json.loads(path.read_text())
+    assert (last["complete"], last["passed"], last["failed"], len(last["results"])) == (True, 1, 1, 2)
+    assert [p.name for p in path.parent.iterdir()] == ["check.json"]   # no temporary file left

@@ -8,7 +8,7 @@ import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -125,26 +125,37 @@ def run_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int, report: Path
         click.echo("no GPU present: no CUDA kernel ran (compile-only check of the CUDA sources)")
         return 1 if local else 0
 
-    results = gpu_checks(result.library, manifest, quick, jobs, precisions)
+    header = {
+        "device": device_name or device_arch()[1],
+        "arch": archs[0],
+        "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else "")
+                   + (f" --precisions {','.join(precisions)}" if precisions else ""),
+        "generated_with": manifest["command"],
+        "host": platform.node(),
+        "local_memory_kernels": len(local),
+    }
+    partial = (lambda so_far: write_report(report, header, so_far, complete=False)) if report else None
+    results = gpu_checks(result.library, manifest, quick, jobs, precisions, partial=partial)
     summarize(results)
     failed = [r for r in results if not r.passed]
     if report:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps({
-            "device": device_name or device_arch()[1],
-            "arch": archs[0],
-            "command": f"gemmgen check --generated {gen_dir}" + (" --quick" if quick else "")
-                       + (f" --precisions {','.join(precisions)}" if precisions else ""),
-            "generated_with": manifest["command"],
-            "host": platform.node(),
-            "passed": len(results) - len(failed),
-            "failed": len(failed),
-            "local_memory_kernels": len(local),
-            "results": [r.to_json() for r in results],
-        }, indent=1) + "\n")
+        write_report(report, header, results, complete=True)
         click.echo(f"wrote {report}")
     click.echo(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed or local else 0
+
+
+def write_report(path: Path, header: dict, results: list, complete: bool) -> None:
+    """The check's JSON report: `header`, the counts and every result so far.  Written while the checks
+    run too (complete false), through a temporary file renamed over the report, so that a run cut
+    short (a time limit, a crash) leaves a whole report of what it checked."""
+    failed = sum(not r.passed for r in results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".partial")
+    scratch.write_text(json.dumps({**header, "complete": complete, "passed": len(results) - failed,
+                                   "failed": failed, "results": [r.to_json() for r in results]},
+                                  indent=1) + "\n")
+    os.replace(scratch, path)
 
 
 def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
@@ -175,7 +186,8 @@ def narrow_entry_cases(manifest: dict, cases: list) -> Iterator:
 
 
 def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions: tuple[str, ...] = (),
-               progress_lines: bool = False, part: tuple[int, int] = (0, 1)) -> list:
+               progress_lines: bool = False, part: tuple[int, int] = (0, 1),
+               partial: Callable[[list], None] | None = None) -> list:
     """Every NumPy check of an emitted set's CUDA kernels on the GPU present, through the C API of
     `library`: the small and wmma families' cases (every shape, transpose pair, interface, packed
     and padded, β = 0 and ≠ 0, the cp.async rings' long batches), 64-bit strides, tall-skinny.
@@ -184,7 +196,8 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     terminal, so that a run cut short says how far it got).  part (i, n): the i-th of n parts
     of the cases, drawn in a fixed random order (cases come in groups of a shape's variants, which a
     plain stride would split unevenly), and the large-stride and tall-skinny checks in part 0 only
-    (to split one check over processes)."""
+    (to split one check over processes).  partial: called with the results so far every 2% of the
+    cases (a report that a run cut short still leaves)."""
     import numpy as np
 
     from gemmgen.harness.core import cases as check_cases
@@ -221,15 +234,24 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
     progress_lines = progress_lines or not sys.stdout.isatty()
     start = time.monotonic()
 
+    results: list = []
+
     def lines(label: str):
         def line(done: int, total: int) -> None:
             if done % max(1, total // 50) == 0 or done == total:
                 click.echo(f"{label} {done}/{total} in {time.monotonic() - start:.0f} s")
         return line
+
+    def with_partial(progress: Callable[[int, int], None]) -> Callable[[int, int], None]:
+        def step(done: int, total: int) -> None:
+            progress(done, total)
+            if partial and (done % max(1, total // 50) == 0 or done == total):
+                partial(results)
+        return step
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
         progress = lines("checks") if progress_lines else lambda done, total: bar.update(1)
-        results = check_cases.run_cases(lib, cases, progress=progress,
-                                        workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS))
+        check_cases.run_cases(lib, cases, progress=with_partial(progress),
+                              workers=min(jobs or os.cpu_count() or 1, CHECK_WORKERS), into=results)
     if index:
         return results
     for prec in ("h", "s") if not precisions else [p for p in ("h", "s") if p in precisions]:

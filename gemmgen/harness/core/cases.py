@@ -356,12 +356,15 @@ def _worker_case(job: tuple[int, int, Case]) -> CaseResult:
 
 
 def run_cases(lib: GemmgenLibrary, cases: list[Case], seed: int = 2026,
-              progress: Callable[[int, int], None] | None = None, workers: int = 1) -> list[CaseResult]:
+              progress: Callable[[int, int], None] | None = None, workers: int = 1,
+              into: list[CaseResult] | None = None) -> list[CaseResult]:
     """Every case through `lib`, results in the order of `cases`.  workers > 1: that many processes,
     each loading the library into its own CUDA context on the same GPU.  The NumPy side (fresh
     inputs, the float64 reference, the comparison) is most of a check's time, the GPU mostly waits:
-    the hc set's ~6,000 cases took about 15 CPU-minutes of it (2026-11-24)."""
-    results: list[CaseResult] = []
+    the hc set's ~6,000 cases took about 15 CPU-minutes of it (2026-11-24).  `into`: the list the
+    results are appended to as they come (returned), so that `progress` can see those so far."""
+    results: list[CaseResult] = into if into is not None else []
+    done_before = len(results)
     if workers <= 1 or len(cases) < 2 * workers:
         for i, case in enumerate(cases):
             results.append(run_case(lib, case, case_rng(seed, i)))
@@ -374,7 +377,7 @@ def run_cases(lib: GemmgenLibrary, cases: list[Case], seed: int = 2026,
         for result in pool.imap(_worker_case, [(seed, i, c) for i, c in enumerate(cases)], chunksize=4):
             results.append(result)
             if progress:
-                progress(len(results), len(cases))
+                progress(len(results) - done_before, len(cases))
     return results
 
 
