@@ -6,6 +6,7 @@ import pytest
 
 from gemmgen.generator.precision import PRECISION_ORDER
 from gemmgen.harness.core.api import LAUNCH_FAILED, NOT_GENERATED, GemmgenLibrary
+from gemmgen.harness.core.build import device_code
 
 pytestmark = pytest.mark.slow
 
@@ -17,6 +18,19 @@ def test_default_set_compiles_without_local_memory(default_set_build):
     assert build.resources, "ptxas reported no kernels"
     offenders = [(r.source, r.arch, r.stack_bytes, r.spill_stores) for r in build.local_memory_kernels]
     assert not offenders
+
+
+def test_the_library_carries_its_device_code_compressed(default_set_build):
+    """The machine code in the library's fat binaries is compressed (nvcc leaves it raw unless told):
+    the kernels take a sixth of their expanded size, and the library for one architecture stays well
+    under 60 MB."""
+    code = device_code(default_set_build.library)
+    if code is None:
+        pytest.skip("objcopy not installed")
+    assert code.raw_bytes < 100_000, code          # only the link step's stub is left raw
+    assert code.stored_bytes * 3 < code.expanded_bytes, code
+    archs = {r.arch.rstrip("a") for r in default_set_build.resources}
+    assert default_set_build.library.stat().st_size < 60e6 * len(archs)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmgen.cli import main
+from gemmgen.harness.core.build import device_code
 from gemmgen.harness.core.toolchain import find_nvcc
 
 pytestmark = pytest.mark.slow
@@ -31,6 +32,9 @@ def test_example_consumer_builds(root, tmp_path):
     assert compiled.returncode == 0, compiled.stdout[-3000:] + compiled.stderr[-3000:]
     program = build / "consumer"
     assert program.exists()
+    code = device_code(program)
+    if shutil.which("objcopy"):   # the kernels' machine code is compressed in the fat binary
+        assert code is not None and code.raw_bytes < 100_000 and code.stored_bytes * 2 < code.expanded_bytes, code
     ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=120)
     # Without a GPU the program says so and exits 0; with one it checks its own result.
     assert ran.returncode == 0, ran.stdout + ran.stderr

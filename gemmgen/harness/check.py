@@ -19,7 +19,7 @@ from gemmgen.generator.arch import ARCHS, parse_archs
 from gemmgen.generator.families import parse_kernel
 from gemmgen.generator.manifest import builds_on, kernel_bands
 
-from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library
+from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library, device_code
 from gemmgen.harness.core.toolchain import ToolchainError, gpu_available
 
 # Processes running the GPU checks (each its own CUDA context; more add contexts, not speed: the
@@ -106,8 +106,14 @@ def build_for_check(gen_dir: Path, build_dir: Path, arch: str, jobs: int) -> Bui
         return 1
     local = result.local_memory_kernels
     sources = sum(len(m) for m in result.units.values()) + len(result.objects) - len(result.units)
+    size = ""
+    if result.library:
+        size = f", library {result.library.stat().st_size / 1e6:.0f} MB"
+        code = device_code(result.library)
+        if code is not None:
+            size += f" (machine code {code.stored_bytes / 1e6:.0f} MB, {code.expanded_bytes / 1e6:.0f} MB expanded)"
     click.echo(f"compiled {sources} sources ({len(result.objects)} translation units) for {','.join(archs)}: "
-               f"{len(result.resources)} kernel builds, {len(local)} with local memory or spills")
+               f"{len(result.resources)} kernel builds, {len(local)} with local memory or spills{size}")
     for r in local[:20]:
         click.echo(f"  local memory: {r.source} {r.function} {r.arch} stack {r.stack_bytes} B, spills "
                    f"{r.spill_stores}/{r.spill_loads} B")
