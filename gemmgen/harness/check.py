@@ -19,7 +19,7 @@ from gemmgen.generator.arch import ARCHS, parse_archs
 from gemmgen.generator.families import parse_kernel
 from gemmgen.generator.manifest import builds_on, kernel_bands
 
-from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library, device_code
+from gemmgen.harness.core.build import UNITY_SOURCES, BuildError, build_library, device_code, write_atomically
 from gemmgen.harness.core.toolchain import ToolchainError, gpu_available
 
 # Processes running the GPU checks (each its own CUDA context; more add contexts, not speed: the
@@ -157,11 +157,9 @@ def write_report(path: Path, header: dict, results: list, complete: bool) -> Non
     short (a time limit, a crash) leaves a whole report of what it checked."""
     failed = sum(not r.passed for r in results)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".partial")
-    scratch.write_text(json.dumps({**header, "complete": complete, "passed": len(results) - failed,
-                                   "failed": failed, "results": [r.to_json() for r in results]},
-                                  indent=1) + "\n")
-    os.replace(scratch, path)
+    write_atomically(path, json.dumps({**header, "complete": complete, "passed": len(results) - failed,
+                                       "failed": failed, "results": [r.to_json() for r in results]},
+                                      indent=1) + "\n")
 
 
 def manifest_shapes(manifest: dict) -> dict[str, list[tuple[int, int, int]]]:
@@ -242,16 +240,19 @@ def gpu_checks(library: Path, manifest: dict, quick: bool, jobs: int, precisions
 
     results: list = []
 
+    def every_2_percent(done: int, total: int) -> bool:
+        return done % max(1, total // 50) == 0 or done == total
+
     def lines(label: str):
         def line(done: int, total: int) -> None:
-            if done % max(1, total // 50) == 0 or done == total:
+            if every_2_percent(done, total):
                 click.echo(f"{label} {done}/{total} in {time.monotonic() - start:.0f} s")
         return line
 
     def with_partial(progress: Callable[[int, int], None]) -> Callable[[int, int], None]:
         def step(done: int, total: int) -> None:
             progress(done, total)
-            if partial and (done % max(1, total // 50) == 0 or done == total):
+            if partial and every_2_percent(done, total):
                 partial(results)
         return step
     with click.progressbar(length=len(cases), label="checks", show_pos=True) as bar:
