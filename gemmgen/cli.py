@@ -198,7 +198,7 @@ def generate(arch, precisions, sizes, shapes, tables, out_dir: Path, dry_run, ta
                    "tool can be run in pieces.")
 def check(gen_dir: Path, build_dir: Path, arch, jobs, report, quick, with_cpu, cpu_report, recheck, sanitize_tools,
           only, sanitize_parts):
-    """Compile everything emitted (no spills or local memory allowed), check every CUDA kernel in
+    """Compile everything emitted (no spills, local memory or nvcc warning allowed), check every CUDA kernel in
     every precision and transpose against NumPy where a GPU is present, and check the CPU kernels
     on every ISA this machine runs."""
     from gemmgen.harness.check import run_check

@@ -46,7 +46,8 @@ def compiled_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
 @pytest.fixture(scope="session")
 def default_set_build():
     """generated/ compiled for the oldest and the newest architecture it was generated for
-    (compiled_archs; cached by content under build/, so a second session only relinks)."""
+    (compiled_archs; cached by content under build/, so a second session only relinks), every nvcc
+    warning an error as `gemmgen check` builds it: a warning in any source fails the build."""
     import json
 
     from gemmgen.harness.core.build import UNITY_SOURCES, build_library
@@ -54,4 +55,4 @@ def default_set_build():
     archs = compiled_archs(tuple(json.loads((ROOT / "generated" / "manifest.json").read_text())["archs"]))
     # Host code at -O0: it only serves the argument-check tests, and it is 5 % of CI's longest step.
     return build_library(ROOT / "generated", ROOT / "build" / ("test_" + "_".join(archs)), archs,
-                         unity=UNITY_SOURCES, host_optimization="-O0")
+                         unity=UNITY_SOURCES, host_optimization="-O0", strict_warnings=True)

@@ -20,6 +20,15 @@ def test_default_set_compiles_without_local_memory(default_set_build):
     assert not offenders
 
 
+def test_default_set_compiles_without_a_warning(default_set_build):
+    """The fixture compiles every source with -Werror all-warnings (a warning would have failed it); and
+    ptxas, whose reports the build keeps, printed no warning either."""
+    reports = [obj.with_suffix(".ptxas.txt") for obj in default_set_build.objects]
+    assert len(reports) > 40 and all(r.is_file() for r in reports)
+    warned = [(r.name, line) for r in reports for line in r.read_text().splitlines() if "warning" in line.lower()]
+    assert not warned, warned[:5]
+
+
 def test_the_library_carries_its_device_code_compressed(default_set_build):
     """The machine code in the library's fat binaries is compressed (nvcc leaves it raw unless told):
     the kernels take a sixth of their expanded size, and the library for one architecture stays well

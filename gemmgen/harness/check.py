@@ -36,7 +36,8 @@ def device_arch() -> tuple[str, str]:
 
 
 def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int):
-    """The set compiled by harness.core.build.build_library, with a progress bar on a terminal and, in a
+    """The set compiled by harness.core.build.build_library, every nvcc warning an error (`gemmgen check`
+    and the benches build the same objects), with a progress bar on a terminal and, in a
     log (no terminal), a line at every tenth of the units with the time so far and an estimate of
     the rest (units go largest first, so the estimate errs long)."""
     label = ",".join(archs)
@@ -57,7 +58,7 @@ def build_set(gen_dir: Path, build_dir: Path, archs: tuple[str, ...], jobs: int)
             if not on_terminal and done:
                 log_line(done, total)
         result = build_library(gen_dir, build_dir / "_".join(archs), archs, jobs or None,
-                               progress=progress, unity=UNITY_SOURCES)
+                               progress=progress, unity=UNITY_SOURCES, strict_warnings=True)
     return result
 
 

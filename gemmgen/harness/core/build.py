@@ -35,6 +35,12 @@ class BuildError(RuntimeError):
 # loads it.
 COMPRESS_DEVICE_CODE = ("-Xfatbin=-compress-all",)
 
+# Every nvcc warning an error (front end, cicc and ptxas), as strict projects build CUDA: `gemmgen check`
+# and the tests' build of the default set compile every emitted source this way, so a warning in any
+# kernel of any family fails them; the tuner's sweeps do not (a sweep records what fails to compile and
+# goes on).
+STRICT_WARNINGS = ("-Werror", "all-warnings")
+
 
 @dataclass(frozen=True)
 class DeviceCode:
@@ -435,7 +441,8 @@ def band_definitions(archs: Iterable[str]) -> tuple[str, ...]:
 def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs: int | None = None,
                   link: bool = True, progress: Callable[[int, int], None] | None = None,
                   sources: list[Path] | None = None, tolerate_failures: bool = False,
-                  library_name: str = "libgemmgen.so", unity: int = 0, host_optimization: str = "-O3") -> BuildResult:
+                  library_name: str = "libgemmgen.so", unity: int = 0, host_optimization: str = "-O3",
+                  strict_warnings: bool = False) -> BuildResult:
     """Compile every .cu of an emitted set (or `sources`) and link them into one shared library.
     With tolerate_failures a source that does not compile is recorded and left out (the tuner's
     sweep goes on); otherwise it raises BuildError.  unity > 0 compiles the per-variant sources in
@@ -445,7 +452,8 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     unit's resources name the member each kernel belongs to (kernel_members), and a unit that fails,
     or has a kernel no member can be found for, has its members compiled alone, so that a source
     that does not compile is in `failures` under its own name and the others are built; such a
-    unit is left out of `units` (its members' objects are built alone)."""
+    unit is left out of `units` (its members' objects are built alone).  strict_warnings: every
+    warning is an error (STRICT_WARNINGS)."""
     nvcc = find_nvcc()
     generated = generated.resolve()
     if sources is None:
@@ -460,7 +468,7 @@ def build_library(generated: Path, build_dir: Path, archs: tuple[str, ...], jobs
     bands = set_bands(generated)
     source_archs = {s: tuple(a for a in archs if builds_on(bands.get(s.stem), ARCHS[a].cc)) for s in sources}
     sources = [s for s in sources if source_archs[s]]
-    extra = band_definitions(archs)
+    extra = band_definitions(archs) + (STRICT_WARNINGS if strict_warnings else ())
     if unity > 0:
         def group(source: Path) -> str | None:
             # one family per folder (family/precision) and code path; the dispatch tables,
