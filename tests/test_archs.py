@@ -18,7 +18,7 @@ from gemmgen.generator.arch import ARCHS, DEFAULT_ARCHS, code_path_tokens, parse
 from gemmgen.generator.families import parse_kernel
 from gemmgen.cli import main
 from gemmgen.generator.small import SmallSpec
-from gemmgen.harness.core.build import compile_object, gencode_flags, parse_ptxas_report
+from gemmgen.harness.core.build import STRICT_WARNINGS, compile_object, gencode_flags, parse_ptxas_report
 from gemmgen.harness.core.toolchain import find_nvcc
 
 ALL_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_100", "sm_103", "sm_110",
@@ -179,7 +179,8 @@ def sample_sources(generated: Path) -> dict[str, Path]:
 @pytest.mark.slow
 def test_sample_compiles_for_every_architecture_without_local_memory(tmp_path):
     """Each sample source compiled once with a -gencode per code path (as gemmgen check builds: one PTX per
-    path, SASS for every architecture on it) and ptxas's spill and local-memory warnings on."""
+    path, SASS for every architecture on it), ptxas's spill and local-memory warnings on and every nvcc
+    warning an error (as gemmgen check builds)."""
     generated = tmp_path / "gen"
     result = CliRunner().invoke(main, ["generate", "--out", str(generated), "--arch", ",".join(ALL_ARCHS),
                                        "--sizes", "4,20", "--precisions", "h,d", "--tallskinny-n", "4",
@@ -187,7 +188,7 @@ def test_sample_compiles_for_every_architecture_without_local_memory(tmp_path):
     assert result.exit_code == 0, result.output
     sources = sample_sources(generated)
     nvcc = find_nvcc()
-    warn = ("-Xptxas", "-warn-spills", "-Xptxas", "-warn-lmem-usage")
+    warn = ("-Xptxas", "-warn-spills", "-Xptxas", "-warn-lmem-usage", *STRICT_WARNINGS)
 
     def build(source: Path) -> str:
         return compile_object(nvcc, source, tmp_path / "obj" / f"{source.stem}.o",
