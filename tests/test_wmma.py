@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,8 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
     hopper = next(k["name"] for k in listing["wmma"]["kernels"]
                   if getattr(wmma.parse_name(k["name"]), "wgmma_path", False))
     hopper_hc = "gemmgen_wgmma_hc"   # the hc wgmma source the dispatch tries first (not a table kernel)
-    for name in dict.fromkeys((general, whole, tiny.name, warp, block, hopper, hopper_hc)):
+
+    def sass_of(name: str) -> str:
         family = name.split("_")[0]
         source = generated / "src" / family / name.split("_")[1] / f"{name}.cu"
         if name == tiny.name:
@@ -203,12 +205,18 @@ def test_generated_wmma_kernels_use_tensor_cores(tmp_path):
         obj = tmp_path / f"{name}.o"
         text = source.read_text()   # as the harness builds it: sm_90a code where the source says `90a`
         arch = gencode_flags(("sm_90",), code_paths(text), arch_specific_paths(text))
-        subprocess.run([str(nvcc), "-std=c++14", "-O3", *arch, "-I", str(generated / "include"),
+        # (-O0: nvcc's -O is the host code's; the device code is compiled at full optimization either way)
+        subprocess.run([str(nvcc), "-std=c++14", "-O0", *arch, "-I", str(generated / "include"),
                         "-I", str(generated / "src"), "-c", str(source), "-o", str(obj)],
                        check=True, capture_output=True, env=nvcc_environment(nvcc))
         # cuobjdump runs nvdisasm, which the wheels install beside it
-        sass = subprocess.run([str(cuobjdump), "-sass", str(obj)], check=True, capture_output=True,
+        return subprocess.run([str(cuobjdump), "-sass", str(obj)], check=True, capture_output=True,
                               text=True, env=nvcc_environment(cuobjdump)).stdout
+
+    names = list(dict.fromkeys((general, whole, tiny.name, warp, block, hopper, hopper_hc)))
+    with ThreadPoolExecutor(2) as pool:
+        listings = dict(zip(names, pool.map(sass_of, names)))
+    for name, sass in listings.items():
         if name != hopper_hc:   # (wgmma alone: HGMMA)
             assert "HMMA" in sass, f"{name}: no Tensor Core (HMMA) instruction in the SASS"
         if name == whole:
